@@ -1,0 +1,36 @@
+# embedkit: `make demo` runs the whole pipeline on the bundled example, `make test` runs the tests.
+# Both create the virtual environment on first use. Override TORCH to pick another torch build,
+# e.g. `make test TORCH="torch==2.13.0 --index-url https://download.pytorch.org/whl/cpu"`.
+
+PYTHON ?= python3
+VENV ?= .venv
+TORCH ?= torch==2.13.0
+EXTRAS ?= cpu,dev,plots
+BIN := $(VENV)/bin
+STAMP := $(VENV)/.embedkit-installed
+DEMO := demo-out
+PYTEST_ARGS ?=
+
+.PHONY: setup demo test lint clean
+
+$(STAMP): pyproject.toml
+	$(PYTHON) -m venv $(VENV)
+	$(BIN)/python -m pip install --quiet --upgrade pip
+	# torch first, so that nothing below pulls a multi-GB CUDA build by accident
+	$(BIN)/python -m pip install --quiet $(TORCH)
+	$(BIN)/python -m pip install --quiet -e ".[$(EXTRAS)]"
+	touch $(STAMP)
+
+setup: $(STAMP)
+
+test: $(STAMP)
+	$(BIN)/python -m pytest $(PYTEST_ARGS)
+
+lint: $(STAMP)
+	$(BIN)/ruff check .
+
+demo: $(STAMP)
+	bash scripts/demo.sh $(BIN) $(DEMO)
+
+clean:
+	rm -rf $(DEMO) build dist *.egg-info .pytest_cache

@@ -1,0 +1,1 @@
+"""The `embedkit` command line: thin Typer commands over the library API."""

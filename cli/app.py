@@ -1,0 +1,39 @@
+"""The `embedkit` application: one module per command, joined here.
+
+Command modules import only typer and the standard library at the top; torch, transformers,
+onnxruntime and faiss are imported inside the command bodies so that `embedkit --help` is instant.
+"""
+
+from __future__ import annotations
+
+import typer
+
+app = typer.Typer(
+    name="embedkit",
+    help="Train in-domain sentence encoders with miCSE, export them to ONNX, embed, index, search, evaluate.",
+    no_args_is_help=True,
+    add_completion=False,
+    pretty_exceptions_enable=False,
+)
+
+
+def _register() -> None:
+    for name in ("train", "export", "embed", "index", "search", "evaluate", "experiment"):
+        try:
+            module = __import__(f"embedkit.cli.{name}", fromlist=["register"])
+        except ModuleNotFoundError as exc:
+            if exc.name != f"embedkit.cli.{name}":
+                raise
+            continue
+        module.register(app)
+
+
+_register()
+
+
+def main() -> None:
+    app()
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,39 @@
+"""What every command shares: turning library errors into one line and an exit code."""
+
+from __future__ import annotations
+
+import functools
+import sys
+from collections.abc import Callable
+from typing import Any, TypeVar
+
+import typer
+
+from embedkit.errors import EmbedkitError
+
+F = TypeVar("F", bound=Callable[..., Any])
+
+
+def fail(message: str, code: int = 2) -> typer.Exit:
+    """Print `message` as one line on stderr and return the Exit to raise."""
+    typer.echo(f"error: {message}", err=True)
+    return typer.Exit(code)
+
+
+def handle_errors(func: F) -> F:
+    """Run a command, mapping `EmbedkitError` to its exit code (2 input, 1 failure) and one line.
+
+    Ctrl-C exits 130 without a traceback; anything else is a bug and keeps its traceback.
+    """
+
+    @functools.wraps(func)
+    def wrapper(*args: Any, **kwargs: Any) -> Any:
+        try:
+            return func(*args, **kwargs)
+        except EmbedkitError as exc:
+            raise fail(str(exc).splitlines()[0] if str(exc) else type(exc).__name__, exc.exit_code) from None
+        except KeyboardInterrupt:
+            typer.echo("interrupted", err=True)
+            sys.exit(130)
+
+    return wrapper  # type: ignore[return-value]

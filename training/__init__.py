@@ -1,0 +1,1 @@
+"""Training with the miCSE objective (torch): model, losses, momentum queue, trainer."""

@@ -1,0 +1,117 @@
+"""Embedding with a torch model folder: the reference that ONNX exports are checked against.
+
+The same tokenization and length-sorted batching as the ONNX runtime (`embedkit.batching`),
+pooling as the folder's `1_Pooling/config.json` declares, normalisation as `modules.json` does.
+"""
+
+from __future__ import annotations
+
+import inspect
+from collections.abc import Sequence
+from pathlib import Path
+
+import numpy as np
+import torch
+
+from embedkit.batching import TokenBatcher, as_text_list, encode_in_order
+from embedkit.errors import InputError
+from embedkit.modelfolder import ModelSpec, model_fingerprint, read_model_spec
+
+
+def resolve_device(device: str = "auto") -> torch.device:
+    """`auto` picks CUDA when torch sees a GPU; `cuda` without one is an input error, never a CPU run."""
+    if device == "auto":
+        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    if device == "cpu":
+        return torch.device("cpu")
+    if device.startswith("cuda"):
+        if not torch.cuda.is_available():
+            raise InputError("--device cuda was asked for, but torch sees no CUDA GPU (use --device cpu or auto)")
+        return torch.device(device)
+    raise InputError(f"unknown device {device!r}: use auto, cpu or cuda")
+
+
+def pool(token_embeddings: torch.Tensor, attention_mask: torch.Tensor, mode: str) -> torch.Tensor:
+    """Sentence vector from token vectors: masked mean, or the first ([CLS]) token."""
+    if mode == "cls":
+        return token_embeddings[:, 0]
+    if mode == "mean":
+        mask = attention_mask.unsqueeze(-1).to(token_embeddings.dtype)  # (B, T, 1)
+        return (token_embeddings * mask).sum(1) / mask.sum(1).clamp(min=1e-9)
+    raise InputError(f"unknown pooling {mode!r}: use mean or cls")
+
+
+def load_backbone(path: Path, **kwargs: object) -> torch.nn.Module:
+    """The Hugging Face encoder in a folder (`AutoModel`), with a clear error for non-models."""
+    from transformers import AutoModel
+
+    try:
+        return AutoModel.from_pretrained(str(path), **kwargs)
+    except (OSError, ValueError, KeyError) as exc:
+        raise InputError(f"cannot load a model from {path}: {str(exc).splitlines()[0]}") from None
+
+
+class TorchEncoder:
+    """Encode texts with a Hugging Face model folder in torch (inference: no MLP head, no dropout)."""
+
+    backend = "torch"
+
+    def __init__(
+        self,
+        model: str | Path | None = None,
+        device: str = "auto",
+        pooling: str | None = None,
+        max_seq_length: int | None = None,
+    ) -> None:
+        spec: ModelSpec = read_model_spec(model)
+        if spec.kind != "torch":
+            raise InputError(f"{spec.path} is an ONNX folder; load it with embedkit.load_encoder")
+        self.spec = spec
+        self.path = spec.path
+        self.pooling = pooling or spec.pooling
+        self.normalize_default = spec.normalize
+        self.max_seq_length = int(max_seq_length or spec.max_seq_length)
+        self.device = resolve_device(device)
+        self.model = load_backbone(spec.path).to(self.device).eval()
+        self.dim = int(self.model.config.hidden_size)
+        self.batcher = TokenBatcher(spec.path, self.max_seq_length)
+        self.uses_token_type_ids = "token_type_ids" in inspect.signature(self.model.forward).parameters
+        self._fingerprint: str | None = None
+
+    @property
+    def fingerprint(self) -> str:
+        if self._fingerprint is None:
+            self._fingerprint = model_fingerprint(self.path)
+        return self._fingerprint
+
+    @property
+    def truncated(self) -> int:
+        return self.batcher.truncated
+
+    @torch.inference_mode()
+    def encode(
+        self,
+        texts: str | Sequence[str],
+        batch_size: int = 64,
+        normalize: bool | None = None,
+        progress: bool = False,
+    ) -> np.ndarray:
+        """float32 [n, dim] for a list (or [dim] for one string), in the caller's order."""
+        items, single = as_text_list(texts)
+        do_normalize = self.normalize_default if normalize is None else normalize
+
+        def run(batch) -> np.ndarray:
+            inputs = {
+                "input_ids": torch.from_numpy(batch.input_ids).to(self.device),
+                "attention_mask": torch.from_numpy(batch.attention_mask).to(self.device),
+            }
+            if self.uses_token_type_ids:
+                inputs["token_type_ids"] = torch.from_numpy(batch.token_type_ids).to(self.device)
+            hidden = self.model(**inputs).last_hidden_state
+            vectors = pool(hidden, inputs["attention_mask"], self.pooling).float()
+            if do_normalize:
+                vectors = torch.nn.functional.normalize(vectors, dim=-1)
+            return vectors.cpu().numpy()
+
+        out = encode_in_order(self.batcher, items, batch_size, self.dim, run, progress)
+        return out[0] if single else out
