@@ -1,0 +1,233 @@
+"""`embedkit eval`: score a model on STS pairs (`sts`) and on a BEIR retrieval folder (`retrieval`).
+
+The data is read and checked before the model is loaded, so bad input fails in a second.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+from typing import Annotated, Any
+
+import typer
+from embedkit.cli.common import handle_errors
+
+eval_app = typer.Typer(
+    help="Evaluate a model: STS correlation or BEIR retrieval metrics.",
+    no_args_is_help=True,
+)
+
+ModelOption = Annotated[
+    str | None,
+    typer.Option(
+        "--model", "-m", help="Model folder (torch or ONNX export); default: bundled all-MiniLM-L6-v2."
+    ),
+]
+DeviceOption = Annotated[str, typer.Option("--device", help="auto, cpu, cuda or cuda:N.")]
+PrecisionOption = Annotated[
+    str | None,
+    typer.Option("--precision", help="ONNX precision: fp32, fp16 or int8 (default: the export's)."),
+]
+BatchOption = Annotated[int, typer.Option("--batch-size", min=1, help="Texts per forward pass.")]
+JsonOption = Annotated[Path | None, typer.Option("--json", help="Also write the results to this JSON file.")]
+
+
+def register(app: typer.Typer) -> None:
+    app.add_typer(eval_app, name="eval")
+
+
+@eval_app.command("sts")
+@handle_errors
+def sts(
+    files: Annotated[
+        list[Path],
+        typer.Argument(help="STS files with sentence1, sentence2, score: .tsv, .csv or .jsonl, or .gz."),
+    ],
+    model: ModelOption = None,
+    device: DeviceOption = "auto",
+    precision: PrecisionOption = None,
+    batch_size: BatchOption = 64,
+    json_path: JsonOption = None,
+) -> None:
+    """Spearman x 100 of cosine similarity against gold scores, per file and the mean (SentEval's "all")."""
+    from embedkit.evaluation import STS_METRIC, StsEvaluator
+
+    _check_outputs(json_path)
+    evaluator = StsEvaluator(files, batch_size=batch_size, progress=_interactive())
+    encoder = _load(model, device, precision)
+    results = evaluator.evaluate(encoder)
+    mean = sum(r.spearman_cosine for r in results) / len(results)
+
+    from rich.table import Table
+
+    table = Table(title=f"STS: {encoder_label(encoder)}")
+    table.add_column("file")
+    table.add_column("pairs", justify="right")
+    table.add_column(STS_METRIC, justify="right")
+    for r in results:
+        table.add_row(r.name, str(r.pairs), f"{r.spearman_cosine:.2f}")
+    if len(results) > 1:
+        table.add_row("mean", str(sum(r.pairs for r in results)), f"{mean:.2f}", style="bold")
+    _print(table)
+    if json_path is not None:
+        files_out = [
+            {"path": str(r.path), "name": r.name, "pairs": r.pairs, STS_METRIC: r.spearman_cosine}
+            for r in results
+        ]
+        _write_json(
+            json_path,
+            {"task": "sts", **_model_info(encoder), "metrics": {STS_METRIC: mean}, "files": files_out},
+        )
+
+
+@eval_app.command("retrieval")
+@handle_errors
+def retrieval(
+    beir_dir: Annotated[
+        Path,
+        typer.Argument(help="BEIR folder: corpus.jsonl, queries.jsonl, qrels/<split>.tsv (each may be .gz)."),
+    ],
+    model: ModelOption = None,
+    index: Annotated[
+        Path | None,
+        typer.Option(
+            "--index",
+            help="Search this index (from `embedkit index`, built from this corpus) instead of exact search; "
+            "its model is the default --model.",
+        ),
+    ] = None,
+    split: Annotated[str, typer.Option("--split", help="Which qrels/<split>.tsv to evaluate.")] = "test",
+    ignore_identical_ids: Annotated[
+        bool,
+        typer.Option(
+            "--ignore-identical-ids/--keep-identical-ids",
+            help="Drop a hit whose doc id equals the query id (BEIR's default).",
+        ),
+    ] = True,
+    per_query: Annotated[
+        Path | None, typer.Option("--per-query", help="Write each judged query's metrics to this JSONL file.")
+    ] = None,
+    device: DeviceOption = "auto",
+    precision: PrecisionOption = None,
+    batch_size: BatchOption = 64,
+    json_path: JsonOption = None,
+) -> None:
+    """nDCG@10, MRR@10, Recall@1/10/100, MAP@100 with graded judgments, as BEIR and trec_eval compute them.
+
+    Documents are embedded as title + " " + text.
+    Only queries the qrels judge are evaluated; one without relevant documents scores 0.
+    Ties in score rank by doc id, descending (trec_eval's order).
+    """
+    from embedkit.evaluation import RetrievalEvaluator
+
+    _check_outputs(json_path, per_query)
+    meta = None
+    if index is not None:
+        from embedkit.index import read_index_meta
+
+        meta = read_index_meta(index)  # fail on a bad folder before loading anything
+    evaluator = RetrievalEvaluator(
+        beir_dir,
+        split=split,
+        index=index,
+        ignore_identical_ids=ignore_identical_ids,
+        batch_size=batch_size,
+        progress=_interactive(),
+    )
+    if meta is None:
+        encoder = _load(model, device, precision)
+    else:
+        from embedkit.index import open_model_for
+
+        encoder = open_model_for(meta, model, device, precision)  # the index's model unless --model
+    report = evaluator.evaluate(encoder)
+
+    from rich.table import Table
+
+    table = Table(title=f"{beir_dir.name or beir_dir} ({split}): {encoder_label(encoder)}")
+    table.add_column("metric")
+    table.add_column("value", justify="right")
+    for name, value in report.metrics.items():
+        table.add_row(name, f"{value:.4f}")
+    _print(table)
+    _print(f"{report.queries} judged queries, {report.documents} documents, {report.search} search")
+    if per_query is not None:
+        from embedkit.atomic import write_text_atomic
+
+        lines = (json.dumps({"query_id": q, **values}) for q, values in report.per_query.items())
+        write_text_atomic(per_query, "".join(f"{line}\n" for line in lines))
+    if json_path is not None:
+        _write_json(
+            json_path,
+            {
+                "task": "retrieval",
+                **_model_info(encoder),
+                "dataset": str(beir_dir),
+                "split": split,
+                "search": report.search,
+                "ignore_identical_ids": ignore_identical_ids,
+                "queries": report.queries,
+                "documents": report.documents,
+                "metrics": report.metrics,
+            },
+        )
+
+
+def _load(model: str | None, device: str, precision: str | None) -> Any:
+    from embedkit.encoder import load_encoder
+
+    return load_encoder(model, device=device, precision=precision)
+
+
+def encoder_label(encoder: Any) -> str:
+    from embedkit.errors import InputError
+    from embedkit.modelfolder import DEFAULT_BASE_MODEL, default_base_model_path
+
+    path = getattr(encoder, "path", None)
+    name = Path(path).name if path else "model"
+    try:
+        if path and Path(path) == default_base_model_path():
+            name = DEFAULT_BASE_MODEL
+    except InputError:  # the bundled model's package is absent: this is not it
+        pass
+    return f"{name} ({encoder.backend}, {encoder.device})"
+
+
+def _model_info(encoder: Any) -> dict[str, Any]:
+    path = getattr(encoder, "path", None)
+    return {
+        "model": str(path) if path else None,
+        "fingerprint": encoder.fingerprint,
+        "backend": encoder.backend,
+        "device": str(encoder.device),
+    }
+
+
+def _write_json(path: Path, data: dict[str, Any]) -> None:
+    from embedkit.atomic import write_json_atomic
+
+    write_json_atomic(path, data)
+
+
+def _check_outputs(*paths: Path | None) -> None:
+    """Fail before the work, not after it, when an output path cannot be a file."""
+    from embedkit.errors import InputError
+
+    for path in paths:
+        if path is not None and path.is_dir():
+            raise InputError(f"output {path} is a folder; give a file name")
+
+
+def _interactive() -> bool:
+    return sys.stdout.isatty()
+
+
+def _print(renderable: Any) -> None:
+    from rich.console import Console
+
+    Console().print(renderable)
+
+from embedkit.cli.pseudo import register_into as _register_pseudo  # noqa: E402
+
+_register_pseudo(eval_app)
