@@ -1,0 +1,94 @@
+"""`embedkit embed`: embed a corpus of any size to a .npy file, streaming, with its ids beside it."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+from typing import Annotated
+
+import typer
+from embedkit.cli.common import handle_errors
+
+CorpusArgument = Annotated[
+    Path,
+    typer.Argument(
+        help="Corpus: .txt (one document a line), .jsonl, .csv, .tsv (each may be .gz), or a BEIR folder."
+    ),
+]
+ModelOption = Annotated[
+    str | None,
+    typer.Option(
+        "--model", "-m", help="Model folder (torch or ONNX export); default: bundled all-MiniLM-L6-v2."
+    ),
+]
+ColumnOption = Annotated[
+    str | None, typer.Option("--column", help="Text field of a csv/tsv/jsonl corpus (default: text).")
+]
+IdColumnOption = Annotated[
+    str | None, typer.Option("--id-column", help="Id field (default: _id or id, else the line number).")
+]
+DeviceOption = Annotated[
+    str, typer.Option("--device", help="auto, cpu, cuda or cuda:N (cuda without a GPU is an error).")
+]
+PrecisionOption = Annotated[
+    str | None,
+    typer.Option("--precision", help="ONNX precision: fp32, fp16 or int8 (default: the export's)."),
+]
+BatchOption = Annotated[int, typer.Option("--batch-size", min=1, help="Texts per forward pass.")]
+ChunkOption = Annotated[int, typer.Option("--chunk-size", min=1, help="Documents held in memory at a time.")]
+
+
+def register(app: typer.Typer) -> None:
+    app.command("embed")(embed)
+
+
+@handle_errors
+def embed(
+    corpus: CorpusArgument,
+    out: Annotated[
+        Path, typer.Option("--out", "-o", help="Output .npy (float32 [n, dim]); ids go to FILE.ids.txt.")
+    ],
+    model: ModelOption = None,
+    column: ColumnOption = None,
+    id_column: IdColumnOption = None,
+    normalize: Annotated[
+        bool | None,
+        typer.Option(
+            "--normalize/--no-normalize", help="L2-normalize the vectors (default: as the model does)."
+        ),
+    ] = None,
+    device: DeviceOption = "auto",
+    precision: PrecisionOption = None,
+    batch_size: BatchOption = 64,
+    chunk_size: ChunkOption = 10_000,
+) -> None:
+    """Embed every document of CORPUS into a .npy file, in chunks, in bounded memory.
+
+    Row i of the .npy is the corpus's i-th document; line i of FILE.ids.txt is its id. Both files
+    are written atomically: an interrupted run leaves any previous output intact.
+    """
+    from rich.console import Console
+
+    from embedkit.embed import CorpusOptions, embed_to_file
+
+    options = CorpusOptions(column=column, id_column=id_column, chunk_size=chunk_size, batch_size=batch_size)
+    report = embed_to_file(
+        corpus,
+        out,
+        model,
+        options=options,
+        normalize=normalize,
+        device=device,
+        precision=precision,
+        progress=sys.stderr.isatty(),
+    )
+    console = Console(highlight=False)
+    console.print(
+        f"embedded {report.count:,} documents ({report.dim}-d) on {report.backend}/{report.device} "
+        f"in {report.seconds:.1f} s ({report.per_second:,.0f} sent/s)"
+    )
+    if report.truncated:
+        console.print(
+            f"{report.truncated:,} documents were longer than the model's maximum length and truncated"
+        )
+    console.print(f"wrote {report.out} and {report.ids_path}")
