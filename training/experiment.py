@@ -1,0 +1,388 @@
+"""The low-shot experiment of miCSE (Klein & Nabi 2023, Table 2 and Fig. 3/4) on the user's own corpus.
+
+For every training-set size N, seed s and method: draw N sentences with seed s, train (training
+seed s too), evaluate, and keep only the scores; plus one row for the untrained base model. Each
+finished run is written atomically to `OUT/runs/<name>.json` before its model is deleted, and a
+finished run is never redone, so a killed experiment resumes where it stopped (a run killed while
+training continues from its last checkpoint). `OUT/experiment.json` pins the settings: rerunning
+into the same folder with other settings is refused, as mixing them would corrupt the table.
+
+With pseudo queries (`embedkit.pseudo`), the query set is built once from the whole corpus and
+its query sentences are removed from the pool that every subset is drawn from.
+
+The two reference settings (all-MiniLM-L6-v2; see `embedkit experiment --help`)::
+
+    embedkit experiment ../shared/data/corpora/wiki1m-sample.txt --out runs/wiki-cls \
+        --sizes 1000,4000 --seeds 3 --methods simcse,ami-simcse,moco-simcse,micse --pooling cls \
+        --eval-sts ../shared/data/sts/stsb-dev.tsv --eval-sts ../shared/data/sts/stsb-test.tsv
+    embedkit experiment ../shared/data/cranfield --split-sentences --out runs/cranfield \
+        --sizes 1000,4000 --seeds 3 --methods simcse,ami-simcse,moco-simcse,micse \
+        --eval-retrieval ../shared/data/cranfield --eval-sts ../shared/data/sts/stsb-test.tsv --eval-pseudo
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import json
+import shutil
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from embedkit.training.config import METHODS, TrainConfig
+from embedkit.training.encoder import TorchEncoder
+from embedkit.training.model import resolve_pooling
+from embedkit.training.trainer import steps_per_epoch, train
+
+from embedkit.atomic import write_json_atomic
+from embedkit.corpus import load_sentences, read_documents
+from embedkit.errors import InputError
+from embedkit.evaluation import RetrievalEvaluator, StsEvaluator
+from embedkit.modelfolder import model_fingerprint, read_json, read_model_spec
+from embedkit.pseudo import (
+    DEFAULT_QUERIES,
+    PSEUDO_METRICS,
+    PseudoQuerySet,
+    build_pseudo_queries,
+    evaluate_pseudo,
+)
+from embedkit.report import BASE_METHOD, ExperimentTable, RunRecord, aggregate
+
+# TrainConfig fields the experiment sets for each run; a --train-option for them is refused.
+RESERVED = {"method": "--methods", "seed": "--seeds", "limit": "--sizes", "limit_seed": "--seeds"}
+RETRIEVAL_TABLE_METRIC = "ndcg@10"  # BEIR's headline metric; the run files keep all the others
+MANIFEST = "experiment.json"
+
+Notify = Callable[[str], None]
+
+
+@dataclass
+class ExperimentConfig:
+    """What to run; the per-run training settings are `train` (a `TrainConfig`)."""
+
+    sizes: tuple[int, ...] = (1000, 4000)  # training sentences per run: the issue's low-shot budgets
+    seeds: tuple[int, ...] = (0, 1, 2)  # three seeds, as the issue asks; each draws its own subset
+    methods: tuple[str, ...] = ("simcse", "micse")  # miCSE Table 3's baseline and full method
+    eval_sts: tuple[str, ...] = ()  # STS files (sentence1, sentence2, score), e.g. STS-B dev and test
+    eval_retrieval: tuple[str, ...] = ()  # BEIR folders, scored by nDCG@10
+    eval_pseudo: bool = False  # label-free retrieval on pseudo queries cut from the corpus
+    pseudo_queries: int = DEFAULT_QUERIES  # pseudo queries drawn (fewer if fewer documents qualify)
+    pseudo_seed: int = 0  # fixes the pseudo-query draw, the same for every run
+    include_base: bool = True  # the untrained base model's row (the paper's "no training" line)
+    train: TrainConfig = field(default_factory=TrainConfig)  # base model, pooling, lr, steps, ...
+
+    def validate(self) -> ExperimentConfig:
+        if not self.sizes or any(n < 2 for n in self.sizes):
+            raise InputError(f"sizes must be at least 2 sentences each, got {list(self.sizes)}")
+        if len(set(self.sizes)) != len(self.sizes) or len(set(self.seeds)) != len(self.seeds):
+            raise InputError("sizes and seeds must not repeat")
+        if not self.seeds or any(s < 0 for s in self.seeds):
+            raise InputError(f"seeds must be non-negative integers, got {list(self.seeds)}")
+        unknown = [m for m in self.methods if m not in METHODS]
+        if not self.methods or unknown:
+            raise InputError(f"unknown method {', '.join(unknown) or '(none)'}: use {', '.join(METHODS)}")
+        if len(set(self.methods)) != len(self.methods):
+            raise InputError("methods must not repeat")
+        if not (self.eval_sts or self.eval_retrieval or self.eval_pseudo):
+            raise InputError("nothing to evaluate: give --eval-sts, --eval-retrieval or --eval-pseudo")
+        self.train.validate()
+        return self
+
+
+def train_config_from_options(options: Sequence[str], base: TrainConfig | None = None) -> TrainConfig:
+    """`KEY=VALUE` options parsed by each `TrainConfig` field's type; reserved keys are refused."""
+    config = (base or TrainConfig()).with_overrides(options)
+    for option in options:
+        key = option.partition("=")[0].strip().replace("-", "_")
+        if key in RESERVED:
+            raise InputError(f"{key} is set by the experiment for each run: use {RESERVED[key]} instead")
+    return config
+
+
+def run_name(method: str, size: int, seed: int) -> str:
+    return f"{method}-n{size}-s{seed}"
+
+
+@dataclass
+class ExperimentResult:
+    records: list[RunRecord]
+    table: ExperimentTable
+    trained: list[str]  # runs done by this call
+    reused: list[str]  # runs found finished in OUT/runs
+
+
+class Evaluations:
+    """Every evaluation of the experiment, built once (files are read and checked up front)."""
+
+    def __init__(self, config: ExperimentConfig, pseudo: PseudoQuerySet | None) -> None:
+        batch = config.train.eval_batch_size
+        self.sts = StsEvaluator(list(config.eval_sts), batch_size=batch) if config.eval_sts else None
+        names = _unique_names([Path(p) for p in config.eval_retrieval])
+        self.retrieval = [(n, RetrievalEvaluator(p, batch_size=batch)) for n, p in names]
+        self.pseudo = pseudo
+        self.batch_size = batch
+
+    def __call__(self, encoder: Any) -> tuple[dict[str, float], dict[str, Any]]:
+        """Table metrics (x100) and each evaluator's full output."""
+        metrics: dict[str, float] = {}
+        details: dict[str, Any] = {}
+        if self.sts is not None:
+            for result in self.sts.evaluate(encoder):
+                metrics[f"{result.name} spearman"] = result.spearman_cosine
+                details[result.name] = {"spearman_cosine": result.spearman_cosine, "pairs": result.pairs}
+        for name, evaluator in self.retrieval:
+            scores = evaluator(encoder)
+            metrics[f"{name} {RETRIEVAL_TABLE_METRIC}"] = 100.0 * scores[RETRIEVAL_TABLE_METRIC]
+            details[name] = scores
+        if self.pseudo is not None:
+            scores = evaluate_pseudo(encoder, self.pseudo, batch_size=self.batch_size)
+            metrics.update({f"pseudo {m}": 100.0 * scores[m] for m in PSEUDO_METRICS})
+            details["pseudo"] = scores
+        return metrics, details
+
+    def describe(self) -> dict[str, Any]:
+        return {
+            "sts": [str(p.resolve()) for p in (self.sts.paths if self.sts else [])],
+            "retrieval": [str(e.beir_dir.resolve()) for _, e in self.retrieval],
+            "pseudo": self.pseudo.fingerprint if self.pseudo else None,
+        }
+
+
+def _unique_names(paths: list[Path]) -> list[tuple[str, Path]]:
+    names = [p.name or str(p) for p in paths]
+    if len(set(names)) < len(names):
+        names = [str(p) for p in paths]
+    return list(zip(names, paths, strict=True))
+
+
+def prepare_pool(corpus: str | Path, config: ExperimentConfig) -> tuple[list[str], PseudoQuerySet | None]:
+    """The sentences every subset is drawn from, and the pseudo queries (kept out of that pool)."""
+    column, split = config.train.column, config.train.split_sentences
+    if not config.eval_pseudo:
+        return load_sentences(corpus, column, split).sentences, None
+    documents = list(read_documents(corpus, column))
+    pseudo = build_pseudo_queries(documents, config.pseudo_queries, config.pseudo_seed)
+    sentences = load_sentences([d.full_text for d in documents], split_sentences=split).sentences
+    kept, _ = pseudo.exclude(sentences)
+    return kept, pseudo
+
+
+def settings_key(settings: dict[str, Any]) -> str:
+    return hashlib.sha256(json.dumps(settings, sort_keys=True).encode()).hexdigest()[:16]
+
+
+def check_manifest(out_dir: Path, settings: dict[str, Any]) -> str:
+    """Write `experiment.json`, or check that the one there has the same settings; return their key."""
+    key = settings_key(settings)
+    path = out_dir / MANIFEST
+    if path.is_file():
+        old = read_json(path)
+        if old.get("key") != key:
+            previous = old.get("settings", {})
+            changed = sorted(k for k in set(previous) | set(settings) if previous.get(k) != settings.get(k))
+            raise InputError(
+                f"{out_dir} holds an experiment with other settings (changed: {', '.join(changed) or '?'}): "
+                "use another --out, or delete it to start over"
+            )
+        return key
+    write_json_atomic(path, {"key": key, "settings": settings})
+    return key
+
+
+def run_experiment(
+    corpus: str | Path,
+    out_dir: str | Path,
+    config: ExperimentConfig | None = None,
+    *,
+    progress: bool = True,
+    notify: Notify | None = None,
+) -> ExperimentResult:
+    """Run (or resume) the whole grid into `out_dir` and return the records and the table.
+
+    `notify(line)` receives one line per finished run. The Markdown/CSV/JSON table and the plots
+    are written by the caller (`embedkit.report.write_reports`, `embedkit.plots.write_plots`).
+    """
+    config = (config or ExperimentConfig()).validate()
+    out = Path(out_dir).expanduser()
+    if out.exists() and not out.is_dir():
+        raise InputError(f"--out {out} is a file, not a folder")
+    # 1. Everything is read and checked before the first run: data, evaluations, the base model.
+    pool, pseudo = prepare_pool(corpus, config)
+    if max(config.sizes) > len(pool):
+        raise InputError(
+            f"the corpus gives {len(pool):,} training sentences, fewer than the size {max(config.sizes):,}"
+        )
+    evaluations = Evaluations(config, pseudo)
+    base_spec = read_model_spec(config.train.base_model)
+    if base_spec.kind != "torch":
+        raise InputError(f"--base {base_spec.path} is an ONNX folder: training needs the torch model")
+    run_fields = set(RESERVED) | {"column", "split_sentences"} | set(TrainConfig.RESUMABLE_CHANGES)
+    settings = {
+        "pool": load_sentences(pool).fingerprint,
+        "base_model": model_fingerprint(base_spec.path),
+        "train": {k: v for k, v in config.train.to_dict().items() if k not in run_fields},
+        "evaluations": evaluations.describe(),
+    }
+    out.mkdir(parents=True, exist_ok=True)
+    key = check_manifest(out, settings)
+    if pseudo is not None:
+        write_json_atomic(out / "pseudo-queries.json", pseudo.to_json())
+
+    # 2. The plan; finished runs are read back, the others run in order, each saved when done.
+    records: list[RunRecord] = []
+    trained: list[str] = []
+    reused: list[str] = []
+    plan = plan_runs(config)
+    bar = _RunBar(len(plan), progress)
+    try:
+        for run in plan:
+            record_path = out / "runs" / f"{run.name}.json"
+            if record_path.is_file():
+                record = RunRecord.from_json(read_json(record_path), str(record_path))
+                if record.settings == key:
+                    records.append(record)
+                    reused.append(run.name)
+                    bar.advance()
+                    continue
+            bar.start_run(run.name)
+            started = time.perf_counter()
+            if run.method == BASE_METHOD:
+                pooling = resolve_pooling(config.train.pooling, base_spec.path)
+                encoder = TorchEncoder(base_spec.path, device=config.train.device, pooling=pooling)
+                metrics, details = evaluations(encoder)
+                train_info: dict[str, Any] = {}
+            else:
+                model_dir = out / "tmp" / run.name
+                metrics, details, train_info = _train_and_evaluate(
+                    pool, model_dir, config.train, run, evaluations, bar
+                )
+            record = RunRecord(run.name, run.method, run.size, run.seed, metrics, details, train_info, key)
+            record.wall_s = round(time.perf_counter() - started, 3)
+            write_json_atomic(record_path, record.to_json())
+            shutil.rmtree(out / "tmp" / run.name, ignore_errors=True)  # the scores are safe: drop the model
+            records.append(record)
+            trained.append(run.name)
+            bar.advance()
+            if notify is not None:
+                scores = ", ".join(f"{k} {v:.2f}" for k, v in metrics.items())
+                notify(f"{run.name}: {scores} ({record.wall_s:.0f}s)")
+    finally:
+        bar.stop()
+    return ExperimentResult(records, aggregate(records, config.methods), trained, reused)
+
+
+@dataclass(frozen=True)
+class PlannedRun:
+    name: str
+    method: str  # a training method, or "base" for the untrained model
+    size: int | None = None
+    seed: int | None = None
+
+
+def plan_runs(config: ExperimentConfig) -> list[PlannedRun]:
+    """The base row first, then by size, seed and method (every method of a subset in a row)."""
+    plan = [PlannedRun(BASE_METHOD, BASE_METHOD)] if config.include_base else []
+    for size in config.sizes:
+        for seed in config.seeds:
+            plan += [PlannedRun(run_name(m, size, seed), m, size, seed) for m in config.methods]
+    return plan
+
+
+def _train_and_evaluate(
+    pool: list[str],
+    model_dir: Path,
+    base: TrainConfig,
+    run: PlannedRun,
+    evaluations: Evaluations,
+    bar: _RunBar,
+) -> tuple[dict[str, float], dict[str, Any], dict[str, Any]]:
+    """Train one run into `model_dir` (resuming a killed one), evaluate it; the caller deletes it."""
+    size, seed = int(run.size or 0), int(run.seed or 0)
+    subset = load_sentences(pool, limit=size, seed=seed)
+    config = dataclasses.replace(
+        base, method=run.method, seed=seed, limit=None, limit_seed=0, column=None, split_sentences=False
+    )
+    info: dict[str, Any] = {"subset_fingerprint": subset.fingerprint}
+    total = min(config.epochs * steps_per_epoch(size, config.batch_size), config.max_steps or 1 << 62)
+    if _finished_model(model_dir, config, subset.fingerprint):
+        info["reused_model"] = True  # killed after training, before its scores were written
+    else:
+        result = train(
+            subset.sentences,
+            model_dir,
+            config,
+            progress=False,
+            resume=True,
+            overwrite=True,
+            on_step=lambda step, terms: bar.step(step, total, terms),
+        )
+        info |= {
+            "steps": result.steps,
+            "sentences": result.sentences,
+            "seconds": round(result.seconds, 3),
+            "dev_score": result.dev_score,
+            "base_dev_score": result.base_dev_score,
+            "best_step": result.best_step,
+            "worse_than_base": result.worse_than_base,
+            "final_losses": result.final_losses,
+        }
+    encoder = TorchEncoder(model_dir, device=config.device)
+    metrics, details = evaluations(encoder)
+    del encoder
+    return metrics, details, info
+
+
+def _finished_model(model_dir: Path, config: TrainConfig, data_fingerprint: str) -> bool:
+    meta_path = model_dir / "embedkit.json"
+    if not meta_path.is_file() or (model_dir / "checkpoints").exists():
+        return False
+    meta = read_json(meta_path)
+    training = meta.get("training") or {}
+    return (meta.get("data") or {}).get("fingerprint") == data_fingerprint and training.get(
+        "config"
+    ) == json.loads(json.dumps(config.to_dict()))
+
+
+class _RunBar:
+    """One rich bar over all runs; its text shows the current run and its training step."""
+
+    def __init__(self, total: int, enabled: bool) -> None:
+        self.progress = None
+        if not enabled:
+            return
+        from rich.console import Console
+        from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+        self.progress = Progress(
+            TextColumn("runs"),
+            BarColumn(),
+            MofNCompleteColumn(),
+            TextColumn("{task.fields[run]}"),
+            TimeElapsedColumn(),
+            console=Console(stderr=True),
+        )
+        self.task = self.progress.add_task("runs", total=total, run="")
+        self.progress.start()
+        self.name = ""
+
+    def start_run(self, name: str) -> None:
+        if self.progress is not None:
+            self.name = name
+            self.progress.update(self.task, run=name)
+
+    def step(self, step: int, total: int, terms: dict[str, float]) -> None:
+        if self.progress is not None:
+            loss = terms.get("loss")
+            text = f"{self.name}: step {step}/{total}" + (f", loss {loss:.4f}" if loss is not None else "")
+            self.progress.update(self.task, run=text)
+
+    def advance(self) -> None:
+        if self.progress is not None:
+            self.progress.advance(self.task)
+
+    def stop(self) -> None:
+        if self.progress is not None:
+            self.progress.stop()
