@@ -13,9 +13,18 @@ __version__ = "0.1.0"
 
 # public name -> module that defines it
 _EXPORTS: dict[str, str] = {
+    "load_encoder": "embedkit.encoder",
+    "Encoder": "embedkit.encoder",
+    "read_documents": "embedkit.corpus",
+    "embed_to_file": "embedkit.embed",
+    "build_index": "embedkit.index",
+    "SearchIndex": "embedkit.index",
+    "evaluate_sts": "embedkit.evaluation",
+    "evaluate_retrieval": "embedkit.evaluation",
+    "StsEvaluator": "embedkit.evaluation",
+    "RetrievalEvaluator": "embedkit.evaluation",
     "InputError": "embedkit.errors",
     "RunFailure": "embedkit.errors",
-    "TorchEncoder": "embedkit.training.encoder",
 }
 
 __all__ = sorted(_EXPORTS)

@@ -16,6 +16,12 @@ from pathlib import Path
 from typing import Any
 
 
+def _umask() -> int:
+    mask = os.umask(0)
+    os.umask(mask)
+    return mask
+
+
 @contextlib.contextmanager
 def atomic_path(path: str | os.PathLike[str]) -> Iterator[Path]:
     """Yield a temporary path beside `path`; on success move it onto `path`, else delete it."""
@@ -23,6 +29,8 @@ def atomic_path(path: str | os.PathLike[str]) -> Iterator[Path]:
     target.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp_name = tempfile.mkstemp(prefix=f".{target.name}.", suffix=".tmp", dir=target.parent)
     os.close(fd)
+    # mkstemp creates 0600; give the result the permissions a plain open() would have
+    os.chmod(tmp_name, 0o666 & ~_umask())
     tmp = Path(tmp_name)
     try:
         yield tmp
@@ -52,6 +60,7 @@ def atomic_dir(path: str | os.PathLike[str], *, replace: bool = True) -> Iterato
     target = Path(path)
     target.parent.mkdir(parents=True, exist_ok=True)
     tmp = Path(tempfile.mkdtemp(prefix=f".{target.name}.", suffix=".tmp", dir=target.parent))
+    os.chmod(tmp, 0o777 & ~_umask())  # mkdtemp creates 0700
     try:
         yield tmp
         if target.exists():

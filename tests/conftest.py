@@ -10,7 +10,7 @@ import pytest
 SHARED_DATA = Path(__file__).resolve().parents[1].parent / "shared" / "data"
 
 # A small vocabulary: enough real words that test sentences tokenize into varied lengths.
-_WORDS = (
+_WORDS = (  # noqa: SIM905 (a word list reads best as one string)
     "the a an of in on at to for with and or is are was were be been it this that these those "
     "wing flow air pressure boundary layer shock wave heat transfer mach number speed body drag lift "
     "model test data result method theory equation solution value high low small large new first "
@@ -44,7 +44,7 @@ def make_tiny_bert(
     vocab = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]", *_CHARS, *(f"##{c}" for c in _CHARS), *_WORDS]
     vocab_file = path / "vocab.txt"
     vocab_file.write_text("\n".join(dict.fromkeys(vocab)) + "\n", encoding="utf-8")
-    tokenizer = BertTokenizerFast(vocab_file=str(vocab_file), do_lower_case=True)
+    tokenizer = BertTokenizerFast(vocab=str(vocab_file), do_lower_case=True)
     tokenizer.model_max_length = max_position_embeddings
     tokenizer.save_pretrained(str(path))
 
@@ -78,7 +78,8 @@ def make_tiny_bert(
         {"idx": 1, "name": "1", "path": "1_Pooling", "type": "sentence_transformers.models.Pooling"},
     ]
     if normalize:
-        modules.append({"idx": 2, "name": "2", "path": "2_Normalize", "type": "sentence_transformers.models.Normalize"})
+        normalize_type = "sentence_transformers.models.Normalize"
+        modules.append({"idx": 2, "name": "2", "path": "2_Normalize", "type": normalize_type})
     (path / "modules.json").write_text(json.dumps(modules, indent=2))
     (path / "1_Pooling").mkdir(exist_ok=True)
     (path / "1_Pooling" / "config.json").write_text(

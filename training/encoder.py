@@ -26,7 +26,9 @@ def resolve_device(device: str = "auto") -> torch.device:
         return torch.device("cpu")
     if device.startswith("cuda"):
         if not torch.cuda.is_available():
-            raise InputError("--device cuda was asked for, but torch sees no CUDA GPU (use --device cpu or auto)")
+            raise InputError(
+                "--device cuda was asked for, but torch sees no CUDA GPU (use --device cpu or auto)"
+            )
         return torch.device(device)
     raise InputError(f"unknown device {device!r}: use auto, cpu or cuda")
 
@@ -44,7 +46,9 @@ def pool(token_embeddings: torch.Tensor, attention_mask: torch.Tensor, mode: str
 def load_backbone(path: Path, **kwargs: object) -> torch.nn.Module:
     """The Hugging Face encoder in a folder (`AutoModel`), with a clear error for non-models."""
     from transformers import AutoModel
+    from transformers.utils import logging as hf_logging
 
+    hf_logging.disable_progress_bar()  # a bar per load drowns our own progress and error lines
     try:
         return AutoModel.from_pretrained(str(path), **kwargs)
     except (OSError, ValueError, KeyError) as exc:

@@ -1,0 +1,344 @@
+"""Reading text corpora: documents for indexing, and sentence samples for training.
+
+`read_documents` streams documents from a file or a BEIR folder:
+
+- `.txt`: one document per line; its id is the 1-based line number;
+- `.jsonl`: one JSON object per line with `text` (and optionally `title`, `_id` or `id`); other
+  fields go to `metadata`;
+- `.csv` (standard quoting) and `.tsv` (split on tabs, no quoting, as STS and BEIR files are):
+  a header row; the text column is `column`, else `text`;
+- a BEIR folder: its `corpus.jsonl`;
+- any of these gzipped (`name.jsonl.gz`).
+
+Blank documents are skipped and counted. A byte that is not UTF-8, a line that is not JSON or a
+missing column is one `InputError` naming the file and line. `load_sentences` turns a corpus (or
+a list of texts) into the de-duplicated, optionally sentence-split and sub-sampled list that
+training uses, with the counts of each step. No torch here.
+"""
+
+from __future__ import annotations
+
+import csv
+import hashlib
+import json
+import random
+import re
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from embedkit.datasets import data_format, find_data_file, text_lines
+from embedkit.errors import InputError
+
+CORPUS_FORMATS = (".txt", ".jsonl", ".csv", ".tsv")
+_ID_KEYS = ("_id", "id")
+
+
+@dataclass
+class Document:
+    """One document: BEIR's `_id`, `title` and `text`, plus any other fields of its record."""
+
+    id: str
+    text: str
+    title: str = ""
+    metadata: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def full_text(self) -> str:
+        """Title and text joined by a space, BEIR's convention for embedding a document."""
+        return f"{self.title} {self.text}".strip() if self.title else self.text
+
+
+@dataclass
+class ReadStats:
+    """Counts kept while streaming documents (filled in as the iterator is consumed)."""
+
+    read: int = 0  # documents yielded
+    blank: int = 0  # records skipped because their title and text are blank
+
+
+def corpus_file(path: str | Path) -> Path:
+    """The file to read for `path`: the file itself, or a BEIR folder's `corpus.jsonl[.gz]`."""
+    path = Path(path).expanduser()
+    if not path.exists():
+        raise InputError(f"corpus not found: {path}")
+    if path.is_dir():
+        found = find_data_file(path, "corpus.jsonl")
+        if found is None:
+            raise InputError(f"{path} is a folder without corpus.jsonl: not a BEIR folder")
+        return found
+    data_format(path, CORPUS_FORMATS)
+    return path
+
+
+def read_documents(
+    path: str | Path,
+    column: str | None = None,
+    id_column: str | None = None,
+    *,
+    stats: ReadStats | None = None,
+) -> Iterator[Document]:
+    """Stream the documents of a corpus file or BEIR folder (see the module docstring).
+
+    `column` names the text field of a CSV/TSV row or JSON record (default `text`); `id_column`
+    the id field (default `_id` or `id` when present, else the line or row number). Pass a
+    `ReadStats` to learn how many blank records were skipped.
+    """
+    file = corpus_file(path)
+    fmt = data_format(file, CORPUS_FORMATS)
+    counts = stats if stats is not None else ReadStats()
+    if fmt == ".txt":
+        if column is not None or id_column is not None:
+            raise InputError(f"{file}: a .txt corpus has no columns; drop --column")
+        records: Iterator[Document] = (Document(str(n), line) for n, line in text_lines(file))
+    elif fmt == ".jsonl":
+        records = _jsonl_documents(file, column, id_column)
+    else:
+        records = _table_documents(file, fmt, column, id_column)
+    for document in records:
+        if document.text.strip() or document.title.strip():
+            counts.read += 1
+            yield document
+        else:
+            counts.blank += 1
+
+
+def _jsonl_documents(path: Path, column: str | None, id_column: str | None) -> Iterator[Document]:
+    text_key = column or "text"
+    for number, line in text_lines(path):
+        if not line.strip():
+            yield Document(str(number), "")  # counted as blank by the caller
+            continue
+        try:
+            record = json.loads(line)
+        except json.JSONDecodeError as exc:
+            raise InputError(f"{path}: line {number} is not valid JSON: {exc.msg}") from None
+        if not isinstance(record, dict):
+            raise InputError(f"{path}: line {number} is not a JSON object")
+        if text_key not in record:
+            keys = ", ".join(repr(k) for k in record) or "none"
+            raise InputError(f"{path}: line {number} has no {text_key!r} field (keys found: {keys})")
+        text = _string_field(record, text_key, path, number)
+        title = _string_field(record, "title", path, number) if text_key != "title" else ""
+        doc_id = _record_id(record, id_column, str(number), path, number)
+        used = {text_key, "title", id_column, *_ID_KEYS}
+        metadata = {k: v for k, v in record.items() if k not in used}
+        yield Document(doc_id, text, title, metadata)
+
+
+def _table_documents(path: Path, fmt: str, column: str | None, id_column: str | None) -> Iterator[Document]:
+    rows = _tsv_rows(path) if fmt == ".tsv" else _csv_rows(path)
+    first = next(rows, None)
+    if first is None:
+        raise InputError(f"{path} is empty (a {fmt} corpus needs a header row)")
+    header = [name.strip() for name in first[1]]
+    text_key = column or "text"
+    for wanted in (text_key, id_column):
+        if wanted is not None and wanted not in header:
+            available = ", ".join(repr(h) for h in header)
+            hint = "" if column else "; pick one with --column"
+            raise InputError(f"{path} has no column {wanted!r} (columns: {available}){hint}")
+    for number, fields in rows:
+        if len(fields) != len(header):
+            raise InputError(f"{path}: line {number} has {len(fields)} fields, the header has {len(header)}")
+        record = dict(zip(header, fields, strict=True))
+        doc_id = _record_id(record, id_column, str(number), path, number)
+        used = {text_key, id_column, *_ID_KEYS}
+        yield Document(doc_id, record[text_key], "", {k: v for k, v in record.items() if k not in used})
+
+
+def _tsv_rows(path: Path) -> Iterator[tuple[int, list[str]]]:
+    for number, line in text_lines(path):
+        if line.strip():
+            yield number, line.split("\t")
+
+
+def _csv_rows(path: Path) -> Iterator[tuple[int, list[str]]]:
+    """Non-empty CSV rows with the line each starts on (a quoted field may span lines)."""
+    consumed: list[int] = []
+
+    def feed() -> Iterator[str]:
+        for number, line in text_lines(path):
+            consumed.append(number)
+            yield line + "\n"
+
+    reader = csv.reader(feed())
+    while True:
+        start = len(consumed)
+        try:
+            row = next(reader)
+        except StopIteration:
+            return
+        except csv.Error as exc:
+            raise InputError(f"{path}: bad CSV at line {consumed[-1] if consumed else 1}: {exc}") from None
+        if row:
+            yield consumed[start], row
+
+
+def _string_field(record: dict[str, Any], key: str, path: Path, number: int) -> str:
+    value = record.get(key)
+    if value is None:
+        return ""
+    if not isinstance(value, str):
+        raise InputError(f"{path}: line {number}: {key!r} is {type(value).__name__}, not a string")
+    return value
+
+
+def _record_id(record: dict[str, Any], id_column: str | None, default: str, path: Path, number: int) -> str:
+    if id_column is not None:
+        if id_column not in record:
+            raise InputError(f"{path}: line {number} has no {id_column!r} field")
+        return str(record[id_column])
+    for key in _ID_KEYS:
+        if key in record:
+            return str(record[key])
+    return default
+
+
+# --- sentence splitting -------------------------------------------------------------------------
+
+# Words that end with a period without ending a sentence (lower-cased, without the period).
+_ABBREVIATIONS = frozenset(
+    (
+        "mr", "mrs", "ms", "dr", "prof", "sr", "jr", "st", "vs", "etc", "cf", "al", "fig", "figs", "eq",
+        "eqs", "ref", "refs", "no", "nos", "vol", "pp", "approx", "ca", "inc", "ltd", "co", "corp", "dept",
+        "univ", "jan", "feb", "mar", "apr", "jun", "jul", "aug", "sep", "sept", "oct", "nov", "dec",
+    )
+)
+# A candidate boundary: sentence-final punctuation, optional closing quotes or brackets, spaces.
+_BOUNDARY = re.compile(r"[.!?]+[\"')\]]*\s+")
+_PARAGRAPH = re.compile(r"\n\s*\n")
+
+
+def split_into_sentences(text: str) -> list[str]:
+    """Split text into sentences with a few rules (no model, no download).
+
+    A boundary is `.`, `!` or `?` followed by white space, except after a known abbreviation
+    ("Dr.", "Fig."), a word with an inner period ("e.g.", "U.S.") or a single letter (an
+    initial), and except before a lower-case letter, unless the punctuation stands alone
+    (`word . next`, as in tokenised corpora such as Cranfield, where everything is lower case).
+    Blank lines always end a sentence.
+    """
+    sentences: list[str] = []
+    for paragraph in _PARAGRAPH.split(text):
+        start = 0
+        for match in _BOUNDARY.finditer(paragraph):
+            if _is_boundary(paragraph, match):
+                sentences.append(paragraph[start : match.end()])
+                start = match.end()
+        sentences.append(paragraph[start:])
+    cleaned = (" ".join(s.split()) for s in sentences)
+    return [s for s in cleaned if any(ch.isalnum() for ch in s)]
+
+
+def _is_boundary(text: str, match: re.Match[str]) -> bool:
+    before = text[: match.start()]
+    if not before or before[-1].isspace():  # a stand-alone " . " ends a sentence
+        return True
+    word = before.split()[-1].lower().lstrip("(\"'[")
+    # "e.g.", "U.S.": a period inside the word marks an abbreviation, as does a lone initial
+    if word in _ABBREVIATIONS or "." in word or (len(word) == 1 and word.isalpha()):
+        return False
+    following = text[match.end() : match.end() + 1]
+    return not following.islower()
+
+
+# --- training samples ----------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class CorpusStats:
+    """What happened between the corpus and the training sentences, step by step."""
+
+    read: int  # non-blank documents (or texts) read
+    blank: int  # blank documents skipped
+    after_split: int  # sentences after --split-sentences (= read without it)
+    duplicates: int  # repeated sentences removed (first occurrence kept)
+    sampled: int  # sentences kept after --limit (= the unique sentences without it)
+
+    def describe(self) -> str:
+        parts = [f"{self.read:,} texts read"]
+        if self.blank:
+            parts.append(f"{self.blank:,} blank skipped")
+        if self.after_split != self.read:
+            parts.append(f"{self.after_split:,} sentences after splitting")
+        parts.append(f"{self.duplicates:,} duplicates removed")
+        parts.append(f"{self.sampled:,} kept")
+        return ", ".join(parts)
+
+
+@dataclass(frozen=True)
+class CorpusSample:
+    """The training sentences, how they were obtained, and a hash of them."""
+
+    sentences: list[str]
+    stats: CorpusStats
+    fingerprint: str  # sha256 (16 hex digits) of the sentences in order, one per line
+
+
+def load_sentences(
+    path_or_texts: str | Path | Sequence[str],
+    column: str | None = None,
+    split_sentences: bool = False,
+    limit: int | None = None,
+    seed: int = 0,
+) -> CorpusSample:
+    """Training sentences from a corpus (any `read_documents` format) or a list of texts.
+
+    White space is collapsed, blank texts skipped, documents optionally split into sentences,
+    duplicates removed (the first occurrence kept, in corpus order), and with `limit` a subset of
+    that many sentences drawn with `seed`: the same corpus, limit and seed always give the same
+    sentences (in corpus order). An empty result is an `InputError`.
+    """
+    if limit is not None and limit < 1:
+        raise InputError(f"--limit must be at least 1, got {limit}")
+    read = ReadStats()
+    if isinstance(path_or_texts, (str, Path)):
+        texts: Iterator[str] = (d.full_text for d in read_documents(path_or_texts, column, stats=read))
+        source = str(path_or_texts)
+    else:
+        texts = _checked_texts(path_or_texts, read)
+        source = "the texts given"
+    pieces = 0
+    unique: dict[str, None] = {}  # an insertion-ordered set
+    for text in texts:
+        for sentence in split_into_sentences(text) if split_sentences else [" ".join(text.split())]:
+            pieces += 1
+            unique.setdefault(sentence, None)
+    sentences = list(unique)
+    if not sentences:
+        raise InputError(f"no sentences in {source}: it is empty or every line is blank")
+    if limit is not None and limit < len(sentences):
+        chosen = sorted(random.Random(seed).sample(range(len(sentences)), limit))
+        sentences = [sentences[i] for i in chosen]
+    stats = CorpusStats(
+        read=read.read,
+        blank=read.blank,
+        after_split=pieces,
+        duplicates=pieces - len(unique),
+        sampled=len(sentences),
+    )
+    return CorpusSample(sentences, stats, sentences_fingerprint(sentences))
+
+
+def _checked_texts(texts: Sequence[str], stats: ReadStats) -> Iterator[str]:
+    if isinstance(texts, (bytes, bytearray)):
+        raise InputError("pass a path or a list of strings, not bytes")
+    for i, text in enumerate(texts):
+        if not isinstance(text, str):
+            raise InputError(f"text {i} is {type(text).__name__}, not str")
+        if text.strip():
+            stats.read += 1
+            yield text
+        else:
+            stats.blank += 1
+
+
+def sentences_fingerprint(sentences: Sequence[str]) -> str:
+    """A short hash of a list of sentences in order: the training data's identity."""
+    digest = hashlib.sha256()
+    for sentence in sentences:
+        digest.update(sentence.encode("utf-8"))
+        digest.update(b"\n")
+    return digest.hexdigest()[:16]
