@@ -23,6 +23,8 @@ _EXPORTS: dict[str, str] = {
     "evaluate_retrieval": "embedkit.evaluation",
     "StsEvaluator": "embedkit.evaluation",
     "RetrievalEvaluator": "embedkit.evaluation",
+    "TrainConfig": "embedkit.training.config",
+    "train": "embedkit.training.trainer",
     "InputError": "embedkit.errors",
     "RunFailure": "embedkit.errors",
 }

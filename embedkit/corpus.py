@@ -199,6 +199,7 @@ def _record_id(record: dict[str, Any], id_column: str | None, default: str, path
 # --- sentence splitting -------------------------------------------------------------------------
 
 # Words that end with a period without ending a sentence (lower-cased, without the period).
+# fmt: off
 _ABBREVIATIONS = frozenset(
     (
         "mr", "mrs", "ms", "dr", "prof", "sr", "jr", "st", "vs", "etc", "cf", "al", "fig", "figs", "eq",
@@ -206,6 +207,7 @@ _ABBREVIATIONS = frozenset(
         "univ", "jan", "feb", "mar", "apr", "jun", "jul", "aug", "sep", "sept", "oct", "nov", "dec",
     )
 )
+# fmt: on
 # A candidate boundary: sentence-final punctuation, optional closing quotes or brackets, spaces.
 _BOUNDARY = re.compile(r"[.!?]+[\"')\]]*\s+")
 _PARAGRAPH = re.compile(r"\n\s*\n")

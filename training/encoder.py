@@ -45,13 +45,14 @@ def pool(token_embeddings: torch.Tensor, attention_mask: torch.Tensor, mode: str
 
 def load_backbone(path: Path, **kwargs: object) -> torch.nn.Module:
     """The Hugging Face encoder in a folder (`AutoModel`), with a clear error for non-models."""
+    from safetensors import SafetensorError
     from transformers import AutoModel
     from transformers.utils import logging as hf_logging
 
     hf_logging.disable_progress_bar()  # a bar per load drowns our own progress and error lines
     try:
         return AutoModel.from_pretrained(str(path), **kwargs)
-    except (OSError, ValueError, KeyError) as exc:
+    except (OSError, ValueError, KeyError, SafetensorError) as exc:
         raise InputError(f"cannot load a model from {path}: {str(exc).splitlines()[0]}") from None
 
 

@@ -1,0 +1,262 @@
+"""Seconds per training step of simcse vs micse (and the ablations), with where the time goes.
+
+    .venv/bin/python benchmarks/train_step.py --steps 10 --warmup 3
+    .venv/bin/python benchmarks/train_step.py --device cuda --dtype bf16 --model-size bert-base
+    (--model-size minilm-random: MiniLM's shape with random weights, for machines without the weights)
+
+Every method trains its own copy of the model on the same batches (batch 64, length 32 by
+default); the methods take turns step by step, so a change in machine load hits all of them
+alike, and the ratios compare medians from the same run. Sections are timed with a device sync
+at their edges: `forward` (the [x; x] pass with pooling and head), `momentum_forward` (the
+momentum encoder's pass on x), `momentum_update` (its EMA update and the enqueue), `info_nce`,
+`ami` (forward only: its backward is inside `backward`), `backward` (backward, clipping and the
+optimizer step). Peak memory is measured per method on its own: CUDA's peak allocation, or on
+CPU the peak resident memory of a subprocess that runs two steps of that method alone. Prints
+one JSON line.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import json
+import resource
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from collections import defaultdict
+from collections.abc import Iterator
+from pathlib import Path
+
+import numpy as np
+import torch
+from embedkit.training.config import TrainConfig
+from embedkit.training.encoder import resolve_device
+from embedkit.training.model import ContrastiveModel, make_optimizer, make_scheduler, optimizer_step
+from embedkit.training.trainer import pad_batch
+
+from embedkit.batching import TokenBatcher
+from embedkit.corpus import load_sentences
+from embedkit.modelfolder import default_base_model_path
+
+ROOT = Path(__file__).resolve().parents[1]
+# name -> (TrainConfig.method, attention implementation)
+VARIANTS = {
+    "simcse": ("simcse", "sdpa"),
+    "simcse-eager": ("simcse", "eager"),
+    "ami-simcse": ("ami-simcse", "eager"),
+    "moco-simcse": ("moco-simcse", "sdpa"),
+    "micse": ("micse", "eager"),
+}
+
+
+def base_model(size: str, workdir: Path) -> Path:
+    """The bundled MiniLM; or random weights in MiniLM's shape or BERT-base's (12 x 768), with its tokenizer.
+
+    Random weights time the same as trained ones; `minilm-random` serves machines without the weights.
+    """
+    minilm = default_base_model_path()
+    if size == "minilm":
+        return minilm
+    from transformers import BertConfig, BertModel
+
+    path = workdir / size
+    shutil.copytree(minilm, path, ignore=shutil.ignore_patterns("model.safetensors", "*.bin"))
+    config = BertConfig.from_pretrained(str(minilm)) if size == "minilm-random" else BertConfig()
+    torch.manual_seed(0)
+    BertModel(config).save_pretrained(str(path))
+    pooling = json.loads((path / "1_Pooling" / "config.json").read_text())
+    pooling["word_embedding_dimension"] = config.hidden_size
+    (path / "1_Pooling" / "config.json").write_text(json.dumps(pooling))
+    return path
+
+
+def training_sentences(count: int) -> list[str]:
+    """Wikipedia sentences (SimCSE's training data) when ../shared/data is present, else Cranfield."""
+    wiki = ROOT.parent / "shared" / "data" / "corpora" / "wiki1m-sample.txt"
+    source = wiki if wiki.is_file() else ROOT / "examples" / "cranfield" / "corpus.jsonl.gz"
+    sentences = load_sentences(source, split_sentences=not wiki.is_file()).sentences
+    return [sentences[i % len(sentences)] for i in range(count)]
+
+
+class SectionTimer:
+    """Sums wall time per named section, with a device sync at both edges."""
+
+    def __init__(self, device: torch.device) -> None:
+        self.device = device
+        self.seconds: dict[str, float] = defaultdict(float)
+
+    def sync(self) -> None:
+        if self.device.type == "cuda":
+            torch.cuda.synchronize(self.device)
+
+    @contextlib.contextmanager
+    def __call__(self, name: str) -> Iterator[None]:
+        self.sync()
+        start = time.perf_counter()
+        yield
+        self.sync()
+        self.seconds[name] += time.perf_counter() - start
+
+
+class Runner:
+    """One method's model, optimizer and RNG; `step` runs and times one training step."""
+
+    def __init__(
+        self, name: str, base: Path, device: torch.device, dtype: torch.dtype | None, total: int
+    ) -> None:
+        method, attention = VARIANTS[name]
+        self.config = TrainConfig(base_model=str(base), method=method, attn_implementation=attention)
+        torch.manual_seed(0)
+        self.model = ContrastiveModel.from_folder(base, self.config).to(device)
+        self.optimizer = make_optimizer(self.model, self.config)
+        self.scheduler = make_scheduler(self.optimizer, total, self.config.warmup_ratio)
+        self.generator = torch.Generator(device=device).manual_seed(0)
+        self.device, self.dtype = device, dtype
+
+    def step(self, batch: dict[str, torch.Tensor]) -> dict[str, float]:
+        timer = SectionTimer(self.device)
+        self.model.train()
+        timer.sync()
+        start = time.perf_counter()
+        with torch.autocast(
+            self.device.type, dtype=self.dtype or torch.float32, enabled=self.dtype is not None
+        ):
+            out = self.model.step(batch, self.generator, timer)
+        with timer("backward"):
+            optimizer_step(
+                out.loss, self.model, self.optimizer, self.scheduler, None, self.config.max_grad_norm
+            )
+        self.model.after_step(out.keys, timer)
+        timer.sync()
+        return {"step": time.perf_counter() - start, **timer.seconds}
+
+
+def make_batches(base: Path, batch_size: int, length: int, count: int, device: torch.device) -> list[dict]:
+    batcher = TokenBatcher(base, length)
+    sentences = training_sentences(batch_size * count)
+    encodings = batcher.tokenizer.encode_batch(sentences)
+    rows = np.arange(len(sentences)).reshape(count, batch_size)
+    return [pad_batch(encodings, r, batcher.pad_id, device) for r in rows]
+
+
+def peak_memory_mb(
+    name: str, args: argparse.Namespace, base: Path, device: torch.device, dtype: torch.dtype | None
+) -> float:
+    """Peak memory of two steps of one method alone: CUDA allocations, or a CPU subprocess's RSS."""
+    if device.type == "cuda":
+        torch.cuda.empty_cache()
+        torch.cuda.reset_peak_memory_stats(device)
+        runner = Runner(name, base, device, dtype, total=2)
+        for batch in make_batches(base, args.batch_size, args.seq_len, 2, device):
+            runner.step(batch)
+        peak = torch.cuda.max_memory_allocated(device) / 2**20
+        del runner
+        return round(peak, 1)
+    command = [
+        sys.executable,
+        __file__,
+        "--memory-of",
+        name,
+        "--model-size",
+        args.model_size,
+        "--device",
+        "cpu",
+        "--batch-size",
+        str(args.batch_size),
+        "--seq-len",
+        str(args.seq_len),
+    ]
+    done = subprocess.run(command, capture_output=True, text=True, check=True)
+    return float(done.stdout.strip().splitlines()[-1])
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--device", default="auto")
+    parser.add_argument("--steps", type=int, default=10, help="timed steps per method")
+    parser.add_argument("--warmup", type=int, default=3, help="untimed steps per method first")
+    parser.add_argument(
+        "--dtype", choices=("fp32", "bf16"), default="fp32", help="autocast dtype (bf16 on GPU)"
+    )
+    parser.add_argument("--model-size", choices=("minilm", "minilm-random", "bert-base"), default="minilm")
+    parser.add_argument("--batch-size", type=int, default=64)
+    parser.add_argument("--seq-len", type=int, default=32)
+    parser.add_argument(
+        "--methods", default=",".join(VARIANTS), help=f"comma-separated, of {', '.join(VARIANTS)}"
+    )
+    parser.add_argument("--threads", type=int, default=0, help="torch CPU threads (0: torch's default)")
+    parser.add_argument("--no-memory", action="store_true", help="skip the peak-memory measurement")
+    parser.add_argument("--memory-of", help=argparse.SUPPRESS)  # internal: the CPU memory subprocess
+    args = parser.parse_args()
+
+    from transformers.utils import logging as hf_logging
+
+    if args.threads:
+        torch.set_num_threads(args.threads)
+    hf_logging.disable_progress_bar()
+    device = resolve_device(args.device)
+    dtype = torch.bfloat16 if args.dtype == "bf16" else None
+    with tempfile.TemporaryDirectory() as tmp:
+        base = base_model(args.model_size, Path(tmp))
+        if args.memory_of:
+            runner = Runner(args.memory_of, base, device, dtype, total=2)
+            for batch in make_batches(base, args.batch_size, args.seq_len, 2, device):
+                runner.step(batch)
+            print(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024)  # KiB on Linux
+            return
+        names = [n.strip() for n in args.methods.split(",") if n.strip()]
+        memory = {} if args.no_memory else {n: peak_memory_mb(n, args, base, device, dtype) for n in names}
+        total = args.warmup + args.steps
+        batches = make_batches(base, args.batch_size, args.seq_len, total, device)
+        runners = {n: Runner(n, base, device, dtype, total) for n in names}
+        samples: dict[str, list[dict[str, float]]] = {n: [] for n in names}
+        for i, batch in enumerate(batches):
+            for name, runner in runners.items():  # round-robin: machine load drifts hit every method
+                timing = runner.step(batch)
+                if i >= args.warmup:
+                    samples[name].append(timing)
+
+    results = {}
+    for name in names:
+        keys = sorted({k for s in samples[name] for k in s})
+        median = {k: statistics.median(s.get(k, 0.0) for s in samples[name]) for k in keys}
+        results[name] = {
+            "median_step_s": round(median.pop("step"), 4),
+            "median_section_s": {k: round(v, 4) for k, v in median.items()},
+            "peak_memory_mb": memory.get(name),
+        }
+    report = {
+        "benchmark": "train_step",
+        "date": time.strftime("%Y-%m-%d"),
+        "device": str(device),
+        "device_name": torch.cuda.get_device_name(device) if device.type == "cuda" else "cpu",
+        "threads": torch.get_num_threads(),
+        "model": args.model_size,
+        "batch_size": args.batch_size,
+        "seq_len": args.seq_len,
+        "dtype": args.dtype,
+        "steps": args.steps,
+        "warmup": args.warmup,
+        "methods": results,
+    }
+    if "micse" in results and "simcse" in results:
+        micse = results["micse"]
+        report["micse_over_simcse"] = round(micse["median_step_s"] / results["simcse"]["median_step_s"], 3)
+        if "simcse-eager" in results:
+            report["micse_over_simcse_eager"] = round(
+                micse["median_step_s"] / results["simcse-eager"]["median_step_s"], 3
+            )
+        report["micse_share_ami_forward"] = round(
+            micse["median_section_s"].get("ami", 0) / micse["median_step_s"], 4
+        )
+        momentum = sum(v for k, v in micse["median_section_s"].items() if k.startswith("momentum"))
+        report["micse_share_momentum"] = round(momentum / micse["median_step_s"], 4)
+    print(json.dumps(report))
+
+
+if __name__ == "__main__":
+    main()

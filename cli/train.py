@@ -1,0 +1,148 @@
+"""`embedkit train`: adapt a sentence encoder to a corpus with miCSE (or one of its ablations)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated
+
+import typer
+from embedkit.cli.common import handle_errors
+from embedkit.training.config import TrainConfig  # stdlib only: no torch
+
+DEFAULTS = TrainConfig()
+METHOD_HELP = "micse (AMI + momentum queue), simcse, ami-simcse or moco-simcse: miCSE's Table 3."
+
+
+def register(app: typer.Typer) -> None:
+    app.command("train")(train)
+
+
+@handle_errors
+def train(
+    corpus: Annotated[
+        Path,
+        typer.Argument(
+            help="Unlabeled text: .txt (a sentence a line), .jsonl (text, title), .csv/.tsv (--column), "
+            "a BEIR folder; any may be .gz."
+        ),
+    ],
+    out: Annotated[
+        Path, typer.Option("--out", "-o", help="Output model folder (checkpoints live in it until done).")
+    ],
+    base: Annotated[
+        str | None,
+        typer.Option("--base", help="Base model: a local Hugging Face folder (default: all-MiniLM-L6-v2)."),
+    ] = None,
+    method: Annotated[str, typer.Option("--method", help=METHOD_HELP)] = DEFAULTS.method,
+    reconstruction_weight: Annotated[
+        float,
+        typer.Option("--reconstruction-weight", min=0.0, help="Weight of InforMin-CL's L2 term (default 0)."),
+    ] = DEFAULTS.reconstruction_weight,
+    pooling: Annotated[
+        str, typer.Option("--pooling", help="auto (the base model's own, else cls), mean or cls.")
+    ] = DEFAULTS.pooling,
+    lr: Annotated[
+        float, typer.Option("--lr", help="Peak learning rate (miCSE: 3e-5).")
+    ] = DEFAULTS.learning_rate,
+    batch_size: Annotated[
+        int, typer.Option("--batch-size", min=2, help="Sentences per step (miCSE: 64).")
+    ] = DEFAULTS.batch_size,
+    max_seq_length: Annotated[
+        int, typer.Option("--max-seq-length", min=3, help="Training truncation in tokens (miCSE: 32).")
+    ] = DEFAULTS.max_seq_length,
+    epochs: Annotated[
+        int, typer.Option("--epochs", min=1, help="Passes over the corpus, capped by --max-steps.")
+    ] = DEFAULTS.epochs,
+    max_steps: Annotated[
+        int,
+        typer.Option("--max-steps", min=0, help="Step cap (a provisional, conservative default); 0: no cap."),
+    ] = DEFAULTS.max_steps or 0,
+    limit: Annotated[
+        int | None, typer.Option("--limit", min=1, help="Train on a random subset of N sentences (few-shot).")
+    ] = None,
+    seed: Annotated[
+        int | None,
+        typer.Option("--seed", help="Seed of the --limit subset and of training (default: 0 and 42)."),
+    ] = None,
+    column: Annotated[
+        str | None, typer.Option("--column", help="Text column of a .csv/.tsv/.jsonl corpus.")
+    ] = None,
+    split_sentences: Annotated[
+        bool, typer.Option("--split-sentences", help="Split documents into sentences first (rule-based).")
+    ] = False,
+    dev_sts: Annotated[
+        Path | None,
+        typer.Option(
+            "--dev-sts", help="sentence1/sentence2/score TSV: keep the checkpoint with the best Spearman."
+        ),
+    ] = None,
+    eval_steps: Annotated[
+        int, typer.Option("--eval-steps", min=1, help="Evaluate --dev-sts every N steps (and at the end).")
+    ] = DEFAULTS.eval_steps,
+    save_steps: Annotated[
+        int, typer.Option("--save-steps", min=1, help="Write a checkpoint every N steps (and at the end).")
+    ] = DEFAULTS.save_steps,
+    device: Annotated[str, typer.Option("--device", help="auto, cpu or cuda.")] = DEFAULTS.device,
+    precision: Annotated[
+        str, typer.Option("--precision", help="auto (bf16 or fp16 on CUDA, fp32 on CPU), fp32, bf16, fp16.")
+    ] = DEFAULTS.precision,
+    resume: Annotated[bool, typer.Option("--resume", help="Continue the unfinished run in --out.")] = False,
+    overwrite: Annotated[
+        bool, typer.Option("--overwrite", help="Replace a non-empty --out (when the new model is complete).")
+    ] = False,
+    options: Annotated[
+        list[str] | None,
+        typer.Option("--set", help="Any other training setting as KEY=VALUE, e.g. --set ami_weight=0.005."),
+    ] = None,
+    quiet: Annotated[bool, typer.Option("--quiet", "-q", help="No progress bar.")] = False,
+) -> None:
+    """Train a sentence encoder on CORPUS (a few thousand unlabeled sentences) and save it to --out.
+
+    The output folder loads with sentence-transformers, `embedkit embed/index` and `embedkit export`.
+    Metrics go to OUT/metrics.jsonl; a killed run continues with --resume.
+    """
+    from rich.console import Console
+
+    config = TrainConfig(
+        base_model=base,
+        method=method,
+        pooling=pooling,
+        reconstruction_weight=reconstruction_weight,
+        learning_rate=lr,
+        batch_size=batch_size,
+        max_seq_length=max_seq_length,
+        epochs=epochs,
+        max_steps=max_steps or None,
+        seed=DEFAULTS.seed if seed is None else seed,
+        column=column,
+        split_sentences=split_sentences,
+        limit=limit,
+        limit_seed=DEFAULTS.limit_seed if seed is None else seed,
+        device=device,
+        precision=precision,
+        dev_sts=str(dev_sts) if dev_sts is not None else None,
+        eval_steps=eval_steps,
+        save_steps=save_steps,
+    ).with_overrides(options or [])
+    config.validate()
+
+    from embedkit.training.trainer import train as run_training
+    from transformers.utils import logging as hf_logging
+
+    hf_logging.disable_progress_bar()  # the weight-loading bars would bury ours
+    result = run_training(corpus, out, config, progress=not quiet, resume=resume, overwrite=overwrite)
+
+    console = Console()
+    console.print(
+        f"saved {result.out_dir} ({result.method}, {result.steps} steps on {result.sentences:,} sentences)"
+    )
+    if result.dev_score is not None:
+        console.print(
+            f"dev Spearman: {result.dev_score:.4f} at step {result.best_step} "
+            f"(untrained base: {result.base_dev_score:.4f})"
+        )
+        if result.worse_than_base:
+            console.print(
+                "[bold yellow]warning:[/] the trained model is WORSE than the untrained base model on the "
+                "dev set; keep using the base, or train with a lower --lr or fewer --max-steps"
+            )

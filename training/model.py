@@ -1,0 +1,247 @@
+"""The network being trained: backbone, pooling, SimCSE's MLP head, and miCSE's momentum branch.
+
+One step of the objective (miCSE, Klein & Nabi 2023, Eq. 1-5 and Sec. 3.1), composed from the
+pure loss functions of `losses` and `ami`:
+
+1. the batch is duplicated, [x; x], and run through the backbone once, so that independent
+   dropout masks give the two views E1, E2 (and attentions W1, W2 when AMI is on), as SimCSE;
+2. each view is pooled and passed through the MLP head (Linear + Tanh, training only);
+3. InfoNCE (tau = 0.05) over in-batch negatives plus the momentum queue;
+4. AMI between W1 and W2 (float32), and optionally InforMin-CL's L2 reconstruction term;
+5. the momentum encoder embeds x (no grad, its own dropout 0.3, the shared head); after the
+   optimizer step it moves by EMA and those keys enter the queue (`after_step`).
+
+The optimizer (AdamW), its linear warm-up/decay schedule and the update are at the end.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import inspect
+import math
+from collections.abc import Callable
+from contextlib import AbstractContextManager
+from dataclasses import dataclass
+from pathlib import Path
+
+import torch
+from embedkit.training import ami, losses
+from embedkit.training.config import TrainConfig
+from embedkit.training.encoder import load_backbone, pool
+from embedkit.training.momentum import EmbeddingQueue, MomentumEncoder
+from safetensors import SafetensorError
+from torch import nn
+
+from embedkit.errors import InputError
+from embedkit.modelfolder import pooling_from_folder
+
+# A timer is called with a section name and returns a context manager that times it.
+Timer = Callable[[str], AbstractContextManager[object]]
+
+
+def no_timer(_name: str) -> AbstractContextManager[object]:
+    return contextlib.nullcontext()
+
+
+class MLPHead(nn.Module):
+    """SimCSE's training-only head: Linear(hidden, hidden) + Tanh on the pooled vector.
+
+    Initialised as SimCSE's `MLPLayer` ends up after `init_weights`: weights ~ N(0, 0.02), bias 0.
+    """
+
+    def __init__(self, dim: int, init_std: float = 0.02) -> None:
+        super().__init__()
+        self.dense = nn.Linear(dim, dim)
+        self.activation = nn.Tanh()
+        nn.init.normal_(self.dense.weight, std=init_std)
+        nn.init.zeros_(self.dense.bias)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.activation(self.dense(x))
+
+
+@dataclass
+class StepOutput:
+    """The loss terms of one step and the momentum keys to enqueue after it."""
+
+    loss: torch.Tensor  # the total, what backward() runs on
+    terms: dict[str, torch.Tensor]  # each weighted term, detached (info_nce, ami, reconstruction)
+    keys: torch.Tensor | None  # (B, D) momentum keys, or None without a queue
+
+
+def resolve_pooling(pooling: str, base_path: Path) -> str:
+    """`auto` takes the base folder's own pooling (`1_Pooling/config.json`), else cls (SimCSE)."""
+    if pooling == "auto":
+        return pooling_from_folder(base_path) or "cls"
+    return pooling
+
+
+class ContrastiveModel(nn.Module):
+    """The online backbone with pooling and the MLP head, plus the momentum encoder and queue."""
+
+    def __init__(self, backbone: nn.Module, pooling: str, config: TrainConfig) -> None:
+        super().__init__()
+        self.backbone = backbone
+        self.pooling = pooling
+        self.config = config
+        self.dim = int(backbone.config.hidden_size)
+        self.head = MLPHead(self.dim, float(getattr(backbone.config, "initializer_range", 0.02)))
+        self.uses_token_type_ids = "token_type_ids" in inspect.signature(backbone.forward).parameters
+        self.num_layers = int(backbone.config.num_hidden_layers)
+        self.ami_layers = config.ami_layers or ami.ami_layers(self.num_layers)
+        # Made after the base weights are loaded: the momentum encoder starts as their copy.
+        self.momentum: MomentumEncoder | None = None
+        if config.uses_queue:
+            self.momentum = MomentumEncoder(backbone, config.momentum_decay, config.momentum_dropout)
+        if self.momentum is not None and config.uses_ami:
+            # The momentum copy returns no attention maps, so it may use the faster kernel.
+            _set_attention(self.momentum.encoder, "sdpa")
+        self.queue = EmbeddingQueue(self.dim, config.queue_size) if config.uses_queue else None
+
+    @classmethod
+    def from_folder(cls, path: Path, config: TrainConfig) -> ContrastiveModel:
+        """Load the base backbone (eager attention when AMI needs the maps) and build the model."""
+        attention = config.attn_implementation
+        if attention == "auto":
+            attention = "eager" if config.needs_attentions else "sdpa"
+        try:
+            backbone = load_backbone(path, attn_implementation=attention)
+        except SafetensorError as exc:  # a damaged weights file is bad input, not a crash
+            raise InputError(f"cannot load a model from {path}: {exc}") from None
+        return cls(backbone, resolve_pooling(config.pooling, path), config)
+
+    def to(self, *args: object, **kwargs: object) -> ContrastiveModel:  # type: ignore[override]
+        super().to(*args, **kwargs)
+        if self.queue is not None:
+            self.queue.to(next(self.parameters()).device)
+        return self
+
+    def model_inputs(self, batch: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+        """The backbone's keyword arguments (drops token_type_ids for models without them)."""
+        names = ("input_ids", "attention_mask", "token_type_ids")[: 3 if self.uses_token_type_ids else 2]
+        return {k: batch[k] for k in names if k in batch}
+
+    def sentence_vectors(self, batch: dict[str, torch.Tensor]) -> torch.Tensor:
+        """Inference vectors (B, D): backbone + pooling, no head (call under no_grad, eval mode)."""
+        inputs = self.model_inputs(batch)
+        hidden = self.backbone(**inputs).last_hidden_state
+        return pool(hidden, inputs["attention_mask"], self.pooling)
+
+    def step(
+        self, batch: dict[str, torch.Tensor], generator: torch.Generator | None, timer: Timer = no_timer
+    ) -> StepOutput:
+        """The miCSE objective on one batch (B, T); run it in train mode, under autocast if any."""
+        config = self.config
+        inputs = self.model_inputs(batch)
+        size = inputs["input_ids"].shape[0]
+        # (2B, T): one forward pass gives two views with independent dropout masks
+        doubled = {k: torch.cat([v, v]) for k, v in inputs.items()}
+        with timer("forward"):
+            out = self.backbone(**doubled, output_attentions=config.needs_attentions)
+            pooled = self.head(pool(out.last_hidden_state, doubled["attention_mask"], self.pooling))
+            e1, e2 = pooled[:size], pooled[size:]  # (B, D) each
+
+        keys = None
+        if self.momentum is not None:
+            with timer("momentum_forward"), torch.no_grad():
+                hidden = self.momentum(**inputs)  # (B, T, D)
+                keys = self.head(pool(hidden, inputs["attention_mask"], self.pooling)).float()
+
+        with timer("info_nce"):
+            queued = self.queue.keys() if self.queue is not None and len(self.queue) else None
+            terms = {"info_nce": losses.info_nce(e1, e2, queue=queued, temperature=config.temperature)}
+        if config.uses_ami:
+            with timer("ami"):
+                attn1 = [a[:size] for a in out.attentions]  # per layer (B, H, T, T)
+                attn2 = [a[size:] for a in out.attentions]
+                terms["ami"] = ami.ami_loss(
+                    attn1,
+                    attn2,
+                    inputs["attention_mask"],
+                    weight=config.ami_weight,
+                    layers=self.ami_layers,
+                    num_samples=config.ami_samples,
+                    generator=generator,
+                )
+        if config.reconstruction_weight > 0:
+            terms["reconstruction"] = config.reconstruction_weight * losses.reconstruction_loss(e1, e2)
+        total = sum(terms.values(), torch.zeros((), device=e1.device))
+        return StepOutput(total, {k: v.detach() for k, v in terms.items()}, keys)
+
+    def after_step(self, keys: torch.Tensor | None, timer: Timer = no_timer) -> None:
+        """After the optimizer step: EMA-update the momentum encoder, then enqueue this step's keys."""
+        if self.momentum is None or self.queue is None or keys is None:
+            return
+        with timer("momentum_update"):
+            self.momentum.update(self.backbone)
+            self.queue.enqueue(keys)
+
+
+def _set_attention(module: nn.Module, implementation: str) -> None:
+    setter = getattr(module, "set_attn_implementation", None)
+    if setter is not None:
+        with contextlib.suppress(ValueError, ImportError):
+            setter(implementation)
+
+
+# --- the optimizer -------------------------------------------------------------------------------
+
+
+def lr_factor(step: int, total_steps: int, warmup_steps: int) -> float:
+    """Linear warm-up then linear decay to 0 (Hugging Face's `get_linear_schedule_with_warmup`)."""
+    if step < warmup_steps:
+        return step / max(1, warmup_steps)
+    return max(0.0, (total_steps - step) / max(1, total_steps - warmup_steps))
+
+
+def make_scheduler(
+    optimizer: torch.optim.Optimizer, total_steps: int, warmup_ratio: float
+) -> torch.optim.lr_scheduler.LambdaLR:
+    """`lr_factor` with ceil(total * warmup_ratio) warm-up steps (Hugging Face's rounding)."""
+    warmup = math.ceil(total_steps * warmup_ratio)
+    return torch.optim.lr_scheduler.LambdaLR(optimizer, lambda step: lr_factor(step, total_steps, warmup))
+
+
+def make_optimizer(model: ContrastiveModel, config: TrainConfig) -> torch.optim.AdamW:
+    """AdamW over the backbone and head; no weight decay on biases and LayerNorm (HF Trainer)."""
+    params = [(n, p) for n, p in model.named_parameters() if p.requires_grad]
+    no_decay = [p for n, p in params if n.endswith("bias") or "LayerNorm" in n or "layer_norm" in n]
+    decay = [p for n, p in params if not (n.endswith("bias") or "LayerNorm" in n or "layer_norm" in n)]
+    groups = [
+        {"params": decay, "weight_decay": config.weight_decay},
+        {"params": no_decay, "weight_decay": 0.0},
+    ]
+    return torch.optim.AdamW(groups, lr=config.learning_rate)
+
+
+def optimizer_step(
+    loss: torch.Tensor,
+    model: ContrastiveModel,
+    optimizer: torch.optim.Optimizer,
+    scheduler: torch.optim.lr_scheduler.LRScheduler,
+    scaler: torch.amp.GradScaler | None,
+    max_grad_norm: float,
+) -> None:
+    """Backward, clip, step, schedule (through the GradScaler under fp16).
+
+    Under fp16 the scaler skips a step whose gradients overflowed (and lowers its scale); the
+    schedule then does not advance either, as in Hugging Face's Trainer.
+    """
+    optimizer.zero_grad(set_to_none=True)
+    if scaler is not None:
+        scaler.scale(loss).backward()
+        scaler.unscale_(optimizer)
+    else:
+        loss.backward()
+    if max_grad_norm > 0:
+        torch.nn.utils.clip_grad_norm_([p for p in model.parameters() if p.requires_grad], max_grad_norm)
+    stepped = True
+    if scaler is not None:
+        scale = scaler.get_scale()
+        scaler.step(optimizer)
+        scaler.update()
+        stepped = scaler.get_scale() >= scale
+    else:
+        optimizer.step()
+    if stepped:
+        scheduler.step()

@@ -1,0 +1,121 @@
+"""Writing the trained model folder: Hugging Face weights plus sentence-transformers' modules.
+
+The folder loads with `SentenceTransformer(DIR)`, `embedkit.TorchEncoder(DIR)` and
+`transformers.AutoModel.from_pretrained(DIR)`:
+
+- `config.json`, `model.safetensors` (the backbone only: the MLP head is training-only, as in
+  SimCSE), the base model's tokenizer files;
+- `modules.json` (Transformer, Pooling, Normalize, like all-MiniLM-L6-v2, so vectors are unit
+  length), `1_Pooling/config.json`, `sentence_bert_config.json`, `config_sentence_transformers.json`;
+- `embedkit.json`: how the model was made, and its `fingerprint`.
+
+The folder is written atomically (`atomic_dir`): it replaces `out_dir` as a whole, so a run
+folder with checkpoints becomes a clean model folder in one rename.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+from typing import Any
+
+from torch import nn
+
+from embedkit import __version__
+from embedkit.atomic import atomic_dir
+from embedkit.modelfolder import fingerprint_files, read_json
+
+# Tokenizer files any Hugging Face tokenizer may need; those present in the base folder are copied.
+TOKENIZER_FILES = (
+    "tokenizer.json",
+    "tokenizer_config.json",
+    "special_tokens_map.json",
+    "added_tokens.json",
+    "vocab.txt",
+    "vocab.json",
+    "merges.txt",
+    "spiece.model",
+    "sentencepiece.bpe.model",
+)
+
+
+def sentence_transformers_files(
+    pooling: str, dim: int, max_seq_length: int, do_lower_case: bool = False
+) -> dict[str, Any]:
+    """The JSON files sentence-transformers reads, by relative path."""
+    modules = [
+        {"idx": 0, "name": "0", "path": "", "type": "sentence_transformers.models.Transformer"},
+        {"idx": 1, "name": "1", "path": "1_Pooling", "type": "sentence_transformers.models.Pooling"},
+        {"idx": 2, "name": "2", "path": "2_Normalize", "type": "sentence_transformers.models.Normalize"},
+    ]
+    pooling_config = {
+        "word_embedding_dimension": dim,
+        "pooling_mode_cls_token": pooling == "cls",
+        "pooling_mode_mean_tokens": pooling == "mean",
+        "pooling_mode_max_tokens": False,
+        "pooling_mode_mean_sqrt_len_tokens": False,
+        "pooling_mode_weightedmean_tokens": False,
+        "pooling_mode_lasttoken": False,
+        "include_prompt": True,
+    }
+    return {
+        "modules.json": modules,
+        "1_Pooling/config.json": pooling_config,
+        "sentence_bert_config.json": {"max_seq_length": max_seq_length, "do_lower_case": do_lower_case},
+        "config_sentence_transformers.json": {
+            "__version__": {"embedkit": __version__},
+            "prompts": {},
+            "default_prompt_name": None,
+            "similarity_fn_name": "cosine",
+        },
+    }
+
+
+def write_model_folder(
+    out_dir: Path,
+    backbone: nn.Module,
+    base_path: Path,
+    pooling: str,
+    max_seq_length: int,
+    metadata: dict[str, Any],
+    extra_files: dict[str, Path] | None = None,
+) -> dict[str, Any]:
+    """Write the model folder atomically over `out_dir`; return the `embedkit.json` written.
+
+    `max_seq_length` is the inference length (the base model's, e.g. 256), not the training
+    truncation. `metadata` is stored in `embedkit.json` with the folder's runtime facts and the
+    weights' fingerprint; `extra_files` (name -> source) are copied in, e.g. `metrics.jsonl`.
+    """
+    dim = int(backbone.config.hidden_size)
+    with atomic_dir(out_dir) as tmp:
+        backbone.save_pretrained(str(tmp))
+        for name in TOKENIZER_FILES:
+            if (base_path / name).is_file():
+                shutil.copy2(base_path / name, tmp / name)
+        lower = _base_lower_case(base_path)
+        for name, data in sentence_transformers_files(pooling, dim, max_seq_length, lower).items():
+            (tmp / name).parent.mkdir(parents=True, exist_ok=True)
+            (tmp / name).write_text(json.dumps(data, indent=2) + "\n", encoding="utf-8")
+        for name, source in (extra_files or {}).items():
+            if source.is_file():
+                shutil.copy2(source, tmp / name)
+        info = {
+            "embedkit_version": __version__,
+            "kind": "torch",
+            "pooling": pooling,
+            "normalize": True,
+            "dim": dim,
+            "max_seq_length": max_seq_length,
+            "model_type": str(backbone.config.model_type),
+            **metadata,
+            "fingerprint": fingerprint_files([tmp / "model.safetensors"]),
+        }
+        (tmp / "embedkit.json").write_text(json.dumps(info, indent=2) + "\n", encoding="utf-8")
+    return info
+
+
+def _base_lower_case(base_path: Path) -> bool:
+    """sentence_bert_config's do_lower_case of the base (False for all-MiniLM-L6-v2)."""
+    path = base_path / "sentence_bert_config.json"
+    return bool(read_json(path).get("do_lower_case", False)) if path.is_file() else False

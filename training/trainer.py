@@ -1,0 +1,342 @@
+"""The training loop of `embedkit train`, to be read top to bottom.
+
+`train` checks every input first (nothing is written for bad input), builds the model
+(`model.ContrastiveModel`), evaluates the untrained base on the dev set, then runs the steps:
+batch -> miCSE objective -> optimizer -> momentum update, logging to `OUT/metrics.jsonl`,
+evaluating every `eval_steps` and checkpointing every `save_steps` (`checkpoint`). At the end
+the best checkpoint (or the last weights, without a dev set) becomes the model folder (`save`),
+which replaces `OUT` atomically, so the checkpoints disappear with the unfinished run.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+from embedkit.training import checkpoint as ckpt
+from embedkit.training.config import TrainConfig
+from embedkit.training.encoder import resolve_device
+from embedkit.training.model import ContrastiveModel, make_optimizer, make_scheduler, optimizer_step
+from embedkit.training.save import write_model_folder
+
+from embedkit.batching import TokenBatcher, encode_in_order, l2_normalize
+from embedkit.corpus import CorpusStats, load_sentences
+from embedkit.errors import InputError, RunFailure
+from embedkit.modelfolder import model_fingerprint, read_model_spec
+
+StepCallback = Callable[[int, dict[str, float]], None]
+
+
+@dataclass(frozen=True)
+class TrainResult:
+    """What a finished run produced."""
+
+    out_dir: Path
+    method: str
+    steps: int
+    sentences: int
+    corpus_stats: CorpusStats
+    dev_score: float | None  # best dev Spearman of a trained checkpoint (the one saved)
+    best_step: int | None
+    base_dev_score: float | None  # dev Spearman of the untrained base model
+    final_losses: dict[str, float]  # the loss terms of the last step
+    seconds: float
+
+    @property
+    def worse_than_base(self) -> bool:
+        """True when the saved model scores below the untrained base on the dev set."""
+        if self.dev_score is None or self.base_dev_score is None:
+            return False
+        return self.dev_score < self.base_dev_score
+
+
+def steps_per_epoch(num_sentences: int, batch_size: int) -> int:
+    """Batches per epoch; a last batch of one sentence is dropped (it has no in-batch negative)."""
+    full, rest = divmod(num_sentences, batch_size)
+    return full + (1 if rest >= 2 else 0)
+
+
+def epoch_order(num_sentences: int, seed: int, epoch: int) -> np.ndarray:
+    """One epoch's shuffled sentence order: a function of (seed, epoch), so resume needs no state."""
+    return np.random.default_rng([seed, epoch]).permutation(num_sentences)
+
+
+def resolve_precision(precision: str, device: torch.device) -> torch.dtype | None:
+    """The autocast dtype: bf16 on CUDA where supported, else fp16 (with a GradScaler); None = fp32."""
+    if precision == "auto":
+        if device.type != "cuda":
+            return None
+        return torch.bfloat16 if torch.cuda.is_bf16_supported() else torch.float16
+    if precision == "fp16" and device.type != "cuda":
+        raise InputError("fp16 training needs a CUDA device: use precision fp32 or bf16 on CPU")
+    return {"fp32": None, "bf16": torch.bfloat16, "fp16": torch.float16}[precision]
+
+
+def autocast(device: torch.device, dtype: torch.dtype | None) -> torch.autocast:
+    return torch.autocast(device.type, dtype=dtype or torch.float32, enabled=dtype is not None)
+
+
+def pad_batch(
+    encodings: Sequence[Any], rows: np.ndarray, pad_id: int, device: torch.device
+) -> dict[str, torch.Tensor]:
+    """Pad the tokenized sentences `rows` to the longest of them, as backbone inputs (B, T)."""
+    width = max(len(encodings[i].ids) for i in rows)
+    ids = np.full((len(rows), width), pad_id, dtype=np.int64)
+    mask = np.zeros((len(rows), width), dtype=np.int64)
+    types = np.zeros((len(rows), width), dtype=np.int64)
+    for r, i in enumerate(rows):
+        n = len(encodings[i].ids)
+        ids[r, :n], mask[r, :n], types[r, :n] = encodings[i].ids, 1, encodings[i].type_ids
+    arrays = {"input_ids": ids, "attention_mask": mask, "token_type_ids": types}
+    return {k: torch.from_numpy(v).to(device) for k, v in arrays.items()}
+
+
+@torch.no_grad()
+def evaluate_sts(
+    model: ContrastiveModel, dev: Any, batcher: TokenBatcher, dtype: torch.dtype | None, batch_size: int
+) -> float:
+    """Spearman of gold scores vs cosine similarities of inference vectors (no head, no dropout)."""
+    from embedkit.metrics import spearman
+
+    was_training = model.training
+    model.eval()
+    device = next(model.parameters()).device
+    texts = list(dict.fromkeys([*dev.sentences1, *dev.sentences2]))
+    row = {text: i for i, text in enumerate(texts)}
+
+    def run(batch: Any) -> np.ndarray:
+        names = ("input_ids", "attention_mask", "token_type_ids")
+        inputs = {k: torch.from_numpy(getattr(batch, k)).to(device) for k in names}
+        with autocast(device, dtype):
+            return model.sentence_vectors(inputs).float().cpu().numpy()
+
+    vectors = l2_normalize(encode_in_order(batcher, texts, batch_size, model.dim, run))
+    model.train(was_training)
+    a, b = vectors[[row[t] for t in dev.sentences1]], vectors[[row[t] for t in dev.sentences2]]
+    score = spearman((a * b).sum(axis=1), dev.scores)
+    return score if math.isfinite(score) else -1.0  # constant similarities rank nothing
+
+
+class TrainDisplay:
+    """A rich progress bar with the loss terms, and one-line notes, on stderr (or nothing)."""
+
+    def __init__(self, total: int, enabled: bool) -> None:
+        from rich.console import Console
+
+        self.total, self.enabled, self.progress = total, enabled, None
+        self.console = Console(stderr=True, quiet=not enabled)
+
+    def note(self, text: str) -> None:
+        self.console.print(text, highlight=False)
+
+    def start(self, step: int) -> None:
+        from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
+
+        if self.enabled:
+            terms = TextColumn("{task.fields[terms]}")
+            self.progress = Progress(
+                TextColumn("training"),
+                BarColumn(),
+                MofNCompleteColumn(),
+                terms,
+                TimeRemainingColumn(),
+                console=self.console,
+            )
+            self.task = self.progress.add_task("training", total=self.total, completed=step, terms="")
+            self.progress.start()
+
+    def advance(self, step: int, terms: dict[str, float]) -> None:
+        if self.progress is not None:
+            self.progress.update(self.task, completed=step, terms=_format(terms))
+
+    def stop(self) -> None:
+        if self.progress is not None:
+            self.progress.stop()
+
+
+def train(
+    corpus: str | Path | Sequence[str],
+    out_dir: str | Path,
+    config: TrainConfig | None = None,
+    *,
+    progress: bool = True,
+    resume: bool = False,
+    overwrite: bool = False,
+    on_step: StepCallback | None = None,
+) -> TrainResult:
+    """Train a sentence encoder on `corpus` with `config.method` and write it to `out_dir`.
+
+    `corpus` is a file or BEIR folder (see `embedkit.corpus`) or a list of sentences. With
+    `resume`, a run killed at any point continues from its last checkpoint in `out_dir`;
+    `overwrite` replaces a non-empty `out_dir` (a finished model there stays until the new one
+    is complete). `on_step(step, losses)` is called after each step (and its checkpoint).
+    Raises `InputError` for bad input, before anything is written, and `RunFailure` when the
+    loss stops being finite (the last good checkpoint stays). The trained model may score below
+    the untrained base on the dev set: check `worse_than_base` on the result.
+    """
+    config = (config or TrainConfig()).validate()
+    out = Path(out_dir).expanduser()
+
+    # 1. Check every input before anything is written.
+    sample = load_sentences(corpus, config.column, config.split_sentences, config.limit, config.limit_seed)
+    if len(sample.sentences) < 2:
+        raise InputError("contrastive training needs at least 2 distinct sentences")
+    device = resolve_device(config.device)
+    dtype = resolve_precision(config.precision, device)
+    spec = read_model_spec(config.base_model)
+    if spec.kind != "torch":
+        raise InputError(f"--base {spec.path} is an ONNX folder: training needs the torch model")
+    base_fingerprint = model_fingerprint(spec.path)
+    dev = None
+    if config.dev_sts:
+        from embedkit.datasets import read_sts
+
+        dev = read_sts(config.dev_sts)
+    resume_from = ckpt.prepare_out_dir(out, resume, overwrite)
+    if resume_from is not None:
+        ckpt.check_resumable(resume_from, config, sample.fingerprint, base_fingerprint)
+
+    # 2. Model (the head's init is seeded), tokenized data, optimizer, schedule, RNGs.
+    torch.manual_seed(config.seed)
+    model = ContrastiveModel.from_folder(spec.path, config).to(device)
+    batcher = TokenBatcher(spec.path, config.max_seq_length)
+    encodings = batcher.tokenizer.encode_batch(sample.sentences)
+    dev_batcher = TokenBatcher(spec.path, spec.max_seq_length) if dev else None  # at inference length
+    per_epoch = steps_per_epoch(len(sample.sentences), config.batch_size)
+    total = int(min(config.epochs * per_epoch, config.max_steps or math.inf))
+    optimizer = make_optimizer(model, config)
+    scheduler = make_scheduler(optimizer, total, config.warmup_ratio)
+    scaler = torch.amp.GradScaler(device.type) if dtype == torch.float16 else None
+    generator = torch.Generator(device=device).manual_seed(config.seed) if config.uses_ami else None
+    meta = {
+        "config": config.to_dict(),
+        "data_fingerprint": sample.fingerprint,
+        "base_fingerprint": base_fingerprint,
+    }
+
+    # 3. Resume from the last checkpoint, or start afresh with the base model's dev score.
+    out.mkdir(parents=True, exist_ok=True)
+    metrics = out / ckpt.METRICS
+    display = TrainDisplay(total, enabled=progress)
+    display.note(f"{config.method}: {sample.stats.describe()}; {total} steps on {device.type}")
+    if resume_from is not None:
+        state = ckpt.load_checkpoint(resume_from, model, optimizer, scheduler, scaler, generator)
+        ckpt.truncate_metrics(metrics, state.step)
+        ckpt.append_metrics(metrics, {"event": "resume", "step": state.step})
+        display.note(f"resumed from step {state.step}")
+    else:
+        if overwrite:
+            ckpt.remove_checkpoints(out)
+            metrics.unlink(missing_ok=True)
+        state = ckpt.TrainState()
+        start = {"event": "start", "step": 0, "steps": total, "sentences": len(sample.sentences)}
+        ckpt.append_metrics(metrics, {**start, **meta})
+        if dev is not None:
+            state.base_score = evaluate_sts(model, dev, dev_batcher, dtype, config.eval_batch_size)
+            ckpt.append_metrics(metrics, {"step": 0, "dev_spearman": state.base_score, "base": True})
+            display.note(f"base model: dev Spearman {state.base_score:.4f}")
+
+    # 4. The steps.
+    display.start(state.step)
+    started = time.perf_counter() - state.seconds
+    try:
+        while state.step < total:
+            epoch, offset = divmod(state.step, per_epoch)
+            order = epoch_order(len(sample.sentences), config.seed, epoch)
+            rows = order[offset * config.batch_size : (offset + 1) * config.batch_size]
+            batch = pad_batch(encodings, rows, batcher.pad_id, device)
+            model.train()
+            with autocast(device, dtype):
+                result = model.step(batch, generator)
+            terms = {"loss": result.loss.item(), **{k: v.item() for k, v in result.terms.items()}}
+            if not math.isfinite(terms["loss"]):
+                ckpt.append_metrics(metrics, {"event": "nonfinite", "step": state.step + 1, **terms})
+                last = ckpt.latest_checkpoint(out)
+                kept = f"the last good checkpoint is {last}" if last else "no checkpoint was written yet"
+                raise RunFailure(
+                    f"the loss became {terms['loss']} at step {state.step + 1} ({_format(terms)}); "
+                    f"training stopped, {kept}; try a lower learning rate"
+                )
+            lr = scheduler.get_last_lr()[0]
+            optimizer_step(result.loss, model, optimizer, scheduler, scaler, config.max_grad_norm)
+            model.after_step(result.keys)  # momentum EMA, then this step's keys enter the queue
+            state.step += 1
+            state.last_losses, state.seconds = terms, time.perf_counter() - started
+            if state.step % config.log_steps == 0 or state.step == total:
+                queued = len(model.queue) if model.queue is not None else 0
+                ckpt.append_metrics(
+                    metrics, {"step": state.step, "epoch": epoch, "lr": lr, **terms, "queue": queued}
+                )
+            display.advance(state.step, terms)
+            if dev is not None and (state.step % config.eval_steps == 0 or state.step == total):
+                score = evaluate_sts(model, dev, dev_batcher, dtype, config.eval_batch_size)
+                improved = state.best_score is None or score > state.best_score
+                if improved:
+                    ckpt.save_best(out, model, state.step, score)
+                    state.best_score, state.best_step = score, state.step
+                ckpt.append_metrics(metrics, {"step": state.step, "dev_spearman": score, "best": improved})
+                display.note(
+                    f"step {state.step}: dev Spearman {score:.4f}{' (best so far)' if improved else ''}"
+                )
+            if state.step % config.save_steps == 0 or state.step == total:
+                ckpt.save_checkpoint(out, model, optimizer, scheduler, scaler, generator, state, meta)
+            if on_step is not None:
+                on_step(state.step, terms)
+    finally:
+        display.stop()
+
+    # 5. The model folder, from the best dev checkpoint (else the last weights), replaces `out`.
+    if state.best_step is not None:
+        ckpt.load_best(out, model, state.best_step)
+    ckpt.append_metrics(metrics, {"event": "done", "step": state.step, "best_step": state.best_step})
+    source = str(corpus) if isinstance(corpus, (str, Path)) else "a list of texts"
+    write_model_folder(
+        out,
+        model.backbone,
+        spec.path,
+        model.pooling,
+        spec.max_seq_length,
+        {
+            "method": config.method,
+            "training": {
+                **meta,
+                "steps": state.step,
+                "seconds": round(state.seconds, 3),
+                "final_losses": state.last_losses,
+            },
+            "data": {"source": source, "fingerprint": sample.fingerprint, "stats": asdict(sample.stats)},
+            "base_model": {"path": str(spec.path), "fingerprint": base_fingerprint},
+            "dev": None
+            if dev is None
+            else {
+                "file": str(config.dev_sts),
+                "metric": "spearman",
+                "base_score": state.base_score,
+                "best_score": state.best_score,
+                "best_step": state.best_step,
+            },
+        },
+        extra_files={ckpt.METRICS: metrics},
+    )
+    return TrainResult(
+        out,
+        config.method,
+        state.step,
+        len(sample.sentences),
+        sample.stats,
+        state.best_score,
+        state.best_step,
+        state.base_score,
+        state.last_losses,
+        state.seconds,
+    )
+
+
+def _format(terms: dict[str, float]) -> str:
+    return " ".join(f"{k} {v:.4f}" for k, v in terms.items())
