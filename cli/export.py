@@ -1,0 +1,122 @@
+"""`embedkit export`: a trained (or any BERT-family) model folder to a verified ONNX folder.
+
+The command parses options and prints; `embedkit.export.export_model` does the work. Exit 0 when
+every asked-for precision passed its parity gate, 1 when one failed (figures printed, nothing
+written), 2 for bad input.
+"""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+from typing import TYPE_CHECKING, Annotated
+
+import typer
+from embedkit.cli.common import handle_errors
+
+if TYPE_CHECKING:
+    from embedkit.export.parity import ParityReport
+
+
+def register(app: typer.Typer) -> None:
+    app.command("export")(export)
+
+
+@handle_errors
+def export(
+    model_dir: Annotated[
+        str,
+        typer.Argument(
+            help="Model folder to export (Hugging Face + sentence-transformers layout), or all-MiniLM-L6-v2."
+        ),
+    ],
+    out: Annotated[
+        Path, typer.Option("--out", "-o", help="Folder to write (replaced atomically if it is an export).")
+    ],
+    fp16: Annotated[bool, typer.Option("--fp16", help="Also write model_fp16.onnx (for GPUs).")] = False,
+    int8: Annotated[
+        bool, typer.Option("--int8", help="Also write model_int8.onnx (dynamic int8, for CPUs).")
+    ] = False,
+    opset: Annotated[
+        int, typer.Option("--opset", help="ONNX opset, 14 to 20 (18 and later get no Attention fusion).")
+    ] = 17,
+    optimize: Annotated[
+        bool, typer.Option("--optimize/--no-optimize", help="Fuse the graph with onnxruntime's optimizer.")
+    ] = True,
+    normalize: Annotated[
+        bool,
+        typer.Option("--normalize/--no-normalize", help="L2-normalise sentence vectors inside the graph."),
+    ] = True,
+    token_embeddings: Annotated[
+        bool,
+        typer.Option("--token-embeddings", help="Also output token_embeddings (batch x sequence x dim)."),
+    ] = False,
+    calibration: Annotated[
+        Path | None,
+        typer.Option("--calibration", help="Text file, one sentence a line, added to the parity check."),
+    ] = None,
+    dev_sts: Annotated[
+        Path | None,
+        typer.Option(
+            "--dev-sts", help="STS file (sentence1, sentence2, score): report Spearman per precision."
+        ),
+    ] = None,
+    device: Annotated[
+        str, typer.Option("--device", help="Where the parity check runs: auto, cpu or cuda.")
+    ] = "auto",
+) -> None:
+    """Export MODEL_DIR to ONNX with pooling and normalisation in the graph, checked against PyTorch."""
+    from embedkit.export import ParityFailure, export_model
+    from rich.console import Console
+
+    console = Console(stderr=True)
+    try:
+        result = export_model(
+            model_dir,
+            out,
+            fp16=fp16,
+            int8=int8,
+            opset=opset,
+            optimize=optimize,
+            calibration=calibration,
+            dev_sts=dev_sts,
+            progress=sys.stderr.isatty(),
+            normalize=normalize,
+            token_embeddings=token_embeddings,
+            device=device,
+            on_step=lambda message: console.print(f"[dim]{message}[/dim]"),
+        )
+    except ParityFailure as failure:
+        _print_parity(failure.reports, title="Parity with PyTorch (FAILED: nothing was written)")
+        raise
+    meta = result.metadata
+    fusion = ", ".join(f"{n} {op}" for op, n in meta["fusion"].items()) or "none (not optimized)"
+    _print_parity(result.reports, title="Parity with PyTorch")
+    torch_sts = meta["parity"].get("torch_sts_spearman")
+    if torch_sts is not None:
+        typer.echo(f"PyTorch STS Spearman on {meta['parity']['dev_sts']}: {torch_sts:.2f}")
+    typer.echo(f"fused operators: {fusion}")
+    typer.echo(
+        f"wrote {result.out_dir}: {', '.join(result.files.values())} "
+        f"(dim {meta['dim']}, {meta['pooling']} pooling, normalize {str(meta['normalize']).lower()}, "
+        f"inputs {', '.join(meta['input_names'])})"
+    )
+
+
+def _print_parity(reports: list[ParityReport], title: str) -> None:
+    from rich.console import Console
+    from rich.table import Table
+
+    sentences = reports[0].sentences if reports else 0
+    table = Table(title=f"{title}, cosine on {sentences} sentences")
+    table.add_column("precision")
+    table.add_column("min cosine", justify="right")
+    table.add_column("mean cosine", justify="right")
+    table.add_column("STS", justify="right")
+    table.add_column("gate", no_wrap=True)
+    table.add_column("result")
+    for r in reports:
+        sts = f"{r.sts_spearman:.2f}" if r.sts_spearman is not None else "-"
+        result = "pass" if r.passed else "[bold red]FAIL[/bold red]"
+        table.add_row(r.precision, f"{r.min_cosine:.6f}", f"{r.mean_cosine:.6f}", sts, r.gate, result)
+    Console().print(table)
