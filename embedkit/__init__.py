@@ -15,6 +15,7 @@ __version__ = "0.1.0"
 _EXPORTS: dict[str, str] = {
     "load_encoder": "embedkit.encoder",
     "Encoder": "embedkit.encoder",
+    "OnnxEncoder": "embedkit.onnx_encoder",
     "read_documents": "embedkit.corpus",
     "embed_to_file": "embedkit.embed",
     "build_index": "embedkit.index",
