@@ -18,7 +18,6 @@ training uses, with the counts of each step. No torch here.
 
 from __future__ import annotations
 
-import csv
 import hashlib
 import json
 import random
@@ -28,7 +27,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from embedkit.datasets import data_format, find_data_file, text_lines
+from embedkit.datasets import csv_rows, data_format, find_data_file, text_lines
 from embedkit.errors import InputError
 
 CORPUS_FORMATS = (".txt", ".jsonl", ".csv", ".tsv")
@@ -128,7 +127,7 @@ def _jsonl_documents(path: Path, column: str | None, id_column: str | None) -> I
 
 
 def _table_documents(path: Path, fmt: str, column: str | None, id_column: str | None) -> Iterator[Document]:
-    rows = _tsv_rows(path) if fmt == ".tsv" else _csv_rows(path)
+    rows = _tsv_rows(path) if fmt == ".tsv" else csv_rows(path)
     first = next(rows, None)
     if first is None:
         raise InputError(f"{path} is empty (a {fmt} corpus needs a header row)")
@@ -152,28 +151,6 @@ def _tsv_rows(path: Path) -> Iterator[tuple[int, list[str]]]:
     for number, line in text_lines(path):
         if line.strip():
             yield number, line.split("\t")
-
-
-def _csv_rows(path: Path) -> Iterator[tuple[int, list[str]]]:
-    """Non-empty CSV rows with the line each starts on (a quoted field may span lines)."""
-    consumed: list[int] = []
-
-    def feed() -> Iterator[str]:
-        for number, line in text_lines(path):
-            consumed.append(number)
-            yield line + "\n"
-
-    reader = csv.reader(feed())
-    while True:
-        start = len(consumed)
-        try:
-            row = next(reader)
-        except StopIteration:
-            return
-        except csv.Error as exc:
-            raise InputError(f"{path}: bad CSV at line {consumed[-1] if consumed else 1}: {exc}") from None
-        if row:
-            yield consumed[start], row
 
 
 def _string_field(record: dict[str, Any], key: str, path: Path, number: int) -> str:

@@ -113,7 +113,7 @@ def _delimited_pairs(path: Path, fmt: str) -> Iterator[tuple[int, str, str, str]
     if fmt == ".tsv":
         records = ((n, line.split("\t")) for n, line in text_lines(path) if line.strip())
     else:
-        records = _csv_records(path)
+        records = csv_rows(path)
     first = next(records, None)
     if first is None:
         raise InputError(f"{path} is empty")
@@ -130,7 +130,7 @@ def _delimited_pairs(path: Path, fmt: str) -> Iterator[tuple[int, str, str, str]
         yield number, fields[index[0]], fields[index[1]], fields[index[2]]
 
 
-def _csv_records(path: Path) -> Iterator[tuple[int, list[str]]]:
+def csv_rows(path: Path) -> Iterator[tuple[int, list[str]]]:
     """Non-empty CSV rows with the line each starts on (a quoted field may span lines)."""
     consumed: list[int] = []  # line numbers handed to the csv reader so far
 
