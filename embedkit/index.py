@@ -16,8 +16,6 @@ where faiss has no HNSW).
 
 from __future__ import annotations
 
-import math
-import os
 import shutil
 import time
 from collections.abc import Sequence
@@ -33,6 +31,22 @@ from embedkit.batching import l2_normalize
 from embedkit.docstore import DocStore
 from embedkit.embed import CorpusOptions, as_encoder, count_documents, embed_corpus
 from embedkit.errors import InputError
+from embedkit.index_kinds import (  # noqa: F401 (re-exported: the index's public settings)
+    AUTO_FLAT_MAX,
+    HNSW_EF_CONSTRUCTION,
+    HNSW_EF_SEARCH,
+    HNSW_M,
+    IVF_NPROBE,
+    IVF_PQ_MIN_DOCS,
+    KINDS,
+    PQ_DIMS_PER_BYTE,
+    GpuPlacement,
+    _faiss,
+    choose_kind,
+    index_params,
+    new_faiss_index,
+    train_ivf,
+)
 from embedkit.modelfolder import model_fingerprint, read_json, read_model_spec
 
 if TYPE_CHECKING:
@@ -43,18 +57,6 @@ META_FILE = "embedkit-index.json"
 INDEX_FILE = "index.faiss"
 DOCS_FILE = "docs.sqlite"
 FORMAT_VERSION = 1
-KINDS = ("auto", "flat", "hnsw", "ivf-pq")
-
-# The issue's threshold: below ~100k vectors exact search is fast enough and loses no recall.
-AUTO_FLAT_MAX = 100_000
-# HNSW defaults, chosen with benchmarks/search.py on 100k clustered 384-d vectors (benchmarks/README.md).
-HNSW_M = 32
-HNSW_EF_CONSTRUCTION = 80
-HNSW_EF_SEARCH = 64
-# IVF-PQ: k-means wants >= 39 training points per centroid, and PQ trains 256 centroids per sub-vector.
-IVF_PQ_MIN_DOCS = 39 * 256
-IVF_NPROBE = 16  # lists scanned per query: faiss wiki's usual starting point for nlist ~ 4 sqrt(n)
-PQ_DIMS_PER_BYTE = 8  # 384-d float32 (1536 B) -> 48 B per vector, 32x smaller
 
 
 @dataclass(frozen=True)
@@ -82,113 +84,6 @@ class IndexReport:
     backend: str
     device: str
     appended: bool
-
-
-def _faiss():  # -> the faiss module, imported on first use
-    try:
-        import faiss
-    except ImportError:
-        raise InputError("faiss is not installed: pip install 'embedkit[cpu]' (or [gpu])") from None
-    return faiss
-
-
-# --- index kinds ---------------------------------------------------------------------------------
-
-
-def hnsw_bytes(count: int, dim: int, m: int = HNSW_M) -> int:
-    """Rough size of an HNSW index: the vectors, 2M level-0 links, and the upper levels' share."""
-    return count * (4 * dim + 8 * m + 16)
-
-
-def choose_kind(
-    kind: str, count: int, dim: int, *, gpu: bool = False, memory: int | None = None
-) -> tuple[str, str]:
-    """The kind to build for `count` vectors and why; `auto` decides by size and `memory` (bytes)."""
-    if kind not in KINDS:
-        raise InputError(f"unknown index kind {kind!r}: use {', '.join(KINDS)}")
-    if kind == "hnsw" and gpu:
-        raise InputError("faiss has no GPU HNSW index: use --kind flat or ivf-pq with --gpu, or drop --gpu")
-    if kind != "auto":
-        return kind, "asked for"
-    if count < AUTO_FLAT_MAX:
-        return "flat", f"fewer than {AUTO_FLAT_MAX:,} vectors: exact search"
-    if gpu:
-        return "ivf-pq", f"at least {AUTO_FLAT_MAX:,} vectors on the GPU, where faiss has no HNSW"
-    if memory is None:
-        memory = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") if hasattr(os, "sysconf") else None
-    needed = hnsw_bytes(count, dim)
-    if memory and needed > memory // 2:
-        return "ivf-pq", f"HNSW would need {needed / 2**30:.1f} GiB, over half of {memory / 2**30:.1f} GiB"
-    return "hnsw", f"at least {AUTO_FLAT_MAX:,} vectors"
-
-
-def index_params(kind: str, count: int, dim: int) -> dict[str, Any]:
-    """The parameters of a new `kind` index, recorded in its metadata."""
-    if kind == "flat":
-        return {}
-    if kind == "hnsw":
-        return {"M": HNSW_M, "ef_construction": HNSW_EF_CONSTRUCTION, "ef_search": HNSW_EF_SEARCH}
-    if kind == "ivf-pq":
-        if count < IVF_PQ_MIN_DOCS:
-            raise InputError(
-                f"ivf-pq needs at least {IVF_PQ_MIN_DOCS:,} documents to train its quantizers, "
-                f"this corpus has {count:,}: use --kind flat or hnsw"
-            )
-        nlist = max(1, min(int(4 * math.sqrt(count)), count // 39))
-        m = max(d for d in range(1, max(1, dim // PQ_DIMS_PER_BYTE) + 1) if dim % d == 0)
-        return {"nlist": nlist, "m": m, "nbits": 8, "nprobe": min(IVF_NPROBE, nlist)}
-    raise InputError(f"unknown index kind {kind!r}: use {', '.join(KINDS[1:])}")
-
-
-def new_faiss_index(kind: str, dim: int, params: dict[str, Any]):  # -> faiss.Index
-    """An empty CPU index of `kind` for inner product over `dim`-d vectors."""
-    faiss = _faiss()
-    if kind == "flat":
-        return faiss.IndexFlatIP(dim)
-    if kind == "hnsw":
-        index = faiss.IndexHNSWFlat(dim, int(params["M"]), faiss.METRIC_INNER_PRODUCT)
-        index.hnsw.efConstruction = int(params["ef_construction"])
-        index.hnsw.efSearch = int(params["ef_search"])
-        return index
-    if kind == "ivf-pq":
-        quantizer = faiss.IndexFlatIP(dim)  # faiss's Python wrapper keeps it alive with the index
-        nlist, m, nbits = int(params["nlist"]), int(params["m"]), int(params["nbits"])
-        index = faiss.IndexIVFPQ(quantizer, dim, nlist, m, nbits, faiss.METRIC_INNER_PRODUCT)
-        index.nprobe = int(params["nprobe"])
-        return index
-    raise InputError(f"unknown index kind {kind!r}")
-
-
-def train_ivf(index, vectors: np.ndarray, chunk_size: int) -> None:
-    """Train an IVF-PQ index on a fixed-seed sample of `vectors` (a memory map), then add them all."""
-    n = len(vectors)
-    size = min(n, max(50 * index.nlist, IVF_PQ_MIN_DOCS))
-    rows = np.sort(np.random.default_rng(0).choice(n, size, replace=False)) if size < n else slice(None)
-    index.train(np.ascontiguousarray(vectors[rows]))
-    for start in range(0, n, chunk_size):
-        index.add(np.ascontiguousarray(vectors[start : start + chunk_size]))
-
-
-class GpuPlacement:
-    """Moves an index to GPU 0 and back, keeping faiss's GPU resources alive meanwhile."""
-
-    def __init__(self) -> None:
-        faiss = _faiss()
-        if not hasattr(faiss, "StandardGpuResources") or faiss.get_num_gpus() < 1:
-            raise InputError(
-                "--gpu was asked for, but faiss sees no GPU: install faiss with GPU support "
-                "(pip install 'embedkit[gpu]') on a CUDA machine, or drop --gpu"
-            )
-        self.resources = faiss.StandardGpuResources()
-
-    def to_gpu(self, index, kind: str):  # -> a faiss GPU index
-        if kind == "hnsw":
-            raise InputError("faiss has no GPU HNSW index: use this index without --gpu")
-        return _faiss().index_cpu_to_gpu(self.resources, 0, index)
-
-    @staticmethod
-    def to_cpu(index):  # -> a faiss CPU index, the form that is saved
-        return _faiss().index_gpu_to_cpu(index)
 
 
 # --- the folder ----------------------------------------------------------------------------------
@@ -354,8 +249,19 @@ def build_index(
         }
         write_json_atomic(tmp / META_FILE, meta)
     seconds, truncated = time.perf_counter() - start, encoder.truncated - truncated_before
-    return IndexReport(out, chosen, reason, params, count, meta["count"], seconds, truncated, encoder.backend,
-                       str(encoder.device), appended=old is not None)
+    return IndexReport(
+        out,
+        chosen,
+        reason,
+        params,
+        count,
+        meta["count"],
+        seconds,
+        truncated,
+        encoder.backend,
+        str(encoder.device),
+        appended=old is not None,
+    )
 
 
 def _check_new_target(out: Path, overwrite: bool) -> None:
@@ -371,8 +277,16 @@ def _check_new_target(out: Path, overwrite: bool) -> None:
         )
 
 
-def _fill(index, store: DocStore, encoder: Encoder, corpus: str | Path, count: int, options: CorpusOptions,
-          tmp: Path, progress: bool) -> None:
+def _fill(
+    index,
+    store: DocStore,
+    encoder: Encoder,
+    corpus: str | Path,
+    count: int,
+    options: CorpusOptions,
+    tmp: Path,
+    progress: bool,
+) -> None:
     """Embed the corpus into `store` and `index` (a CPU or GPU index).
 
     An untrained IVF-PQ index cannot take vectors before it is trained on a sample of them, so its
@@ -393,8 +307,16 @@ def _fill(index, store: DocStore, encoder: Encoder, corpus: str | Path, count: i
         else:
             buffer[offset : offset + len(documents)] = vectors
 
-    embed_corpus(encoder, corpus, write, expected=count, options=options, normalize=True, progress=progress,
-                 description="indexing")
+    embed_corpus(
+        encoder,
+        corpus,
+        write,
+        expected=count,
+        options=options,
+        normalize=True,
+        progress=progress,
+        description="indexing",
+    )
     if buffer is not None:
         train_ivf(index, buffer, options.chunk_size)
         buffer_path.unlink()  # the map stays valid until it is freed (POSIX)
