@@ -18,13 +18,9 @@ app = typer.Typer(
 
 
 def _register() -> None:
-    for name in ("train", "export", "embed", "index", "search", "evaluate", "experiment"):
-        try:
-            module = __import__(f"embedkit.cli.{name}", fromlist=["register"])
-        except ModuleNotFoundError as exc:
-            if exc.name != f"embedkit.cli.{name}":
-                raise
-            continue
+    from embedkit.cli import embed, evaluate, experiment, export, index, search, train
+
+    for module in (train, export, embed, index, search, evaluate, experiment):
         module.register(app)
 
 
