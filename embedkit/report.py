@@ -155,18 +155,24 @@ def to_markdown(table: ExperimentTable, digits: int = 2) -> str:
         parts += [f"## {metric}", ""]
         parts.append("| method | " + " | ".join(size_label(s) for s in table.sizes) + " |")
         parts.append("| --- |" + " ---: |" * len(table.sizes))
-        best = {size: _best_mean(table, metric, size) for size in table.sizes}
         for method in table.methods:
-            row = []
-            for size in table.sizes:
-                cell = table.cell(metric, method, size)
-                text = format_cell(cell, digits)
-                if cell is not None and best[size] is not None and cell.mean == best[size]:
-                    text = f"**{text}**"
-                row.append(text)
+            row = _row_cells(table, metric, method, digits, "**{}**")
             parts.append(f"| {method} | " + " | ".join(row) + " |")
         parts.append("")
     return "\n".join(parts)
+
+
+def _row_cells(table: ExperimentTable, metric: str, method: str, digits: int, best_style: str) -> list[str]:
+    """One method's formatted cells for `metric`, the best mean of each size marked with `best_style`."""
+    row = []
+    for size in table.sizes:
+        cell = table.cell(metric, method, size)
+        text = format_cell(cell, digits)
+        best = _best_mean(table, metric, size)
+        if cell is not None and best is not None and cell.mean == best:
+            text = best_style.format(text)
+        row.append(text)
+    return row
 
 
 def _best_mean(table: ExperimentTable, metric: str, size: int) -> float | None:
@@ -239,16 +245,8 @@ def rich_tables(table: ExperimentTable, digits: int = 2) -> list[Any]:
         rich_table.add_column("method")
         for size in table.sizes:
             rich_table.add_column(size_label(size), justify="right")
-        best = {size: _best_mean(table, metric, size) for size in table.sizes}
         for method in table.methods:
-            row = []
-            for size in table.sizes:
-                cell = table.cell(metric, method, size)
-                text = format_cell(cell, digits)
-                if cell is not None and best[size] is not None and cell.mean == best[size]:
-                    text = f"[bold]{text}[/bold]"
-                row.append(text)
-            rich_table.add_row(method, *row)
+            rich_table.add_row(method, *_row_cells(table, metric, method, digits, "[bold]{}[/bold]"))
         out.append(rich_table)
     return out
 

@@ -7,21 +7,9 @@ import json
 from pathlib import Path
 
 import numpy as np
+from conftest import SENTENCES
 
-DOCS = [
-    "the wing flow is high",
-    "a man is playing guitar on the beach",
-    "shock wave and boundary layer",
-    "heat transfer at mach number five",
-    "the cat eats food",
-    "legal contract of the court",
-    "a girl plays soccer",
-    "drag and lift of a small body",
-    "pressure, temperature and stress!",
-    "one two three",
-    "patient disease drug test",
-    "the engine load is large",
-]
+DOCS = list(SENTENCES)  # the shared fixture sentences: documents of a tiny BEIR set
 QUERIES = {"q1": "wing flow and lift", "q2": "a man plays guitar", "3": "heat transfer", "q4": "the court"}
 # Graded judgments. "3" is both a query id and a relevant doc id (BEIR's identical ids); q4's only
 # judgment is irrelevant, so q4 scores 0 everywhere but still counts in the mean.

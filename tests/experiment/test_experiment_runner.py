@@ -8,6 +8,7 @@ from pathlib import Path
 
 import embedkit.training.experiment as experiment_module
 import pytest
+from conftest import SENTENCES as SHARED_SENTENCES
 from embedkit.cli.app import app
 from embedkit.training.config import TrainConfig
 from embedkit.training.experiment import ExperimentConfig, run_experiment, train_config_from_options
@@ -43,16 +44,7 @@ def _sts(path: Path, sentences: list[str]) -> Path:
     return path
 
 
-SENTENCES = [
-    "the wing flow is high",
-    "a man is playing guitar on the beach",
-    "shock wave and boundary layer",
-    "heat transfer at mach number five",
-    "the cat eats food",
-    "legal contract of the court",
-    "a girl plays soccer",
-    "drag and lift of a small body",
-]
+SENTENCES = SHARED_SENTENCES[:8]
 TRAIN_OPTIONS = ["max_steps=2", "batch_size=4", "max_seq_length=16", "eval_batch_size=16", "queue_size=8"]
 
 
