@@ -32,7 +32,7 @@ WORDS = [
 
 
 def _app() -> typer.Typer:
-    """The `eval` group as the lead wires it: `embedkit eval pseudo ...`."""
+    """The `eval` group as the application builds it: `embedkit eval pseudo ...`."""
     eval_app = typer.Typer()
 
     @eval_app.callback()
