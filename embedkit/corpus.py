@@ -19,7 +19,6 @@ training uses, with the counts of each step. No torch here.
 from __future__ import annotations
 
 import hashlib
-import json
 import random
 import re
 from collections.abc import Iterator, Sequence
@@ -27,7 +26,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from embedkit.datasets import csv_rows, data_format, find_data_file, text_lines
+from embedkit.datasets import csv_rows, data_format, find_data_file, json_objects, text_lines
 from embedkit.errors import InputError
 
 CORPUS_FORMATS = (".txt", ".jsonl", ".csv", ".tsv")
@@ -105,16 +104,10 @@ def read_documents(
 
 def _jsonl_documents(path: Path, column: str | None, id_column: str | None) -> Iterator[Document]:
     text_key = column or "text"
-    for number, line in text_lines(path):
-        if not line.strip():
+    for number, record in json_objects(path, keep_blank=True):
+        if record is None:
             yield Document(str(number), "")  # counted as blank by the caller
             continue
-        try:
-            record = json.loads(line)
-        except json.JSONDecodeError as exc:
-            raise InputError(f"{path}: line {number} is not valid JSON: {exc.msg}") from None
-        if not isinstance(record, dict):
-            raise InputError(f"{path}: line {number} is not a JSON object")
         if text_key not in record:
             keys = ", ".join(repr(k) for k in record) or "none"
             raise InputError(f"{path}: line {number} has no {text_key!r} field (keys found: {keys})")

@@ -154,7 +154,7 @@ def csv_rows(path: Path) -> Iterator[tuple[int, list[str]]]:
 
 def _jsonl_pairs(path: Path) -> Iterator[tuple[int, str, str, str]]:
     empty = True
-    for number, obj in _json_objects(path):
+    for number, obj in json_objects(path):
         empty = False
         missing = [c for c in STS_COLUMNS if c not in obj]
         if missing:
@@ -168,9 +168,15 @@ def _jsonl_pairs(path: Path) -> Iterator[tuple[int, str, str, str]]:
         raise InputError(f"{path} is empty")
 
 
-def _json_objects(path: Path) -> Iterator[tuple[int, dict[str, Any]]]:
+def json_objects(path: Path, *, keep_blank: bool = False) -> Iterator[tuple[int, dict[str, Any] | None]]:
+    """The JSON object on each line of a JSONL file with its line number; a bad line is an `InputError`.
+
+    Blank lines are skipped, or yielded as `(number, None)` with `keep_blank` (so a caller can count them).
+    """
     for number, line in text_lines(path):
         if not line.strip():
+            if keep_blank:
+                yield number, None
             continue
         try:
             obj = json.loads(line)
@@ -258,7 +264,7 @@ def read_qrels(path: Path) -> dict[str, dict[str, int]]:
 
 def _read_corpus(path: Path) -> dict[str, dict[str, str]]:
     corpus: dict[str, dict[str, str]] = {}
-    for number, obj in _json_objects(path):
+    for number, obj in json_objects(path):
         doc_id = _record_id(obj, path, number)
         if doc_id in corpus:
             raise InputError(f"{path}: line {number} repeats document id {doc_id!r}")
@@ -272,7 +278,7 @@ def _read_corpus(path: Path) -> dict[str, dict[str, str]]:
 
 
 def _read_queries(path: Path) -> dict[str, str]:
-    return {_record_id(obj, path, n): _text_field(obj, "text", path, n) for n, obj in _json_objects(path)}
+    return {_record_id(obj, path, n): _text_field(obj, "text", path, n) for n, obj in json_objects(path)}
 
 
 def _record_id(obj: dict[str, Any], path: Path, number: int) -> str:
