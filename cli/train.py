@@ -76,8 +76,18 @@ def train(
             "--dev-sts", help="sentence1/sentence2/score TSV: keep the checkpoint with the best Spearman."
         ),
     ] = None,
+    dev_pseudo: Annotated[
+        int,
+        typer.Option(
+            "--dev-pseudo",
+            min=0,
+            help="Label-free selection: hold N pseudo queries (sentences cut from multi-sentence "
+            "documents) out of CORPUS and keep the checkpoint with the best nDCG@10 on them.",
+        ),
+    ] = DEFAULTS.dev_pseudo,
     eval_steps: Annotated[
-        int, typer.Option("--eval-steps", min=1, help="Evaluate --dev-sts every N steps (and at the end).")
+        int,
+        typer.Option("--eval-steps", min=1, help="Score the dev criterion every N steps (and at the end)."),
     ] = DEFAULTS.eval_steps,
     save_steps: Annotated[
         int, typer.Option("--save-steps", min=1, help="Write a checkpoint every N steps (and at the end).")
@@ -121,6 +131,7 @@ def train(
         device=device,
         precision=precision,
         dev_sts=str(dev_sts) if dev_sts is not None else None,
+        dev_pseudo=dev_pseudo,
         eval_steps=eval_steps,
         save_steps=save_steps,
     ).with_overrides(options or [])
@@ -138,7 +149,7 @@ def train(
     )
     if result.dev_score is not None:
         console.print(
-            f"dev Spearman: {result.dev_score:.4f} at step {result.best_step} "
+            f"{result.dev_label}: {result.dev_score:.4f} at step {result.best_step} "
             f"(untrained base: {result.base_dev_score:.4f})"
         )
         if result.worse_than_base:

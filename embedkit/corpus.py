@@ -21,7 +21,7 @@ from __future__ import annotations
 import hashlib
 import random
 import re
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -228,6 +228,7 @@ class CorpusStats:
     after_split: int  # sentences after --split-sentences (= read without it)
     duplicates: int  # repeated sentences removed (first occurrence kept)
     sampled: int  # sentences kept after --limit (= the unique sentences without it)
+    held_out: int = 0  # sentences set aside before --limit (dev pseudo queries and their kin)
 
     def describe(self) -> str:
         parts = [f"{self.read:,} texts read"]
@@ -236,6 +237,8 @@ class CorpusStats:
         if self.after_split != self.read:
             parts.append(f"{self.after_split:,} sentences after splitting")
         parts.append(f"{self.duplicates:,} duplicates removed")
+        if self.held_out:
+            parts.append(f"{self.held_out:,} held out for the dev queries")
         parts.append(f"{self.sampled:,} kept")
         return ", ".join(parts)
 
@@ -255,13 +258,16 @@ def load_sentences(
     split_sentences: bool = False,
     limit: int | None = None,
     seed: int = 0,
+    exclude: Callable[[list[str]], tuple[list[str], int]] | None = None,
 ) -> CorpusSample:
     """Training sentences from a corpus (any `read_documents` format) or a list of texts.
 
     White space is collapsed, blank texts skipped, documents optionally split into sentences,
     duplicates removed (the first occurrence kept, in corpus order), and with `limit` a subset of
     that many sentences drawn with `seed`: the same corpus, limit and seed always give the same
-    sentences (in corpus order). An empty result is an `InputError`.
+    sentences (in corpus order). `exclude(sentences) -> (kept, dropped)` removes held-out texts
+    before the subset is drawn, so `limit` still counts training sentences. An empty result is an
+    `InputError`.
     """
     if limit is not None and limit < 1:
         raise InputError(f"--limit must be at least 1, got {limit}")
@@ -281,6 +287,11 @@ def load_sentences(
     sentences = list(unique)
     if not sentences:
         raise InputError(f"no sentences in {source}: it is empty or every line is blank")
+    held_out = 0
+    if exclude is not None:
+        sentences, held_out = exclude(sentences)
+        if not sentences:
+            raise InputError(f"no sentences in {source} are left once the dev queries are held out")
     if limit is not None and limit < len(sentences):
         chosen = sorted(random.Random(seed).sample(range(len(sentences)), limit))
         sentences = [sentences[i] for i in chosen]
@@ -290,6 +301,7 @@ def load_sentences(
         after_split=pieces,
         duplicates=pieces - len(unique),
         sampled=len(sentences),
+        held_out=held_out,
     )
     return CorpusSample(sentences, stats, sentences_fingerprint(sentences))
 

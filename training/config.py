@@ -74,7 +74,8 @@ class TrainConfig:
 
     # --- model selection, logging, checkpoints ---
     dev_sts: str | None = None  # a sentence1/sentence2/score TSV scored by Spearman (SimCSE: STS-B dev)
-    eval_steps: int = 125  # evaluate on dev_sts every N steps and at the end: SimCSE's interval
+    dev_pseudo: int = 0  # N > 0: hold N pseudo queries out of the corpus, select on their nDCG@10
+    eval_steps: int = 125  # evaluate the dev criterion every N steps and at the end: SimCSE's interval
     eval_batch_size: int = 128  # batch size when embedding the dev sentences (speed only)
     save_steps: int = 125  # write a resumable checkpoint every N steps and at the end
     log_steps: int = 1  # append the loss terms to metrics.jsonl every N steps
@@ -118,6 +119,7 @@ class TrainConfig:
             raise InputError("momentum_dropout and warmup_ratio must be in [0, 1)")
         minimums = {"batch_size": 2, "max_seq_length": 3, "epochs": 1, "ami_samples": 3, "queue_size": 1}
         minimums |= {"eval_steps": 1, "eval_batch_size": 1, "save_steps": 1, "log_steps": 1}
+        minimums |= {"dev_pseudo": 0}
         for name, minimum in minimums.items():
             if getattr(self, name) < minimum:
                 raise InputError(f"{name} must be at least {minimum}, got {getattr(self, name)}")
@@ -125,6 +127,8 @@ class TrainConfig:
             value = getattr(self, name)
             if value is not None and value < 1:
                 raise InputError(f"{name} must be at least 1, got {value}")
+        if self.dev_sts and self.dev_pseudo:
+            raise InputError("give dev_sts or dev_pseudo, not both: one criterion selects the checkpoint")
         return self
 
     def to_dict(self) -> dict[str, Any]:

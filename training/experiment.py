@@ -38,6 +38,7 @@ from embedkit.training.model import resolve_pooling
 from embedkit.training.trainer import steps_per_epoch, train
 
 from embedkit.atomic import write_json_atomic
+from embedkit.batching import CachingEncoder
 from embedkit.corpus import load_sentences, read_documents
 from embedkit.errors import InputError
 from embedkit.evaluation import RetrievalEvaluator, StsEvaluator
@@ -99,6 +100,11 @@ def train_config_from_options(options: Sequence[str], base: TrainConfig | None =
         key = option.partition("=")[0].strip().replace("-", "_")
         if key in RESERVED:
             raise InputError(f"{key} is set by the experiment for each run: use {RESERVED[key]} instead")
+    if config.dev_pseudo:
+        raise InputError(
+            "dev_pseudo needs documents, and experiment runs train on drawn sentence subsets: "
+            "use --eval-pseudo to score every run on pseudo queries"
+        )
     return config
 
 
@@ -127,6 +133,7 @@ class Evaluations:
 
     def __call__(self, encoder: Any) -> tuple[dict[str, float], dict[str, Any]]:
         """Table metrics (x100) and each evaluator's full output."""
+        encoder = CachingEncoder(encoder)
         metrics: dict[str, float] = {}
         details: dict[str, Any] = {}
         if self.sts is not None:

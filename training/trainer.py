@@ -24,8 +24,9 @@ from embedkit.training.config import TrainConfig
 from embedkit.training.encoder import resolve_device
 from embedkit.training.model import ContrastiveModel, make_optimizer, make_scheduler, optimizer_step
 from embedkit.training.save import write_model_folder
+from embedkit.training.selection import InferenceEncoder, PseudoQueryCriterion, dev_criterion
 
-from embedkit.batching import TokenBatcher, encode_in_order, l2_normalize
+from embedkit.batching import TokenBatcher
 from embedkit.corpus import CorpusStats, load_sentences
 from embedkit.errors import InputError, RunFailure
 from embedkit.modelfolder import model_fingerprint, read_model_spec
@@ -42,11 +43,12 @@ class TrainResult:
     steps: int
     sentences: int
     corpus_stats: CorpusStats
-    dev_score: float | None  # best dev Spearman of a trained checkpoint (the one saved)
+    dev_score: float | None  # best dev score of a trained checkpoint (the one saved)
     best_step: int | None
-    base_dev_score: float | None  # dev Spearman of the untrained base model
+    base_dev_score: float | None  # dev score of the untrained base model
     final_losses: dict[str, float]  # the loss terms of the last step
     seconds: float
+    dev_label: str | None = None  # what the dev scores are, e.g. "dev Spearman"
 
     @property
     def worse_than_base(self) -> bool:
@@ -95,32 +97,6 @@ def pad_batch(
         ids[r, :n], mask[r, :n], types[r, :n] = encodings[i].ids, 1, encodings[i].type_ids
     arrays = {"input_ids": ids, "attention_mask": mask, "token_type_ids": types}
     return {k: torch.from_numpy(v).to(device) for k, v in arrays.items()}
-
-
-@torch.no_grad()
-def evaluate_sts(
-    model: ContrastiveModel, dev: Any, batcher: TokenBatcher, dtype: torch.dtype | None, batch_size: int
-) -> float:
-    """Spearman of gold scores vs cosine similarities of inference vectors (no head, no dropout)."""
-    from embedkit.metrics import spearman
-
-    was_training = model.training
-    model.eval()
-    device = next(model.parameters()).device
-    texts = list(dict.fromkeys([*dev.sentences1, *dev.sentences2]))
-    row = {text: i for i, text in enumerate(texts)}
-
-    def run(batch: Any) -> np.ndarray:
-        names = ("input_ids", "attention_mask", "token_type_ids")
-        inputs = {k: torch.from_numpy(getattr(batch, k)).to(device) for k in names}
-        with autocast(device, dtype):
-            return model.sentence_vectors(inputs).float().cpu().numpy()
-
-    vectors = l2_normalize(encode_in_order(batcher, texts, batch_size, model.dim, run))
-    model.train(was_training)
-    a, b = vectors[[row[t] for t in dev.sentences1]], vectors[[row[t] for t in dev.sentences2]]
-    score = spearman((a * b).sum(axis=1), dev.scores)
-    return score if math.isfinite(score) else -1.0  # constant similarities rank nothing
 
 
 class TrainDisplay:
@@ -184,7 +160,11 @@ def train(
     out = Path(out_dir).expanduser()
 
     # 1. Check every input before anything is written.
-    sample = load_sentences(corpus, config.column, config.split_sentences, config.limit, config.limit_seed)
+    dev = dev_criterion(config, corpus)
+    held_out = dev.exclude if isinstance(dev, PseudoQueryCriterion) else None
+    sample = load_sentences(
+        corpus, config.column, config.split_sentences, config.limit, config.limit_seed, held_out
+    )
     if len(sample.sentences) < 2:
         raise InputError("contrastive training needs at least 2 distinct sentences")
     device = resolve_device(config.device)
@@ -193,11 +173,6 @@ def train(
     if spec.kind != "torch":
         raise InputError(f"--base {spec.path} is an ONNX folder: training needs the torch model")
     base_fingerprint = model_fingerprint(spec.path)
-    dev = None
-    if config.dev_sts:
-        from embedkit.datasets import read_sts
-
-        dev = read_sts(config.dev_sts)
     resume_from = ckpt.prepare_out_dir(out, resume, overwrite)
     if resume_from is not None:
         ckpt.check_resumable(resume_from, config, sample.fingerprint, base_fingerprint)
@@ -207,7 +182,8 @@ def train(
     model = ContrastiveModel.from_folder(spec.path, config).to(device)
     batcher = TokenBatcher(spec.path, config.max_seq_length)
     encodings = batcher.tokenizer.encode_batch(sample.sentences)
-    dev_batcher = TokenBatcher(spec.path, spec.max_seq_length) if dev else None  # at inference length
+    # The dev criterion embeds at the inference length, as a user of the saved folder will.
+    dev_encoder = InferenceEncoder(model, TokenBatcher(spec.path, spec.max_seq_length), dtype)
     per_epoch = steps_per_epoch(len(sample.sentences), config.batch_size)
     total = int(min(config.epochs * per_epoch, config.max_steps or math.inf))
     optimizer = make_optimizer(model, config)
@@ -238,9 +214,9 @@ def train(
         start = {"event": "start", "step": 0, "steps": total, "sentences": len(sample.sentences)}
         ckpt.append_metrics(metrics, {**start, **meta})
         if dev is not None:
-            state.base_score = evaluate_sts(model, dev, dev_batcher, dtype, config.eval_batch_size)
-            ckpt.append_metrics(metrics, {"step": 0, "dev_spearman": state.base_score, "base": True})
-            display.note(f"base model: dev Spearman {state.base_score:.4f}")
+            state.base_score = dev.score(dev_encoder, config.eval_batch_size)
+            ckpt.append_metrics(metrics, {"step": 0, f"dev_{dev.metric}": state.base_score, "base": True})
+            display.note(f"base model: {dev.label} {state.base_score:.4f}")
 
     # 4. The steps.
     display.start(state.step)
@@ -275,15 +251,15 @@ def train(
                 )
             display.advance(state.step, terms)
             if dev is not None and (state.step % config.eval_steps == 0 or state.step == total):
-                score = evaluate_sts(model, dev, dev_batcher, dtype, config.eval_batch_size)
+                score = dev.score(dev_encoder, config.eval_batch_size)
                 improved = state.best_score is None or score > state.best_score
                 if improved:
                     ckpt.save_best(out, model, state.step, score)
                     state.best_score, state.best_step = score, state.step
-                ckpt.append_metrics(metrics, {"step": state.step, "dev_spearman": score, "best": improved})
-                display.note(
-                    f"step {state.step}: dev Spearman {score:.4f}{' (best so far)' if improved else ''}"
-                )
+                record = {"step": state.step, f"dev_{dev.metric}": score, "best": improved}
+                ckpt.append_metrics(metrics, record)
+                best = " (best so far)" if improved else ""
+                display.note(f"step {state.step}: {dev.label} {score:.4f}{best}")
             if state.step % config.save_steps == 0 or state.step == total:
                 ckpt.save_checkpoint(out, model, optimizer, scheduler, scaler, generator, state, meta)
             if on_step is not None:
@@ -315,8 +291,7 @@ def train(
             "dev": None
             if dev is None
             else {
-                "file": str(config.dev_sts),
-                "metric": "spearman",
+                **dev.describe(),
                 "base_score": state.base_score,
                 "best_score": state.best_score,
                 "best_step": state.best_step,
@@ -335,6 +310,7 @@ def train(
         state.base_score,
         state.last_losses,
         state.seconds,
+        dev.label if dev is not None else None,
     )
 
 

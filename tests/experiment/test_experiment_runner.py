@@ -210,6 +210,8 @@ def test_train_options_are_parsed_by_field_type() -> None:
         train_config_from_options(["seed=3"])
     with pytest.raises(InputError, match="max_steps='two' is not a valid int"):
         train_config_from_options(["max_steps=two"])
+    with pytest.raises(InputError, match="use --eval-pseudo"):
+        train_config_from_options(["dev_pseudo=50"])
 
 
 @pytest.mark.parametrize(

@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from embedkit.batching import TokenBatcher, encode_in_order
+from embedkit.batching import CachingEncoder, TokenBatcher, encode_in_order
 from embedkit.errors import InputError
 
 TEXTS = [
@@ -75,3 +75,36 @@ def test_torch_encoder_gives_each_text_the_vector_it_gets_alone(tiny_bert):
 def test_batch_size_must_be_positive(tiny_bert):
     with pytest.raises(InputError, match="batch size must be at least 1"):
         list(TokenBatcher(tiny_bert, 64).batches(TEXTS, batch_size=0))
+
+
+class _CountingEncoder:
+    """Embeds a text as [len, count of 'a', 1]; records every text it was asked for."""
+
+    dim = 3
+
+    def __init__(self) -> None:
+        self.seen: list[str] = []
+
+    def encode(self, texts, batch_size=64, normalize=None, progress=False):
+        self.seen.extend(texts)
+        vectors = np.array([[len(t), t.count("a"), 1.0] for t in texts], dtype=np.float32)
+        vectors = vectors.reshape(len(texts), 3)
+        if normalize:
+            vectors /= np.linalg.norm(vectors, axis=1, keepdims=True)
+        return vectors
+
+
+def test_caching_encoder_embeds_each_text_once_and_keeps_order():
+    inner = _CountingEncoder()
+    cached = CachingEncoder(inner)
+    first = cached.encode(["banana", "kiwi", "banana"], normalize=True)
+    second = cached.encode(["apple", "kiwi", "banana"], normalize=True)
+    assert inner.seen == ["banana", "kiwi", "apple"]
+    reference = _CountingEncoder()
+    np.testing.assert_array_equal(first, reference.encode(["banana", "kiwi", "banana"], normalize=True))
+    np.testing.assert_array_equal(second, reference.encode(["apple", "kiwi", "banana"], normalize=True))
+    # normalized and raw vectors of one text are different answers, kept apart
+    raw = cached.encode(["kiwi"], normalize=False)
+    np.testing.assert_array_equal(raw, [[4.0, 0.0, 1.0]])
+    assert cached.encode([], normalize=True).shape == (0, 3)
+    assert cached.dim == 3

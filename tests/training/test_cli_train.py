@@ -15,13 +15,6 @@ from typer.testing import CliRunner
 CORPUS = "\n".join(" ".join(["wing flow"] * n) + f" {n}" for n in range(1, 13)) + "\n"
 
 
-@pytest.fixture(autouse=True)
-def one_thread():
-    previous = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(previous)
-
 
 @pytest.fixture
 def corpus(tmp_path: Path) -> Path:
@@ -126,7 +119,7 @@ def test_worse_than_base_is_said_plainly(
     def fake_train(corpus, out, config, **kwargs):
         stats = CorpusStats(12, 0, 12, 0, 12)
         return trainer.TrainResult(
-            Path(out), config.method, 16, 12, stats, 0.70, 16, 0.80, {"loss": 1.0}, 1.0
+            Path(out), config.method, 16, 12, stats, 0.70, 16, 0.80, {"loss": 1.0}, 1.0, "dev Spearman"
         )
 
     monkeypatch.setattr(trainer, "train", fake_train)

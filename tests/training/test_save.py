@@ -15,15 +15,6 @@ from embedkit.training.save import write_model_folder
 from embedkit.modelfolder import read_model_spec
 
 
-@pytest.fixture(autouse=True)
-def one_thread():
-    """Tiny models run faster on one thread, and the machine is shared."""
-    previous = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(previous)
-
-
 def reference_vectors(model_dir: Path, texts: list[str], pooling: str) -> np.ndarray:
     """Tokenize with the HF tokenizer, run AutoModel, pool by hand, L2-normalise with numpy."""
     from transformers import AutoModel, AutoTokenizer

@@ -27,14 +27,6 @@ from embedkit.errors import InputError, RunFailure
 CORPUS = [" ".join(["wing flow"] * n) + f" {n}" for n in range(1, 13)]
 
 
-@pytest.fixture(autouse=True)
-def one_thread():
-    """Tiny models run faster on one thread, and the machine is shared."""
-    previous = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(previous)
-
 
 def config(base: Path, **changes: object) -> TrainConfig:
     # CPU even where CUDA exists: the exact-resume comparison needs CPU determinism

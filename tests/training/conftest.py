@@ -1,0 +1,15 @@
+"""Fixtures of the training tests."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+
+@pytest.fixture(autouse=True)
+def one_thread():
+    """Tiny models run faster on one thread, and the machine is shared."""
+    previous = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(previous)
