@@ -45,8 +45,8 @@ class TrainState:
     """The JSON part of a checkpoint: where the run is and what it has found so far."""
 
     step: int = 0
-    base_score: float | None = None  # dev Spearman of the untrained base model
-    best_score: float | None = None  # best dev Spearman of a trained checkpoint
+    base_score: float | None = None  # dev score of the untrained base model
+    best_score: float | None = None  # best dev score of a trained checkpoint
     best_step: int | None = None
     last_losses: dict[str, float] = field(default_factory=dict)
     seconds: float = 0.0  # training time so far, summed over resumed parts
