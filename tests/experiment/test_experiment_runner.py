@@ -195,6 +195,26 @@ def test_changed_settings_in_the_same_folder_are_refused(finished, tmp_path) -> 
     assert "holds an experiment with other settings (changed: train)" in result.output
 
 
+def test_an_experiment_from_before_a_setting_existed_resumes(finished, tmp_path) -> None:
+    out = tmp_path / "out"
+    shutil.copytree(finished["out"], out)
+    manifest = json.loads((out / "experiment.json").read_text())
+    for field in ("dev_pseudo", "reconstruction_weight"):  # as if written before they existed
+        del manifest["settings"]["train"][field]
+    manifest["key"] = "0123456789abcdef"
+    (out / "experiment.json").write_text(json.dumps(manifest))
+    for run in (out / "runs").glob("*.json"):
+        record = json.loads(run.read_text())
+        run.write_text(json.dumps({**record, "settings": manifest["key"]}))
+    args = [str(out) if a == str(finished["out"]) else a for a in finished["args"]]
+    result = CliRunner().invoke(app, args)
+    assert result.exit_code == 0, result.output
+    assert "0 runs done, 9 found finished" in " ".join(result.output.split())
+    changed = CliRunner().invoke(app, [*args, "--train-option", "reconstruction_weight=0.5"])
+    assert changed.exit_code == 2
+    assert "other settings (changed: train)" in " ".join(changed.output.split())
+
+
 def test_train_options_are_parsed_by_field_type() -> None:
     config = train_config_from_options(
         ["ami_weight=1e-3", "max_steps=none", "split_sentences=yes", "pooling=cls"]
