@@ -149,3 +149,14 @@ SENTENCES = [
 @pytest.fixture
 def sentences() -> list[str]:
     return list(SENTENCES)
+
+
+@pytest.fixture
+def one_thread():
+    """Tiny models run faster on one torch thread, and the machine is shared."""
+    import torch
+
+    previous = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(previous)

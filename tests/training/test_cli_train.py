@@ -12,8 +12,9 @@ import torch
 from embedkit.cli.app import app
 from typer.testing import CliRunner
 
-CORPUS = "\n".join(" ".join(["wing flow"] * n) + f" {n}" for n in range(1, 13)) + "\n"
+pytestmark = pytest.mark.usefixtures("one_thread")
 
+CORPUS = "\n".join(" ".join(["wing flow"] * n) + f" {n}" for n in range(1, 13)) + "\n"
 
 
 @pytest.fixture

@@ -16,6 +16,8 @@ from embedkit.corpus import load_sentences, read_documents
 from embedkit.errors import InputError
 from embedkit.pseudo import build_pseudo_queries, evaluate_pseudo, normalize_text
 
+pytestmark = pytest.mark.usefixtures("one_thread")
+
 
 @pytest.fixture
 def documents(tmp_path: Path, sentences: list[str]) -> Path:

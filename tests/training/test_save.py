@@ -14,6 +14,8 @@ from embedkit.training.save import write_model_folder
 
 from embedkit.modelfolder import read_model_spec
 
+pytestmark = pytest.mark.usefixtures("one_thread")
+
 
 def reference_vectors(model_dir: Path, texts: list[str], pooling: str) -> np.ndarray:
     """Tokenize with the HF tokenizer, run AutoModel, pool by hand, L2-normalise with numpy."""

@@ -23,9 +23,10 @@ from embedkit.training.trainer import pad_batch, steps_per_epoch, train
 
 from embedkit.errors import InputError, RunFailure
 
+pytestmark = pytest.mark.usefixtures("one_thread")
+
 # Distinct lengths, so the sentences differ even for a tokenizer that knows few words.
 CORPUS = [" ".join(["wing flow"] * n) + f" {n}" for n in range(1, 13)]
-
 
 
 def config(base: Path, **changes: object) -> TrainConfig:
