@@ -14,7 +14,8 @@ The two reference settings (all-MiniLM-L6-v2; see `embedkit experiment --help`):
 
     embedkit experiment ../shared/data/corpora/wiki1m-sample.txt --out runs/wiki-cls \
         --sizes 1000,4000 --seeds 3 --methods simcse,ami-simcse,moco-simcse,micse --pooling cls \
-        --eval-sts ../shared/data/sts/stsb-dev.tsv --eval-sts ../shared/data/sts/stsb-test.tsv
+        --eval-sts ../shared/data/sts/stsb-dev.tsv --eval-sts ../shared/data/sts/stsb-test.tsv \
+        -t max_steps=1000000  # one full epoch, as the paper
     embedkit experiment ../shared/data/cranfield --split-sentences --out runs/cranfield \
         --sizes 1000,4000 --seeds 3 --methods simcse,ami-simcse,moco-simcse,micse \
         --eval-retrieval ../shared/data/cranfield --eval-sts ../shared/data/sts/stsb-test.tsv --eval-pseudo
