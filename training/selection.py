@@ -129,9 +129,7 @@ class PseudoQueryCriterion:
 
 
 def dev_criterion(config: TrainConfig, corpus: Any) -> StsCriterion | PseudoQueryCriterion | None:
-    """The criterion `config` asks for (None without one); reads and checks its data."""
-    if config.dev_sts and config.dev_pseudo:
-        raise InputError("give --dev-sts or --dev-pseudo, not both: one criterion selects the checkpoint")
+    """The criterion a validated `config` asks for (None without one); reads and checks its data."""
     if config.dev_sts:
         return StsCriterion(config.dev_sts)
     if config.dev_pseudo:
