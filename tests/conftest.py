@@ -146,6 +146,26 @@ SENTENCES = [
 ]
 
 
+# Domain words from which the pseudo-query tests compose multi-sentence documents.
+AERO_WORDS = [
+    "wing",
+    "flow",
+    "air",
+    "pressure",
+    "boundary",
+    "layer",
+    "shock",
+    "wave",
+    "heat",
+    "transfer",
+    "mach",
+    "number",
+    "body",
+    "drag",
+    "lift",
+]
+
+
 @pytest.fixture
 def sentences() -> list[str]:
     return list(SENTENCES)

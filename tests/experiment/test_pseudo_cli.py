@@ -9,26 +9,9 @@ from pathlib import Path
 import numpy as np
 import pytest
 import typer
+from conftest import AERO_WORDS
 from embedkit.cli.pseudo import register_into
 from typer.testing import CliRunner
-
-WORDS = [
-    "wing",
-    "flow",
-    "air",
-    "pressure",
-    "boundary",
-    "layer",
-    "shock",
-    "wave",
-    "heat",
-    "transfer",
-    "mach",
-    "number",
-    "body",
-    "drag",
-    "lift",
-]
 
 
 def _app() -> typer.Typer:
@@ -51,7 +34,8 @@ def _corpus(path: Path, n_docs: int = 30) -> Path:
     for d in range(n_docs):
         # In-vocabulary words only, so that no document is cut at the tiny model's 64 tokens.
         sentences = [
-            " ".join(rng.choice(WORDS, size=5)).capitalize() + "." for _ in range(int(rng.integers(2, 6)))
+            " ".join(rng.choice(AERO_WORDS, size=5)).capitalize() + "."
+            for _ in range(int(rng.integers(2, 6)))
         ]
         lines.append(json.dumps({"_id": f"doc-{d}", "title": "", "text": " ".join(sentences)}))
     path.write_text("\n".join(lines) + "\n")

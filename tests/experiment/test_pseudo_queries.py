@@ -7,6 +7,7 @@ import re
 
 import numpy as np
 import pytest
+from conftest import AERO_WORDS
 
 from embedkit.corpus import Document, load_sentences, split_into_sentences
 from embedkit.errors import InputError
@@ -62,27 +63,10 @@ def test_hand_built_corpus_gives_hand_computed_metrics() -> None:
 
 def _synthetic_corpus(n_docs: int = 60) -> list[Document]:
     rng = np.random.default_rng(0)
-    words = [
-        "wing",
-        "flow",
-        "air",
-        "pressure",
-        "boundary",
-        "layer",
-        "shock",
-        "wave",
-        "heat",
-        "transfer",
-        "mach",
-        "number",
-        "body",
-        "drag",
-        "lift",
-    ]
     docs = []
     for d in range(n_docs):
         sentences = [
-            f"Document {d} sentence {s} says " + " ".join(rng.choice(words, size=5)) + "."
+            f"Document {d} sentence {s} says " + " ".join(rng.choice(AERO_WORDS, size=5)) + "."
             for s in range(int(rng.integers(1, 6)))
         ]
         docs.append(Document(f"doc{d}", " ".join(sentences), title=f"Title {d}"))
