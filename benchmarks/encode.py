@@ -2,6 +2,7 @@
 
     .venv/bin/python benchmarks/encode.py [--onnx DIR] [--sentences 2000] [--repeats 5]
     .venv/bin/python benchmarks/encode.py --session-options   # also time ORT SessionOptions variants
+    python benchmarks/encode.py --device cuda   # GPU: torch with CUDA and onnxruntime-gpu
 
 On the default model (all-MiniLM-L6-v2) and a fixed mix of ../shared/data sentences (STS-B,
 Cranfield queries, titles and abstract sentences), one run measures, interleaved so that a change in machine
@@ -83,7 +84,11 @@ def sts_spearman(encode: Callable[[list[str]], np.ndarray]) -> float:
     return 100.0 * float(spearmanr(np.sum(a * b, axis=1), sts.scores).statistic)
 
 
-def make_backends(onnx_dir: Path, threads: int | None) -> dict[str, Callable[[list[str]], np.ndarray]]:
+def make_backends(
+    onnx_dir: Path, threads: int | None, device: str = "cpu"
+) -> dict[str, Callable[[list[str]], np.ndarray]]:
+    """On the CPU: ST, torch, ONNX fp32/fp16/int8. On CUDA: ST in fp32 and fp16, torch, and ONNX
+    fp32/fp16 on ONNX Runtime's CUDA provider (dynamic int8 is a CPU format: not timed there)."""
     from embedkit.training.encoder import TorchEncoder
     from sentence_transformers import SentenceTransformer
 
@@ -91,14 +96,19 @@ def make_backends(onnx_dir: Path, threads: int | None) -> dict[str, Callable[[li
     from embedkit.onnx_encoder import OnnxEncoder
 
     model_dir = default_base_model_path()
-    st = SentenceTransformer(str(model_dir), device="cpu")
-    torch_encoder = TorchEncoder(model_dir, device="cpu")
+    st = SentenceTransformer(str(model_dir), device=device)
+    torch_encoder = TorchEncoder(model_dir, device=device)
     backends: dict[str, Callable[[list[str]], np.ndarray]] = {
         "sentence-transformers": lambda t: st.encode(t, batch_size=BATCH_SIZE, convert_to_numpy=True),
-        "embedkit torch": lambda t: torch_encoder.encode(t, batch_size=BATCH_SIZE),
     }
-    for precision in ("fp32", "fp16", "int8"):
-        encoder = OnnxEncoder(onnx_dir, device="cpu", precision=precision, intra_op_threads=threads)
+    if device == "cuda":
+        st_half = SentenceTransformer(str(model_dir), device=device).half()
+        backends["sentence-transformers fp16"] = lambda t: st_half.encode(
+            t, batch_size=BATCH_SIZE, convert_to_numpy=True
+        ).astype(np.float32)
+    backends["embedkit torch"] = lambda t: torch_encoder.encode(t, batch_size=BATCH_SIZE)
+    for precision in ("fp32", "fp16") if device == "cuda" else ("fp32", "fp16", "int8"):
+        encoder = OnnxEncoder(onnx_dir, device=device, precision=precision, intra_op_threads=threads)
         backends[f"onnx {precision}"] = lambda t, e=encoder: e.encode(t, batch_size=BATCH_SIZE)
     return backends
 
@@ -180,6 +190,12 @@ def main() -> None:
     )
     parser.add_argument("--threads", type=int, help="Threads for torch and ONNX Runtime (default: theirs).")
     parser.add_argument("--json", type=Path, help="Write the figures to this file too.")
+    parser.add_argument(
+        "--device",
+        choices=("cpu", "cuda"),
+        default="cpu",
+        help="cuda needs torch with CUDA and onnxruntime-gpu.",
+    )
     args = parser.parse_args()
     if not DATA.is_dir():
         sys.exit(f"error: {DATA} not found (the benchmark reads ../shared/data)")
@@ -191,10 +207,14 @@ def main() -> None:
     probe_before = matmul_probe()
     threads = torch.get_num_threads()
     print(f"matmul probe (1024x1024 float32): {probe_before:.1f} GFLOP/s; torch threads {threads}")
+    if args.device == "cuda":
+        if not torch.cuda.is_available():
+            sys.exit("error: --device cuda, but torch sees no CUDA GPU")
+        print(f"GPU: {torch.cuda.get_device_name(0)}")
     texts = benchmark_texts(args.sentences)
     with tempfile.TemporaryDirectory(prefix="embedkit-bench-") as work:
         onnx_dir = ensure_export(args.onnx, Path(work))
-        backends = make_backends(onnx_dir, args.threads)
+        backends = make_backends(onnx_dir, args.threads, args.device)
         if args.session_options:
             backends.update(session_option_backends(onnx_dir))
         seconds = time_backends(backends, texts, args.repeats)

@@ -6,6 +6,8 @@ onnxruntime and faiss are imported inside the command bodies so that `embedkit -
 
 from __future__ import annotations
 
+import warnings
+
 import typer
 
 app = typer.Typer(
@@ -27,7 +29,15 @@ def _register() -> None:
 _register()
 
 
+def _one_line_warning(
+    message: Warning | str, category: type[Warning], filename: str, lineno: int, line: str | None = None
+) -> str:
+    # The library warns (a CPU fallback, say) through `warnings`; a CLI user gets one line, no source.
+    return f"warning: {message}\n"
+
+
 def main() -> None:
+    warnings.formatwarning = _one_line_warning
     app()
 
 

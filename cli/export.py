@@ -62,7 +62,8 @@ def export(
         ),
     ] = None,
     device: Annotated[
-        str, typer.Option("--device", help="Where the parity check runs: auto, cpu or cuda.")
+        str,
+        typer.Option("--device", help="Where parity is checked: auto, cpu or cuda (int8: always the CPU)."),
     ] = "auto",
 ) -> None:
     """Export MODEL_DIR to ONNX with pooling and normalisation in the graph, checked against PyTorch."""

@@ -8,6 +8,7 @@ token ids; pooling and (by default) L2 normalisation happen inside the graph.
 
 from __future__ import annotations
 
+import warnings
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -72,6 +73,26 @@ def cuda_listed() -> bool:
     return "CUDAExecutionProvider" in ort.get_available_providers()
 
 
+def preload_cuda_libraries() -> None:
+    """Load the CUDA and cuDNN libraries of the `nvidia-*` pip packages, where they are installed.
+
+    onnxruntime-gpu finds them by itself only when torch was imported first or they are on the
+    loader's path; this runtime path imports no torch, so without this a correct
+    `pip install onnxruntime-gpu[cuda,cudnn]` would fall back to CPU. Quiet: what it could not
+    load shows up as the session's fallback, which `create_session` turns into a clear error.
+    """
+    import contextlib
+    import io
+
+    import onnxruntime as ort
+
+    preload = getattr(ort, "preload_dlls", None)  # onnxruntime-gpu >= 1.21
+    if preload is None:
+        return
+    with contextlib.redirect_stdout(io.StringIO()), contextlib.suppress(Exception):
+        preload()
+
+
 def create_session(file: Path, device: str = "auto", intra_op_threads: int | None = None):
     """An InferenceSession on `device`, and "cuda" or "cpu" for where it really runs.
 
@@ -92,6 +113,10 @@ def create_session(file: Path, device: str = "auto", intra_op_threads: int | Non
     if want_cuda:
         device_id = int(device.split(":", 1)[1]) if ":" in device else 0
         providers.insert(0, ("CUDAExecutionProvider", {"device_id": device_id}))
+        preload_cuda_libraries()
+        # onnxruntime-gpu 1.31 warns on every CUDA session that no plugin EP is registered, then
+        # uses its built-in CUDA provider; where the session really runs is checked below.
+        ort.set_default_logger_severity(3)
     try:
         session = ort.InferenceSession(
             str(file), sess_options=session_options(intra_op_threads), providers=providers
@@ -105,6 +130,13 @@ def create_session(file: Path, device: str = "auto", intra_op_threads: int | Non
         raise InputError(
             "CUDA was requested but ONNX Runtime cannot use it: the session fell back to CPU "
             "(CUDA or cuDNN libraries missing or not matching this onnxruntime-gpu)"
+        )
+    if want_cuda and not on_cuda:
+        warnings.warn(
+            "onnxruntime-gpu could not load CUDA (libraries missing or not matching it): running on CPU; "
+            "pass device='cpu' to silence this, or device='cuda' to make it an error",
+            RuntimeWarning,
+            stacklevel=2,
         )
     return session, ("cuda" if on_cuda else "cpu")
 

@@ -92,8 +92,9 @@ def export_model(
     """Export `model_dir` to a verified ONNX folder at `out_dir`; see the module docstring.
 
     `normalize`: L2-normalise inside the graph (default). `token_embeddings`: also output the
-    token vectors. `device`: where the parity check runs both models. `gates`: the parity
-    thresholds (tests tighten them to force a failure). `on_step`: told each stage, for the CLI.
+    token vectors. `device`: where the parity check runs both models (int8: always the CPU).
+    `gates`: the parity thresholds (tests tighten them to force a failure). `on_step`: told each
+    stage, for the CLI.
     Raises `InputError` for bad input, `ParityFailure` (a `RunFailure`) when a gate fails.
     """
     say = on_step or (lambda _message: None)
@@ -276,7 +277,10 @@ def _check(
 ) -> ParityReport:
     """Embed the parity sentences with one ONNX file and judge it; raise `ParityFailure` if asked."""
     try:
-        encoder = OnnxEncoder(stage, device=device, precision=precision)
+        # Dynamic int8 is made for CPU inference (OnnxEncoder never picks it on a GPU), so it is
+        # checked where it will run.
+        where = "cpu" if precision == "int8" else device
+        encoder = OnnxEncoder(stage, device=where, precision=precision)
         vectors = encoder.encode(checks.texts, PARITY_BATCH_SIZE, progress=progress)
     except InputError as exc:  # our own file failed to load or run: a failure, not bad input
         raise RunFailure(f"the {precision} graph does not run: {exc}") from None

@@ -18,6 +18,7 @@ import re
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from embedkit.export.quiet import quiet
 
@@ -68,12 +69,52 @@ def convert_fp16(src: Path, dst: Path, plan: Fp16Plan) -> list[str]:
             model.convert_float_to_float16(
                 keep_io_types=True, op_block_list=keep_ops, node_block_list=keep_nodes
             )
+        _drop_repeated_casts(model.model)
         _unique_node_names(model.model)
         model.save_model_to_file(str(dst))
     except Exception as exc:  # the converter raises assorted errors on graphs it cannot type
         raise RunFailure(f"float16 conversion failed: {exc}") from None
     kept = [n.name for n in model.model.graph.node if n.name in keep_nodes or n.op_type in plan.keep_fp32_ops]
     return kept
+
+
+def _drop_repeated_casts(model) -> None:  # model: onnx.ModelProto
+    """Remove each Cast that repeats an earlier one: same input, same target type, same output.
+
+    onnxruntime 1.31's converter (the newest onnxruntime-gpu on PyPI at the time of writing; 1.32
+    fixed it) inserts one Cast per float32-kept reader of a float16 tensor, every one defining the
+    same output name, and ONNX Runtime then refuses the graph ("Duplicate definition of name").
+    """
+    producers: dict[str, Any] = {}
+    kept = []
+    for node in model.graph.node:
+        earlier = [producers.get(name) for name in node.output]
+        repeated = (
+            node.op_type == "Cast"
+            and len(node.output) == 1
+            and earlier[0] is not None
+            and earlier[0].op_type == "Cast"
+            and list(earlier[0].input) == list(node.input)
+            and _attributes(earlier[0]) == _attributes(node)
+        )
+        if repeated:
+            continue
+        kept.append(node)
+        for name in node.output:
+            producers.setdefault(name, node)
+    if len(kept) < len(model.graph.node):
+        del model.graph.node[:]
+        model.graph.node.extend(kept)
+        infos, seen = list(model.graph.value_info), set()
+        del model.graph.value_info[:]
+        for info in infos:
+            if info.name not in seen:
+                seen.add(info.name)
+                model.graph.value_info.append(info)
+
+
+def _attributes(node) -> list[bytes]:
+    return [attribute.SerializeToString() for attribute in node.attribute]
 
 
 def _unique_node_names(model) -> None:  # model: onnx.ModelProto

@@ -158,15 +158,41 @@ def test_cuda_request_never_runs_silently_on_cpu(exported, monkeypatch: pytest.M
     if "CUDAExecutionProvider" not in onnxruntime.get_available_providers():
         with pytest.raises(InputError, match="CUDA was requested but ONNX Runtime cannot use it"):
             OnnxEncoder(exported.out_dir, device="cuda")
-    # onnxruntime-gpu without working CUDA libraries lists the provider, then falls back silently.
-    # A CPU-only build asked for CUDA behaves the same way, which is what this simulates.
+    # onnxruntime-gpu without working CUDA libraries lists the provider, then creates a CPU-only
+    # session without a word. Simulated here on any machine, a GPU one included.
+    real_session = onnxruntime.InferenceSession
+    preloads: list[bool] = []
+
+    def falling_back(path, sess_options=None, providers=None):
+        return real_session(path, sess_options=sess_options, providers=["CPUExecutionProvider"])
+
     monkeypatch.setattr(
         onnxruntime, "get_available_providers", lambda: ["CUDAExecutionProvider", "CPUExecutionProvider"]
     )
+    monkeypatch.setattr(onnxruntime, "InferenceSession", falling_back)
+    monkeypatch.setattr(onnxruntime, "preload_dlls", lambda: preloads.append(True), raising=False)
     with pytest.raises(InputError, match="the session fell back to CPU"):
         OnnxEncoder(exported.out_dir, device="cuda")
-    auto = OnnxEncoder(exported.out_dir, device="auto")
+    assert preloads, "the pip packages' CUDA libraries were not preloaded before asking for CUDA"
+    with pytest.warns(RuntimeWarning, match="could not load CUDA"):
+        auto = OnnxEncoder(exported.out_dir, device="auto")
     assert auto.device == "cpu" and auto.precision == "fp32"
+
+
+@pytest.mark.skipif(
+    "CUDAExecutionProvider" not in onnxruntime.get_available_providers(), reason="needs onnxruntime-gpu"
+)
+def test_cuda_session_matches_cpu(tmp_path: Path, tiny_bert: Path):
+    """On a GPU: the CUDA provider really runs, fp16 is its default, both agree with the CPU graph."""
+    out = export_model(tiny_bert, tmp_path / "onnx", fp16=True, progress=False).out_dir
+    texts = ["a short one", "a much longer sentence with numbers 1 2 3 and punctuation!", "x"] * 5
+    reference = OnnxEncoder(out, device="cpu").encode(texts)
+    on_gpu = OnnxEncoder(out, device="cuda", precision="fp32")
+    default = OnnxEncoder(out, device="auto")
+    assert on_gpu.device == "cuda" and on_gpu.session.get_providers()[0] == "CUDAExecutionProvider"
+    assert default.device == "cuda" and default.precision == "fp16"
+    assert np.min(np.sum(on_gpu.encode(texts) * reference, axis=1)) >= 0.99999
+    assert np.min(np.sum(default.encode(texts) * reference, axis=1)) >= 0.999
 
 
 def test_load_encoder_dispatches_to_onnx(exported):

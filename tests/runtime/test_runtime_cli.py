@@ -46,7 +46,8 @@ def test_index_reports_kind_and_device(built):
 
 def test_search_json_lines(built, runner):
     folder, _ = built
-    result = runner.invoke(app, ["search", str(folder / "idx"), "the cat eats food", "-k", "2", "--json"])
+    query = ["search", str(folder / "idx"), "the cat eats food", "-k", "2", "--json", "--device", "cpu"]
+    result = runner.invoke(app, query)
     assert result.exit_code == 0, result.output
     lines = [json.loads(line) for line in result.stdout.splitlines()]
     assert len(lines) == 1 and lines[0]["query"] == "the cat eats food"
@@ -100,7 +101,8 @@ def test_append_through_the_cli(built, runner, tmp_path):
 def test_embed_writes_vectors_and_ids(built, runner, tiny_bert, tmp_path):
     _, corpus = built
     out = tmp_path / "vectors.npy"
-    result = runner.invoke(app, ["embed", str(corpus), "--model", str(tiny_bert), "--out", str(out)])
+    command = ["embed", str(corpus), "--model", str(tiny_bert), "--out", str(out), "--device", "cpu"]
+    result = runner.invoke(app, command)
     assert result.exit_code == 0, result.output
     assert "embedded 4 documents (32-d) on torch/cpu" in result.stdout
     assert np.load(out).shape == (4, 32)

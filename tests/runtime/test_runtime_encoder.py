@@ -110,7 +110,9 @@ def test_a_torch_built_index_is_searched_with_the_onnx_export(tiny_bert, tiny_on
     corpus.write_text("\n".join(sentences) + "\n")
     build_index(corpus, tmp_path / "idx", tiny_bert, device="cpu")
     result = CliRunner().invoke(
-        app, ["search", str(tmp_path / "idx"), "a girl plays soccer", "--model", str(tiny_onnx), "--json"]
+        app,
+        ["search", str(tmp_path / "idx"), "a girl plays soccer", "--model", str(tiny_onnx), "--json"]
+        + ["--device", "cpu"],
     )
     assert result.exit_code == 0, result.output
     assert "(onnx, cpu)" in result.stderr
