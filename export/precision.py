@@ -86,31 +86,27 @@ def _drop_repeated_casts(model) -> None:  # model: onnx.ModelProto
     same output name, and ONNX Runtime then refuses the graph ("Duplicate definition of name").
     """
     producers: dict[str, Any] = {}
-    kept = []
-    for node in model.graph.node:
-        earlier = [producers.get(name) for name in node.output]
-        repeated = (
+    repeats: list[int] = []
+    for index, node in enumerate(model.graph.node):
+        earlier = producers.get(node.output[0]) if len(node.output) == 1 else None
+        if (
             node.op_type == "Cast"
-            and len(node.output) == 1
-            and earlier[0] is not None
-            and earlier[0].op_type == "Cast"
-            and list(earlier[0].input) == list(node.input)
-            and _attributes(earlier[0]) == _attributes(node)
-        )
-        if repeated:
+            and earlier is not None
+            and earlier.op_type == "Cast"
+            and list(earlier.input) == list(node.input)
+            and _attributes(earlier) == _attributes(node)
+        ):
+            repeats.append(index)
             continue
-        kept.append(node)
         for name in node.output:
             producers.setdefault(name, node)
-    if len(kept) < len(model.graph.node):
-        del model.graph.node[:]
-        model.graph.node.extend(kept)
-        infos, seen = list(model.graph.value_info), set()
-        del model.graph.value_info[:]
-        for info in infos:
-            if info.name not in seen:
-                seen.add(info.name)
-                model.graph.value_info.append(info)
+    for index in reversed(repeats):
+        del model.graph.node[index]
+    if repeats:
+        names = [info.name for info in model.graph.value_info]
+        for index in reversed(range(len(names))):
+            if names.index(names[index]) < index:
+                del model.graph.value_info[index]
 
 
 def _attributes(node) -> list[bytes]:
