@@ -1,12 +1,14 @@
-"""Alternatives to the shipped int8 graph: weight-only 8-bit MatMulNBits, with or without QAttention.
+"""Alternatives to the shipped int8 graph: weight-only 8-bit MatMulNBits, and static QDQ int8.
 
-    .venv/bin/python benchmarks/int8_variants.py --onnx DIR [--sentences 640] [--threads 2]
+    .venv/bin/python benchmarks/int8_variants.py --onnx DIR [--unfused DIR2] [--threads 2]
 
 For an `embedkit export --int8` folder: builds MatMulNBits variants of its fp32 graph (8-bit
 symmetric weights in blocks of 32 or 128 along the input axis, accuracy_level 4 = int8 compute),
-each also with the fused Attention dynamically quantized to QAttention, then prints each graph's
-min and mean cosine to the fp32 graph's vectors and its sentences/s beside fp32 and the shipped
-int8 graph (the sentences of encode.py, interleaved passes, median).
+each also with the fused Attention dynamically quantized to QAttention. With `--unfused` (an
+`embedkit export --no-optimize` folder of the same model), also static QDQ int8 of its MatMuls
+(per-channel weights, activation ranges calibrated with MinMax on 256 other benchmark sentences).
+Prints each graph's min and mean cosine to the fp32 graph's vectors and its sentences/s beside
+fp32 and the shipped int8 graph (the sentences of encode.py, interleaved passes, median).
 """
 
 from __future__ import annotations
@@ -21,6 +23,7 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
+from embedkit.export.quiet import quiet  # noqa: E402
 from encode import BATCH_SIZE, benchmark_texts, time_backends  # noqa: E402
 
 
@@ -33,29 +36,72 @@ def build_variants(onnx_dir: Path, work: Path) -> dict[str, Path]:
     for block in (32, 128):
         model = onnx.load(str(onnx_dir / "model.onnx"))
         quantizer = MatMulNBitsQuantizer(model, bits=8, block_size=block, is_symmetric=True, accuracy_level=4)
-        quantizer.process()
+        with quiet():
+            quantizer.process()
         plain = work / f"nbits8-b{block}.onnx"
         quantizer.model.save_model_to_file(str(plain), use_external_data_format=False)
         variants[f"MatMulNBits 8-bit, block {block}"] = plain
         with_attention = work / f"nbits8-b{block}-qattention.onnx"
-        quantize_dynamic(
-            str(plain),
-            str(with_attention),
-            op_types_to_quantize=["Attention"],
-            per_channel=True,
-            weight_type=QuantType.QInt8,
-        )
+        with quiet():  # the converters' debug copies land in a scratch folder, not the caller's
+            quantize_dynamic(
+                str(plain),
+                str(with_attention),
+                op_types_to_quantize=["Attention"],
+                per_channel=True,
+                weight_type=QuantType.QInt8,
+            )
         variants[f"MatMulNBits 8-bit, block {block}, QAttention"] = with_attention
     return variants
+
+
+def build_static_qdq(unfused_dir: Path, encoder, work: Path) -> Path:  # encoder: OnnxEncoder
+    from onnxruntime.quantization import CalibrationDataReader, QuantFormat, QuantType, quantize_static
+    from onnxruntime.quantization.shape_inference import quant_pre_process
+
+    batches = list(encoder.batcher.batches(benchmark_texts(256, seed=1), 32))
+
+    class Batches(CalibrationDataReader):
+        def __init__(self) -> None:
+            self.remaining = iter(batches)
+
+        def get_next(self) -> dict[str, np.ndarray] | None:
+            batch = next(self.remaining, None)
+            if batch is None:
+                return None
+            feeds = {"input_ids": batch.input_ids, "attention_mask": batch.attention_mask}
+            if "token_type_ids" in encoder.input_names:
+                feeds["token_type_ids"] = batch.token_type_ids
+            return feeds
+
+    prepared, out = work / "unfused-prepared.onnx", work / "static-qdq.onnx"
+    with quiet():
+        quant_pre_process(str(unfused_dir / "model.onnx"), str(prepared), skip_symbolic_shape=True)
+        quantize_static(
+            str(prepared),
+            str(out),
+            Batches(),
+            quant_format=QuantFormat.QDQ,
+            per_channel=True,
+            activation_type=QuantType.QUInt8,
+            weight_type=QuantType.QInt8,
+            op_types_to_quantize=["MatMul"],
+        )
+    return out
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--onnx", type=Path, required=True, help="An `embedkit export --int8` folder.")
+    parser.add_argument(
+        "--unfused", type=Path, help="An `embedkit export --no-optimize` folder: adds static QDQ."
+    )
     parser.add_argument("--sentences", type=int, default=640)
     parser.add_argument("--threads", type=int, default=None)
     parser.add_argument("--repeats", type=int, default=3)
     args = parser.parse_args()
+    # quiet() runs the converters in a scratch folder: every path they are given must be absolute.
+    args.onnx = args.onnx.resolve()
+    args.unfused = args.unfused.resolve() if args.unfused is not None else None
 
     import onnxruntime as ort
 
@@ -67,7 +113,12 @@ def main() -> None:
         for name, precision in (("fp32", "fp32"), ("int8 (shipped)", "int8"))
     }
     with tempfile.TemporaryDirectory(prefix="embedkit-int8-") as work:
-        for name, file in build_variants(args.onnx, Path(work)).items():
+        files = build_variants(args.onnx, Path(work))
+        if args.unfused is not None:
+            files["static QDQ int8 (MatMul, MinMax)"] = build_static_qdq(
+                args.unfused, encoders["fp32"], Path(work)
+            )
+        for name, file in files.items():
             encoder = OnnxEncoder(args.onnx, device="cpu", precision="fp32", intra_op_threads=args.threads)
             options = session_options(args.threads)
             encoder.session = ort.InferenceSession(str(file), options, providers=["CPUExecutionProvider"])
