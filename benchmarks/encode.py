@@ -53,7 +53,7 @@ def matmul_probe(size: int = 1024, repeats: int = 20) -> float:
 def benchmark_texts(count: int, seed: int = 0) -> list[str]:
     """A fixed mix of sentences: half STS-B (train split), a tenth Cranfield queries, the rest
     Cranfield titles and abstract sentences (technical, up to ~100 tokens)."""
-    from embedkit.datasets import read_beir, read_sts
+    from embedkit.data import read_beir, read_sts
 
     sts = read_sts(DATA / "sts" / "stsb-train.tsv")
     sentences = list(dict.fromkeys(sts.sentences1 + sts.sentences2))
@@ -75,7 +75,7 @@ def benchmark_texts(count: int, seed: int = 0) -> list[str]:
 def sts_spearman(encode: Callable[[list[str]], np.ndarray]) -> float:
     from scipy.stats import spearmanr
 
-    from embedkit.datasets import read_sts
+    from embedkit.data.sts import read_sts
 
     sts = read_sts(DATA / "sts" / "stsb-test.tsv")
     a, b = encode(sts.sentences1), encode(sts.sentences2)
@@ -89,11 +89,11 @@ def make_backends(
 ) -> dict[str, Callable[[list[str]], np.ndarray]]:
     """On the CPU: ST, torch, ONNX fp32/fp16/int8. On CUDA: ST in fp32 and fp16, torch, and ONNX
     fp32/fp16 on ONNX Runtime's CUDA provider (dynamic int8 is a CPU format: not timed there)."""
-    from embedkit.training.encoder import TorchEncoder
     from sentence_transformers import SentenceTransformer
 
-    from embedkit.modelfolder import default_base_model_path
-    from embedkit.onnx_encoder import OnnxEncoder
+    from embedkit.encode.model_folder import default_base_model_path
+    from embedkit.encode.onnx_backend import OnnxEncoder
+    from embedkit.encode.torch_backend import TorchEncoder
 
     model_dir = default_base_model_path()
     st = SentenceTransformer(str(model_dir), device=device)
@@ -117,7 +117,7 @@ def session_option_backends(onnx_dir: Path) -> dict[str, Callable[[list[str]], n
     """fp32 and int8 with other graph optimization levels and thread counts than the default."""
     import onnxruntime as ort
 
-    from embedkit.onnx_encoder import OnnxEncoder
+    from embedkit.encode.onnx_backend import OnnxEncoder
 
     variants = {
         "basic": (ort.GraphOptimizationLevel.ORT_ENABLE_BASIC, None),

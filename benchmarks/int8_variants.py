@@ -23,8 +23,9 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from embedkit.export.quiet import quiet  # noqa: E402
 from encode import BATCH_SIZE, benchmark_texts, time_backends  # noqa: E402
+
+from embedkit.export.quiet import quiet  # noqa: E402
 
 
 def build_variants(onnx_dir: Path, work: Path) -> dict[str, Path]:
@@ -105,7 +106,7 @@ def main() -> None:
 
     import onnxruntime as ort
 
-    from embedkit.onnx_encoder import OnnxEncoder, session_options
+    from embedkit.encode.onnx_backend import OnnxEncoder, session_options
 
     texts = benchmark_texts(args.sentences)
     encoders = {

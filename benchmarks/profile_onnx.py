@@ -26,7 +26,7 @@ from encode import BATCH_SIZE, benchmark_texts  # noqa: E402
 def profile(onnx_dir: Path, precision: str, texts: list[str], threads: int | None, work: Path) -> tuple:
     import onnxruntime as ort
 
-    from embedkit.onnx_encoder import OnnxEncoder, session_options
+    from embedkit.encode.onnx_backend import OnnxEncoder, session_options
 
     encoder = OnnxEncoder(onnx_dir, device="cpu", precision=precision, intra_op_threads=threads)
     encoder.encode(texts[:BATCH_SIZE])  # warm-up, unprofiled

@@ -28,19 +28,21 @@ import sys
 import tempfile
 import time
 from collections import defaultdict
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import torch
+
+from embedkit.data.corpus import load_sentences
+from embedkit.encode.batching import TokenBatcher
+from embedkit.encode.devices import torch_device
+from embedkit.encode.model_folder import default_base_model_path
+from embedkit.training import ami, losses
 from embedkit.training.config import TrainConfig
-from embedkit.training.encoder import resolve_device
 from embedkit.training.model import ContrastiveModel, make_optimizer, make_scheduler, optimizer_step
 from embedkit.training.trainer import pad_batch
-
-from embedkit.batching import TokenBatcher
-from embedkit.corpus import load_sentences
-from embedkit.modelfolder import default_base_model_path
 
 ROOT = Path(__file__).resolve().parents[1]
 # name -> (TrainConfig.method, attention implementation)
@@ -102,6 +104,42 @@ class SectionTimer:
         self.seconds[name] += time.perf_counter() - start
 
 
+@contextlib.contextmanager
+def timed_sections(model: ContrastiveModel, timer: SectionTimer) -> Iterator[None]:
+    """Time the step's sections from outside: wrap the backbone, the momentum encoder and the losses.
+
+    The model's code stays free of timing; the wrappers are removed when the step is done.
+    """
+
+    def timed(name: str, function: Callable[..., Any]) -> Callable[..., Any]:
+        def wrapper(*args: Any, **kwargs: Any) -> Any:
+            with timer(name):
+                return function(*args, **kwargs)
+
+        return wrapper
+
+    patches: list[tuple[Any, str, Any]] = [
+        (model.backbone, "forward", "forward"),
+        (losses, "info_nce", "info_nce"),
+        (ami, "ami_loss", "ami"),
+    ]
+    if model.momentum is not None:
+        patches.append((model.momentum, "forward", "momentum_forward"))
+    saved = []
+    for owner, attribute, name in patches:
+        original = getattr(owner, attribute)
+        saved.append((owner, attribute, original, attribute in vars(owner)))
+        setattr(owner, attribute, timed(name, original))
+    try:
+        yield
+    finally:
+        for owner, attribute, original, was_own in saved:
+            if was_own:
+                setattr(owner, attribute, original)
+            else:
+                delattr(owner, attribute)
+
+
 class Runner:
     """One method's model, optimizer and RNG; `step` runs and times one training step."""
 
@@ -124,13 +162,14 @@ class Runner:
         start = time.perf_counter()
         with torch.autocast(
             self.device.type, dtype=self.dtype or torch.float32, enabled=self.dtype is not None
-        ):
-            out = self.model.step(batch, self.generator, timer)
+        ), timed_sections(self.model, timer):
+            out = self.model.step(batch, self.generator)
         with timer("backward"):
             optimizer_step(
                 out.loss, self.model, self.optimizer, self.scheduler, None, self.config.max_grad_norm
             )
-        self.model.after_step(out.keys, timer)
+        with timer("momentum_update"):
+            self.model.after_step(out.keys)
         timer.sync()
         return {"step": time.perf_counter() - start, **timer.seconds}
 
@@ -198,7 +237,7 @@ def main() -> None:
     if args.threads:
         torch.set_num_threads(args.threads)
     hf_logging.disable_progress_bar()
-    device = resolve_device(args.device)
+    device = torch_device(args.device)
     dtype = torch.bfloat16 if args.dtype == "bf16" else None
     with tempfile.TemporaryDirectory() as tmp:
         base = base_model(args.model_size, Path(tmp))

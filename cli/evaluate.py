@@ -11,26 +11,15 @@ from pathlib import Path
 from typing import Annotated, Any
 
 import typer
+
 from embedkit.cli.common import handle_errors
+from embedkit.cli.options import BatchOption, DeviceOption, JsonOption, ModelOption, PrecisionOption
 
 eval_app = typer.Typer(
     help="Evaluate a model: STS correlation or BEIR retrieval metrics.",
     no_args_is_help=True,
 )
 
-ModelOption = Annotated[
-    str | None,
-    typer.Option(
-        "--model", "-m", help="Model folder (torch or ONNX export); default: bundled all-MiniLM-L6-v2."
-    ),
-]
-DeviceOption = Annotated[str, typer.Option("--device", help="auto, cpu, cuda or cuda:N.")]
-PrecisionOption = Annotated[
-    str | None,
-    typer.Option("--precision", help="ONNX precision: fp32, fp16 or int8 (default: the export's)."),
-]
-BatchOption = Annotated[int, typer.Option("--batch-size", min=1, help="Texts per forward pass.")]
-JsonOption = Annotated[Path | None, typer.Option("--json", help="Also write the results to this JSON file.")]
 
 
 def register(app: typer.Typer) -> None:
@@ -138,7 +127,7 @@ def retrieval(
     if meta is None:
         encoder = _load(model, device, precision)
     else:
-        from embedkit.index import open_model_for
+        from embedkit.index.folder import open_model_for
 
         encoder = open_model_for(meta, model, device, precision)  # the index's model unless --model
     report = evaluator.evaluate(encoder)
@@ -175,14 +164,14 @@ def retrieval(
 
 
 def _load(model: str | None, device: str, precision: str | None) -> Any:
-    from embedkit.encoder import load_encoder
+    from embedkit.encode.loading import load_encoder
 
     return load_encoder(model, device=device, precision=precision)
 
 
 def encoder_label(encoder: Any) -> str:
+    from embedkit.encode.model_folder import DEFAULT_BASE_MODEL, default_base_model_path
     from embedkit.errors import InputError
-    from embedkit.modelfolder import DEFAULT_BASE_MODEL, default_base_model_path
 
     path = getattr(encoder, "path", None)
     name = Path(path).name if path else "model"

@@ -6,8 +6,8 @@ from pathlib import Path
 from typing import Annotated, Any
 
 import typer
-from embedkit.cli.common import handle_errors
 
+from embedkit.cli.common import handle_errors
 from embedkit.errors import InputError
 
 
@@ -106,8 +106,9 @@ def experiment(
 
     Writes OUT/table.md, OUT/table.csv, OUT/table.json and OUT/plots/*.png.
     """
-    from embedkit.training.experiment import ExperimentConfig, run_experiment, train_config_from_options
     from transformers.utils import logging as hf_logging
+
+    from embedkit.training.experiment import ExperimentConfig, run_experiment, train_config_from_options
 
     hf_logging.disable_progress_bar()  # one bar per weight load and save, dozens of runs: only noise
 
@@ -139,13 +140,13 @@ def experiment(
 
 
 def _report(result: Any, out: Path, plots: bool, console: Any) -> None:
-    from embedkit.report import rich_tables, write_reports
+    from embedkit.report.tables import rich_tables, write_reports
 
     for table in rich_tables(result.table):
         console.print(table)
     paths = list(write_reports(result.table, out).values())
     if plots:
-        from embedkit.plots import plots_available, write_plots
+        from embedkit.report.plots import plots_available, write_plots
 
         if plots_available():
             paths += write_plots(result.table, out / "plots")

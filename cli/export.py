@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Annotated
 
 import typer
+
 from embedkit.cli.common import handle_errors
 
 if TYPE_CHECKING:
@@ -67,8 +68,9 @@ def export(
     ] = "auto",
 ) -> None:
     """Export MODEL_DIR to ONNX with pooling and normalisation in the graph, checked against PyTorch."""
-    from embedkit.export import ParityFailure, export_model
     from rich.console import Console
+
+    from embedkit.export import ParityFailure, export_model
 
     console = Console(stderr=True)
     try:

@@ -7,8 +7,9 @@ from pathlib import Path
 from typing import Annotated
 
 import typer
+
 from embedkit.cli.common import handle_errors
-from embedkit.cli.embed import (
+from embedkit.cli.options import (
     BatchOption,
     ChunkOption,
     ColumnOption,
@@ -70,7 +71,7 @@ def index(
     """
     from rich.console import Console
 
-    from embedkit.embed import CorpusOptions
+    from embedkit.encode.streaming import CorpusOptions
     from embedkit.index import build_index
 
     if append and overwrite:

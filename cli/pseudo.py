@@ -10,6 +10,7 @@ from pathlib import Path
 from typing import Annotated
 
 import typer
+
 from embedkit.cli.common import handle_errors
 
 
@@ -53,9 +54,9 @@ def pseudo(
     From a sample of documents with 3 or more sentences, one sentence becomes the query and the rest of its
     document the one relevant answer, searched among all documents (the inverse cloze task, Lee et al. 2019).
     """
-    from embedkit.corpus import read_documents
-    from embedkit.encoder import load_encoder
-    from embedkit.pseudo import build_pseudo_queries, evaluate_pseudo
+    from embedkit.data.corpus import read_documents
+    from embedkit.encode.loading import load_encoder
+    from embedkit.evaluation.pseudo_queries import build_pseudo_queries, evaluate_pseudo
 
     pseudo_set = build_pseudo_queries(read_documents(corpus, column), n_queries=queries, seed=seed)
     encoder = load_encoder(model, device=device, precision=precision)

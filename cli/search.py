@@ -11,8 +11,9 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Annotated
 
 import typer
+
 from embedkit.cli.common import handle_errors
-from embedkit.cli.embed import DeviceOption, PrecisionOption
+from embedkit.cli.options import DeviceOption, PrecisionOption
 
 if TYPE_CHECKING:
     from embedkit.index import Hit
@@ -81,7 +82,7 @@ def _queries(query: str | None, queries_file: Path | None) -> list[str]:
         if not query.strip():
             raise InputError("the query is empty")
         return [query]
-    from embedkit.datasets import text_lines
+    from embedkit.data.textfiles import text_lines
 
     texts = [line.strip() for _, line in text_lines(queries_file) if line.strip()]
     if not texts:

@@ -6,6 +6,7 @@ from pathlib import Path
 from typing import Annotated
 
 import typer
+
 from embedkit.cli.common import handle_errors
 from embedkit.training.config import TrainConfig  # stdlib only: no torch
 
@@ -141,8 +142,9 @@ def train(
     ).with_overrides(options or [])
     config.validate()
 
-    from embedkit.training.trainer import train as run_training
     from transformers.utils import logging as hf_logging
+
+    from embedkit.training.trainer import train as run_training
 
     hf_logging.disable_progress_bar()  # the weight-loading bars would bury ours
     result = run_training(corpus, out, config, progress=not quiet, resume=resume, overwrite=overwrite)

@@ -6,24 +6,24 @@ onnxruntime, no faiss until a function that needs one is called).
 
 from __future__ import annotations
 
-import importlib
-from typing import Any
+from embedkit.lazy import lazy_exports
 
 __version__ = "0.1.0"
 
 # public name -> module that defines it
 _EXPORTS: dict[str, str] = {
-    "load_encoder": "embedkit.encoder",
-    "Encoder": "embedkit.encoder",
-    "OnnxEncoder": "embedkit.onnx_encoder",
-    "read_documents": "embedkit.corpus",
-    "embed_to_file": "embedkit.embed",
-    "build_index": "embedkit.index",
-    "SearchIndex": "embedkit.index",
-    "evaluate_sts": "embedkit.evaluation",
-    "evaluate_retrieval": "embedkit.evaluation",
-    "StsEvaluator": "embedkit.evaluation",
-    "RetrievalEvaluator": "embedkit.evaluation",
+    "load_encoder": "embedkit.encode.loading",
+    "Encoder": "embedkit.encode.protocol",
+    "Evaluator": "embedkit.evaluation.evaluator",
+    "OnnxEncoder": "embedkit.encode.onnx_backend",
+    "read_documents": "embedkit.data.corpus",
+    "embed_to_file": "embedkit.encode.streaming",
+    "build_index": "embedkit.index.build",
+    "SearchIndex": "embedkit.index.search",
+    "evaluate_sts": "embedkit.evaluation.sts",
+    "evaluate_retrieval": "embedkit.evaluation.retrieval",
+    "StsEvaluator": "embedkit.evaluation.sts",
+    "RetrievalEvaluator": "embedkit.evaluation.retrieval",
     "TrainConfig": "embedkit.training.config",
     "train": "embedkit.training.trainer",
     "InputError": "embedkit.errors",
@@ -33,14 +33,4 @@ _EXPORTS: dict[str, str] = {
 __all__ = sorted(_EXPORTS)
 
 
-def __getattr__(name: str) -> Any:
-    module = _EXPORTS.get(name)
-    if module is None:
-        raise AttributeError(f"module 'embedkit' has no attribute {name!r}")
-    value = getattr(importlib.import_module(module), name)
-    globals()[name] = value
-    return value
-
-
-def __dir__() -> list[str]:
-    return sorted(set(globals()) | set(__all__))
+__getattr__, __dir__ = lazy_exports("embedkit", _EXPORTS, globals())

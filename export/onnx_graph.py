@@ -19,8 +19,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import torch
-from embedkit.training.encoder import load_backbone, pool
 
+from embedkit.encode.torch_backend import load_backbone, pool
 from embedkit.errors import InputError
 
 # model_type values of config.json we export: BERT-style encoders whose attention the

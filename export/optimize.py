@@ -10,9 +10,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from embedkit.export.quiet import quiet
-
 from embedkit.errors import RunFailure
+from embedkit.export.quiet import quiet
 
 # The fused operators worth reporting; zero counts are dropped from the metadata.
 FUSED_OPERATORS = (

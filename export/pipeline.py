@@ -18,6 +18,18 @@ from pathlib import Path
 from typing import Any, NoReturn
 
 import numpy as np
+
+from embedkit import __version__
+from embedkit.atomic import atomic_dir, write_json_atomic
+from embedkit.encode.model_folder import (
+    ModelSpec,
+    model_fingerprint,
+    read_json,
+    read_model_spec,
+    resolve_model_path,
+)
+from embedkit.encode.onnx_backend import PRECISION_FILES, OnnxEncoder
+from embedkit.errors import InputError, RunFailure
 from embedkit.export.parity import (
     ParityFailure,
     ParityGates,
@@ -27,12 +39,6 @@ from embedkit.export.parity import (
     read_calibration,
     row_cosines,
 )
-
-from embedkit import __version__
-from embedkit.atomic import atomic_dir, write_json_atomic
-from embedkit.errors import InputError, RunFailure
-from embedkit.modelfolder import ModelSpec, model_fingerprint, read_json, read_model_spec, resolve_model_path
-from embedkit.onnx_encoder import PRECISION_FILES, OnnxEncoder
 
 # The tracer's opsets (14 to 20) export and run. Measured with onnxruntime 1.32: 14 to 17 fuse
 # fully (6 Attention on MiniLM-L6); from 18 the optimizer fuses no Attention (only LayerNorm).
@@ -67,7 +73,7 @@ class _Checks:
 
     texts: list[str]
     reference: np.ndarray  # (n, dim) PyTorch output, normalised as the graph is
-    sts: Any = None  # embedkit.datasets.StsData, when --dev-sts was given
+    sts: Any = None  # embedkit.data.sts.StsData, when --dev-sts was given
     torch_sts: float | None = None
     fp32_sts: float | None = None
 
@@ -107,6 +113,7 @@ def export_model(
     sts = _read_dev_sts(dev_sts) if dev_sts is not None else None
 
     # torch, transformers and onnxruntime are imported only here, after the inputs passed.
+    from embedkit.encode.torch_backend import TorchEncoder
     from embedkit.export.onnx_graph import (
         check_architecture,
         export_graph,
@@ -114,7 +121,6 @@ def export_model(
         load_eager_backbone,
     )
     from embedkit.export.optimize import optimize_graph
-    from embedkit.training.encoder import TorchEncoder
 
     check_architecture(config)
     reference_encoder = TorchEncoder(source, device=device)
@@ -232,8 +238,8 @@ def _check_output(out_dir: str | Path, source: Path) -> Path:
     return out
 
 
-def _read_dev_sts(path: str | Path):  # -> embedkit.datasets.StsData
-    from embedkit.datasets import read_sts
+def _read_dev_sts(path: str | Path):  # -> embedkit.data.sts.StsData
+    from embedkit.data.sts import read_sts
 
     file = Path(path)
     if not file.is_file():
@@ -258,7 +264,7 @@ def _copy_tokenizer(source: Path, stage: Path) -> None:
 
 def _sts_spearman(encoder: Any, sts: Any, progress: bool) -> float:
     """Spearman x100 of cosine similarity against the gold scores, one correlation over all pairs."""
-    from embedkit.metrics import spearman
+    from embedkit.evaluation.metrics import spearman
 
     first = encoder.encode(sts.sentences1, PARITY_BATCH_SIZE, normalize=True, progress=progress)
     second = encoder.encode(sts.sentences2, PARITY_BATCH_SIZE, normalize=True, progress=progress)

@@ -20,9 +20,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from embedkit.export.quiet import quiet
-
 from embedkit.errors import RunFailure
+from embedkit.export.quiet import quiet
 
 LAYERNORM_OPS = (
     "LayerNormalization",

@@ -125,7 +125,7 @@ def shared_data() -> Path:
 @pytest.fixture(scope="session")
 def minilm() -> Path:
     """The bundled all-MiniLM-L6-v2 folder."""
-    from embedkit.modelfolder import default_base_model_path
+    from embedkit.encode.model_folder import default_base_model_path
 
     return default_base_model_path()
 

@@ -26,8 +26,6 @@ from collections.abc import Sequence
 
 import torch
 
-from embedkit.errors import InputError
-
 # rho^2 is clamped to at most 1 - 1e-6 so that identical views give a finite I (at most
 # -1/2 log(1e-6) ~= 6.9 nats) and a finite gradient instead of log(0).
 _MAX_RHO_SQUARED = 1.0 - 1e-6
@@ -48,7 +46,7 @@ def ami_layers(num_layers: int) -> tuple[int, ...]:
     (4, 5); a 4-layer model (2, 3).
     """
     if num_layers < 1:
-        raise InputError(f"a model needs at least one layer for AMI, got {num_layers}")
+        raise ValueError(f"a model needs at least one layer for AMI, got {num_layers}")
     # Integer arithmetic for floor(L * a / 12 + 1/2): no float rounding at the .5 boundaries.
     start = (num_layers * 14 + 12) // 24
     stop = (num_layers * 22 + 12) // 24
@@ -65,29 +63,29 @@ def _check_inputs(
 ) -> tuple[int, ...]:
     """The layers to use, after checking that both views and the mask have matching shapes."""
     if len(attn1) == 0 or len(attn2) == 0:
-        raise InputError(
+        raise ValueError(
             "no attention maps: load the model with attn_implementation='eager' (SDPA returns none) "
             "and call it with output_attentions=True"
         )
     if len(attn1) != len(attn2):
-        raise InputError(
+        raise ValueError(
             f"AMI needs the same number of attention layers per view, got {len(attn1)} and {len(attn2)}"
         )
     shape = tuple(attn1[0].shape)
     if len(shape) != 4 or shape[2] != shape[3]:
-        raise InputError(f"attention maps must be (B, H, T, T), got {shape}")
+        raise ValueError(f"attention maps must be (B, H, T, T), got {shape}")
     for a in (*attn1, *attn2):
         if tuple(a.shape) != shape:
-            raise InputError(f"every attention map must have shape {shape}, got {tuple(a.shape)}")
+            raise ValueError(f"every attention map must have shape {shape}, got {tuple(a.shape)}")
     if tuple(attention_mask.shape) != (shape[0], shape[2]):
-        raise InputError(
+        raise ValueError(
             f"attention_mask must be (B, T) = {(shape[0], shape[2])}, got {tuple(attention_mask.shape)}"
         )
     if shape[1] < 2:
-        raise InputError("AMI pairs adjacent heads and needs at least two attention heads")
+        raise ValueError("AMI pairs adjacent heads and needs at least two attention heads")
     chosen = ami_layers(len(attn1)) if layers is None else tuple(int(x) for x in layers)
     if not chosen or any(not 0 <= x < len(attn1) for x in chosen):
-        raise InputError(f"AMI layers must be 0-based indices below {len(attn1)}, got {chosen}")
+        raise ValueError(f"AMI layers must be 0-based indices below {len(attn1)}, got {chosen}")
     return chosen
 
 
@@ -142,9 +140,9 @@ def sample_slice_entries(
         indices serve both views.
     """
     if valid.ndim != 3 or valid.dtype != torch.bool:
-        raise InputError(f"valid must be a (B, S, N) bool tensor, got {tuple(valid.shape)} {valid.dtype}")
+        raise ValueError(f"valid must be a (B, S, N) bool tensor, got {tuple(valid.shape)} {valid.dtype}")
     if num_samples < 1:
-        raise InputError(f"num_samples must be at least 1, got {num_samples}")
+        raise ValueError(f"num_samples must be at least 1, got {num_samples}")
     m = min(num_samples, valid.shape[-1])
     # Random keys with the invalid entries pushed to +inf: the m smallest keys are a uniform sample
     # without replacement of the valid entries, for every slice at once.
@@ -195,7 +193,7 @@ def attention_mutual_information(
     else:
         idx, sample_mask = indices
         if idx.shape != sample_mask.shape or idx.shape[:2] != valid.shape[:2]:
-            raise InputError(
+            raise ValueError(
                 f"indices must be two (B, S, m) tensors with (B, S) = {tuple(valid.shape[:2])}, "
                 f"got {tuple(idx.shape)} and {tuple(sample_mask.shape)}"
             )

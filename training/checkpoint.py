@@ -26,13 +26,13 @@ from pathlib import Path
 from typing import Any
 
 import torch
-from embedkit.training.config import TrainConfig
-from embedkit.training.model import ContrastiveModel
 from safetensors.torch import load_file, load_model, save_file, save_model
 
 from embedkit.atomic import atomic_dir, write_text_atomic
+from embedkit.encode.model_folder import read_json
 from embedkit.errors import InputError, RunFailure
-from embedkit.modelfolder import read_json
+from embedkit.training.config import TrainConfig
+from embedkit.training.model import ContrastiveModel
 
 CHECKPOINTS = "checkpoints"
 METRICS = "metrics.jsonl"
@@ -99,17 +99,21 @@ def check_finite(model: ContrastiveModel, step: int) -> None:
             raise RunFailure(f"weight {name} is no longer finite after step {step}: lower the learning rate")
 
 
-def save_checkpoint(
-    out_dir: Path,
-    model: ContrastiveModel,
-    optimizer: torch.optim.Optimizer,
-    scheduler: torch.optim.lr_scheduler.LRScheduler,
-    scaler: torch.amp.GradScaler | None,
-    generator: torch.Generator | None,
-    state: TrainState,
-    meta: dict[str, Any],
-) -> Path:
+@dataclass
+class TrainingParts:
+    """Everything a checkpoint saves and a resume restores, travelling together."""
+
+    model: ContrastiveModel
+    optimizer: torch.optim.Optimizer
+    scheduler: torch.optim.lr_scheduler.LRScheduler
+    scaler: torch.amp.GradScaler | None  # fp16 autocast only
+    generator: torch.Generator | None  # AMI's sampling RNG, when AMI is on
+
+
+def save_checkpoint(out_dir: Path, parts: TrainingParts, state: TrainState, meta: dict[str, Any]) -> Path:
     """Write `step-N` atomically, then delete the checkpoints and best folders it supersedes."""
+    model, optimizer, scheduler = parts.model, parts.optimizer, parts.scheduler
+    scaler, generator = parts.scaler, parts.generator
     check_finite(model, state.step)
     target = checkpoint_dir(out_dir) / f"step-{state.step:06d}"
     with atomic_dir(target) as tmp:
@@ -132,15 +136,10 @@ def save_checkpoint(
     return target
 
 
-def load_checkpoint(
-    path: Path,
-    model: ContrastiveModel,
-    optimizer: torch.optim.Optimizer,
-    scheduler: torch.optim.lr_scheduler.LRScheduler,
-    scaler: torch.amp.GradScaler | None,
-    generator: torch.Generator | None,
-) -> TrainState:
+def load_checkpoint(path: Path, parts: TrainingParts) -> TrainState:
     """Restore everything `save_checkpoint` wrote (check `check_resumable` first)."""
+    model, optimizer, scheduler = parts.model, parts.optimizer, parts.scheduler
+    scaler, generator = parts.scaler, parts.generator
     payload = read_json(path / "state.json")
     device = next(model.parameters()).device
     load_model(model, str(path / "model.safetensors"), device=str(device))

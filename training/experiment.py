@@ -7,8 +7,8 @@ finished run is never redone, so a killed experiment resumes where it stopped (a
 training continues from its last checkpoint). `OUT/experiment.json` pins the settings: rerunning
 into the same folder with other settings is refused, as mixing them would corrupt the table.
 
-With pseudo queries (`embedkit.pseudo`), the query set is built once from the whole corpus and
-its query sentences are removed from the pool that every subset is drawn from.
+With pseudo queries (`embedkit.evaluation.pseudo_queries`), the query set is built once from the whole
+corpus and its query sentences are removed from the pool that every subset is drawn from.
 
 The two reference settings (all-MiniLM-L6-v2; see `embedkit experiment --help`)::
 
@@ -33,25 +33,24 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from embedkit.training.config import METHODS, TrainConfig
-from embedkit.training.encoder import TorchEncoder
-from embedkit.training.model import resolve_pooling
-from embedkit.training.trainer import steps_per_epoch, train
-
 from embedkit.atomic import write_json_atomic
-from embedkit.batching import CachingEncoder
-from embedkit.corpus import load_sentences, read_documents
+from embedkit.data.corpus import load_sentences, read_documents
+from embedkit.encode.caching import CachingEncoder
+from embedkit.encode.model_folder import model_fingerprint, read_json, read_model_spec
+from embedkit.encode.torch_backend import TorchEncoder
 from embedkit.errors import InputError
 from embedkit.evaluation import RetrievalEvaluator, StsEvaluator
-from embedkit.modelfolder import model_fingerprint, read_json, read_model_spec
-from embedkit.pseudo import (
+from embedkit.evaluation.pseudo_queries import (
     DEFAULT_QUERIES,
     PSEUDO_METRICS,
     PseudoQuerySet,
     build_pseudo_queries,
     evaluate_pseudo,
 )
-from embedkit.report import BASE_METHOD, ExperimentTable, RunRecord, aggregate
+from embedkit.report.tables import BASE_METHOD, ExperimentTable, RunRecord, aggregate
+from embedkit.training.config import METHODS, TrainConfig
+from embedkit.training.model import resolve_pooling
+from embedkit.training.trainer import steps_per_epoch, train
 
 # TrainConfig fields the experiment sets for each run; a --train-option for them is refused.
 RESERVED = {"method": "--methods", "seed": "--seeds", "limit": "--sizes", "limit_seed": "--seeds"}
@@ -230,7 +229,7 @@ def run_experiment(
     """Run (or resume) the whole grid into `out_dir` and return the records and the table.
 
     `notify(line)` receives one line per finished run. The Markdown/CSV/JSON table and the plots
-    are written by the caller (`embedkit.report.write_reports`, `embedkit.plots.write_plots`).
+    are written by the caller (`embedkit.report.tables.write_reports`, `embedkit.report.plots.write_plots`).
     """
     config = (config or ExperimentConfig()).validate()
     out = Path(out_dir).expanduser()
@@ -374,42 +373,26 @@ def _finished_model(model_dir: Path, config: TrainConfig, data_fingerprint: str)
 
 
 class _RunBar:
-    """One rich bar over all runs; its text shows the current run and its training step."""
+    """One bar over all runs; its status shows the current run and its training step."""
 
     def __init__(self, total: int, enabled: bool) -> None:
-        self.progress = None
-        if not enabled:
-            return
-        from rich.console import Console
-        from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+        from embedkit.progress import ProgressBar
 
-        self.progress = Progress(
-            TextColumn("runs"),
-            BarColumn(),
-            MofNCompleteColumn(),
-            TextColumn("{task.fields[run]}"),
-            TimeElapsedColumn(),
-            console=Console(stderr=True),
-        )
-        self.task = self.progress.add_task("runs", total=total, run="")
-        self.progress.start()
+        self.bar = ProgressBar(total, "runs", enabled=enabled, elapsed=True)
+        self.bar.start()
         self.name = ""
 
     def start_run(self, name: str) -> None:
-        if self.progress is not None:
-            self.name = name
-            self.progress.update(self.task, run=name)
+        self.name = name
+        self.bar.update(status=name)
 
     def step(self, step: int, total: int, terms: dict[str, float]) -> None:
-        if self.progress is not None:
-            loss = terms.get("loss")
-            text = f"{self.name}: step {step}/{total}" + (f", loss {loss:.4f}" if loss is not None else "")
-            self.progress.update(self.task, run=text)
+        loss = terms.get("loss")
+        text = f"{self.name}: step {step}/{total}" + (f", loss {loss:.4f}" if loss is not None else "")
+        self.bar.update(status=text)
 
     def advance(self) -> None:
-        if self.progress is not None:
-            self.progress.advance(self.task)
+        self.bar.advance()
 
     def stop(self) -> None:
-        if self.progress is not None:
-            self.progress.stop()
+        self.bar.stop()

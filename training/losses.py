@@ -10,8 +10,6 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as F
 
-from embedkit.errors import InputError
-
 
 def info_nce(
     e1: torch.Tensor,
@@ -47,13 +45,13 @@ def info_nce(
         >>> loss = info_nce(e1, e2, queue=torch.randn(16, 32))
     """
     if e1.ndim != 2 or e1.shape != e2.shape:
-        raise InputError(
+        raise ValueError(
             f"info_nce needs two (B, D) views of one shape, got {tuple(e1.shape)} and {tuple(e2.shape)}"
         )
     if temperature <= 0:
-        raise InputError(f"temperature must be positive, got {temperature}")
+        raise ValueError(f"temperature must be positive, got {temperature}")
     if queue is not None and (queue.ndim != 2 or queue.shape[1] != e1.shape[1]):
-        raise InputError(f"the queue must be (Q, {e1.shape[1]}), got {tuple(queue.shape)}")
+        raise ValueError(f"the queue must be (Q, {e1.shape[1]}), got {tuple(queue.shape)}")
     with torch.autocast(device_type=e1.device.type, enabled=False):
         keys = e2.float()
         if queue is not None and queue.shape[0] > 0:
@@ -80,7 +78,7 @@ def reconstruction_loss(e1: torch.Tensor, e2: torch.Tensor) -> torch.Tensor:
         A float32 scalar (computed in float32 even under autocast).
     """
     if e1.ndim != 2 or e1.shape != e2.shape:
-        raise InputError(
+        raise ValueError(
             "reconstruction_loss needs two (B, D) views of one shape, "
             f"got {tuple(e1.shape)} and {tuple(e2.shape)}"
         )

@@ -19,28 +19,19 @@ from __future__ import annotations
 import contextlib
 import inspect
 import math
-from collections.abc import Callable
-from contextlib import AbstractContextManager
 from dataclasses import dataclass
 from pathlib import Path
 
 import torch
-from embedkit.training import ami, losses
-from embedkit.training.config import TrainConfig
-from embedkit.training.encoder import load_backbone, pool
-from embedkit.training.momentum import EmbeddingQueue, MomentumEncoder
 from safetensors import SafetensorError
 from torch import nn
 
+from embedkit.encode.model_folder import pooling_from_folder
+from embedkit.encode.torch_backend import load_backbone, pool
 from embedkit.errors import InputError
-from embedkit.modelfolder import pooling_from_folder
-
-# A timer is called with a section name and returns a context manager that times it.
-Timer = Callable[[str], AbstractContextManager[object]]
-
-
-def no_timer(_name: str) -> AbstractContextManager[object]:
-    return contextlib.nullcontext()
+from embedkit.training import ami, losses
+from embedkit.training.config import TrainConfig
+from embedkit.training.momentum import EmbeddingQueue, MomentumEncoder
 
 
 class MLPHead(nn.Module):
@@ -128,7 +119,7 @@ class ContrastiveModel(nn.Module):
         return pool(hidden, inputs["attention_mask"], self.pooling)
 
     def step(
-        self, batch: dict[str, torch.Tensor], generator: torch.Generator | None, timer: Timer = no_timer
+        self, batch: dict[str, torch.Tensor], generator: torch.Generator | None
     ) -> StepOutput:
         """The miCSE objective on one batch (B, T); run it in train mode, under autocast if any."""
         config = self.config
@@ -136,45 +127,41 @@ class ContrastiveModel(nn.Module):
         size = inputs["input_ids"].shape[0]
         # (2B, T): one forward pass gives two views with independent dropout masks
         doubled = {k: torch.cat([v, v]) for k, v in inputs.items()}
-        with timer("forward"):
-            out = self.backbone(**doubled, output_attentions=config.needs_attentions)
-            pooled = self.head(pool(out.last_hidden_state, doubled["attention_mask"], self.pooling))
-            e1, e2 = pooled[:size], pooled[size:]  # (B, D) each
+        out = self.backbone(**doubled, output_attentions=config.needs_attentions)
+        pooled = self.head(pool(out.last_hidden_state, doubled["attention_mask"], self.pooling))
+        e1, e2 = pooled[:size], pooled[size:]  # (B, D) each
 
         keys = None
         if self.momentum is not None:
-            with timer("momentum_forward"), torch.no_grad():
+            with torch.no_grad():
                 hidden = self.momentum(**inputs)  # (B, T, D)
                 keys = self.head(pool(hidden, inputs["attention_mask"], self.pooling)).float()
 
-        with timer("info_nce"):
-            queued = self.queue.keys() if self.queue is not None and len(self.queue) else None
-            terms = {"info_nce": losses.info_nce(e1, e2, queue=queued, temperature=config.temperature)}
+        queued = self.queue.keys() if self.queue is not None and len(self.queue) else None
+        terms = {"info_nce": losses.info_nce(e1, e2, queue=queued, temperature=config.temperature)}
         if config.uses_ami:
-            with timer("ami"):
-                attn1 = [a[:size] for a in out.attentions]  # per layer (B, H, T, T)
-                attn2 = [a[size:] for a in out.attentions]
-                terms["ami"] = ami.ami_loss(
-                    attn1,
-                    attn2,
-                    inputs["attention_mask"],
-                    weight=config.ami_weight,
-                    layers=self.ami_layers,
-                    num_samples=config.ami_samples,
-                    generator=generator,
-                )
+            attn1 = [a[:size] for a in out.attentions]  # per layer (B, H, T, T)
+            attn2 = [a[size:] for a in out.attentions]
+            terms["ami"] = ami.ami_loss(
+                attn1,
+                attn2,
+                inputs["attention_mask"],
+                weight=config.ami_weight,
+                layers=self.ami_layers,
+                num_samples=config.ami_samples,
+                generator=generator,
+            )
         if config.reconstruction_weight > 0:
             terms["reconstruction"] = config.reconstruction_weight * losses.reconstruction_loss(e1, e2)
         total = sum(terms.values(), torch.zeros((), device=e1.device))
         return StepOutput(total, {k: v.detach() for k, v in terms.items()}, keys)
 
-    def after_step(self, keys: torch.Tensor | None, timer: Timer = no_timer) -> None:
+    def after_step(self, keys: torch.Tensor | None) -> None:
         """After the optimizer step: EMA-update the momentum encoder, then enqueue this step's keys."""
         if self.momentum is None or self.queue is None or keys is None:
             return
-        with timer("momentum_update"):
-            self.momentum.update(self.backbone)
-            self.queue.enqueue(keys)
+        self.momentum.update(self.backbone)
+        self.queue.enqueue(keys)
 
 
 def _set_attention(module: nn.Module, implementation: str) -> None:

@@ -13,8 +13,6 @@ import copy
 import torch
 from torch import nn
 
-from embedkit.errors import InputError
-
 # Modules whose `p` is a dropout probability.
 _DROPOUT_MODULES = (nn.Dropout, nn.Dropout1d, nn.Dropout2d, nn.Dropout3d, nn.AlphaDropout)
 # Float attributes that some attention implementations read instead of an nn.Dropout's `p`.
@@ -37,18 +35,18 @@ def ema_update(target: nn.Module, online: nn.Module, decay: float = 0.995) -> No
     shapes (the target is a copy of the online module).
     """
     if not 0.0 <= decay <= 1.0:
-        raise InputError(f"the momentum decay must lie in [0, 1], got {decay}")
+        raise ValueError(f"the momentum decay must lie in [0, 1], got {decay}")
     target_params = dict(target.named_parameters())
     online_params = dict(online.named_parameters())
     if target_params.keys() != online_params.keys():
-        raise InputError(
+        raise ValueError(
             "ema_update needs two modules with the same parameters (the target is a copy of the online)"
         )
     targets, sources = [], []
     for name, t in target_params.items():
         o = online_params[name]
         if t.shape != o.shape:
-            raise InputError(
+            raise ValueError(
                 f"parameter {name} has shape {tuple(t.shape)} in the target but {tuple(o.shape)} online"
             )
         targets.append(t)
@@ -71,7 +69,7 @@ def set_dropout(module: nn.Module, p: float) -> None:
     too.
     """
     if not 0.0 <= p < 1.0:
-        raise InputError(f"a dropout probability must lie in [0, 1), got {p}")
+        raise ValueError(f"a dropout probability must lie in [0, 1), got {p}")
     for sub in module.modules():
         if isinstance(sub, _DROPOUT_MODULES):
             sub.p = p
@@ -101,7 +99,7 @@ class MomentumEncoder(nn.Module):
     def __init__(self, online_backbone: nn.Module, decay: float = 0.995, dropout: float = 0.3) -> None:
         super().__init__()
         if not 0.0 <= decay <= 1.0:
-            raise InputError(f"the momentum decay must lie in [0, 1], got {decay}")
+            raise ValueError(f"the momentum decay must lie in [0, 1], got {decay}")
         self.decay = decay
         self.dropout_p = dropout
         self.encoder = copy.deepcopy(online_backbone)
@@ -140,7 +138,7 @@ class EmbeddingQueue:
 
     def __init__(self, dim: int, size: int = 384) -> None:
         if dim < 1 or size < 0:
-            raise InputError(f"a queue needs dim >= 1 and size >= 0, got dim={dim}, size={size}")
+            raise ValueError(f"a queue needs dim >= 1 and size >= 0, got dim={dim}, size={size}")
         self.dim = int(dim)
         self.size = int(size)
         self._buffer = torch.zeros(self.size, self.dim)
@@ -154,7 +152,7 @@ class EmbeddingQueue:
     def enqueue(self, keys: torch.Tensor) -> None:
         """Append (B, D) keys, dropping the oldest first; of a batch above `size`, keep the newest."""
         if keys.ndim != 2 or keys.shape[1] != self.dim:
-            raise InputError(f"queue keys must be (B, {self.dim}), got {tuple(keys.shape)}")
+            raise ValueError(f"queue keys must be (B, {self.dim}), got {tuple(keys.shape)}")
         if self.size == 0 or keys.shape[0] == 0:
             return
         keys = keys.detach()[-self.size :].to(dtype=torch.float32)
@@ -188,15 +186,15 @@ class EmbeddingQueue:
     def load_state_dict(self, state: dict[str, torch.Tensor | int]) -> None:
         """Restore a queue saved by `state_dict`; its size and dim must match this queue's."""
         if int(state.get("size", -1)) != self.size or int(state.get("dim", -1)) != self.dim:
-            raise InputError(
+            raise ValueError(
                 f"the saved queue is size {state.get('size')} x dim {state.get('dim')}, "
                 f"but this run uses size {self.size} x dim {self.dim}"
             )
         buffer = state["buffer"]
         if not isinstance(buffer, torch.Tensor) or tuple(buffer.shape) != (self.size, self.dim):
-            raise InputError(f"the saved queue buffer must be a ({self.size}, {self.dim}) tensor")
+            raise ValueError(f"the saved queue buffer must be a ({self.size}, {self.dim}) tensor")
         filled, nxt = int(state["filled"]), int(state["next"])
         if not (0 <= filled <= self.size and 0 <= nxt < max(self.size, 1)):
-            raise InputError(f"the saved queue position is out of range (filled={filled}, next={nxt})")
+            raise ValueError(f"the saved queue position is out of range (filled={filled}, next={nxt})")
         self._buffer = buffer.to(device=self._buffer.device, dtype=torch.float32).clone()
         self._filled, self._next = filled, nxt

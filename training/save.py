@@ -24,7 +24,7 @@ from torch import nn
 
 from embedkit import __version__
 from embedkit.atomic import atomic_dir
-from embedkit.modelfolder import fingerprint_files, read_json
+from embedkit.encode.model_folder import fingerprint_files, read_json
 
 # Tokenizer files any Hugging Face tokenizer may need; those present in the base folder are copied.
 TOKENIZER_FILES = (

@@ -19,17 +19,18 @@ from typing import Any
 
 import numpy as np
 import torch
+
+from embedkit.data.corpus import CorpusSample, CorpusStats, load_sentences
+from embedkit.encode.batching import TokenBatcher
+from embedkit.encode.devices import torch_device
+from embedkit.encode.model_folder import model_fingerprint, read_model_spec
+from embedkit.errors import InputError, RunFailure
+from embedkit.evaluation.evaluator import Evaluator
 from embedkit.training import checkpoint as ckpt
+from embedkit.training.checkpoint_selection import InferenceEncoder, dev_evaluator, dev_label, dev_score
 from embedkit.training.config import TrainConfig
-from embedkit.training.encoder import resolve_device
 from embedkit.training.model import ContrastiveModel, make_optimizer, make_scheduler, optimizer_step
 from embedkit.training.save import write_model_folder
-from embedkit.training.selection import InferenceEncoder, PseudoQueryCriterion, dev_criterion
-
-from embedkit.batching import TokenBatcher
-from embedkit.corpus import CorpusStats, load_sentences
-from embedkit.errors import InputError, RunFailure
-from embedkit.modelfolder import model_fingerprint, read_model_spec
 
 StepCallback = Callable[[int, dict[str, float]], None]
 
@@ -112,24 +113,15 @@ class TrainDisplay:
         self.console.print(text, highlight=False)
 
     def start(self, step: int) -> None:
-        from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
+        from embedkit.progress import ProgressBar
 
         if self.enabled:
-            terms = TextColumn("{task.fields[terms]}")
-            self.progress = Progress(
-                TextColumn("training"),
-                BarColumn(),
-                MofNCompleteColumn(),
-                terms,
-                TimeRemainingColumn(),
-                console=self.console,
-            )
-            self.task = self.progress.add_task("training", total=self.total, completed=step, terms="")
+            self.progress = ProgressBar(self.total, "training", completed=step, console=self.console)
             self.progress.start()
 
     def advance(self, step: int, terms: dict[str, float]) -> None:
         if self.progress is not None:
-            self.progress.update(self.task, completed=step, terms=_format(terms))
+            self.progress.update(completed=step, status=_format(terms))
 
     def stop(self) -> None:
         if self.progress is not None:
@@ -148,7 +140,7 @@ def train(
 ) -> TrainResult:
     """Train a sentence encoder on `corpus` with `config.method` and write it to `out_dir`.
 
-    `corpus` is a file or BEIR folder (see `embedkit.corpus`) or a list of sentences. With
+    `corpus` is a file or BEIR folder (see `embedkit.data.corpus`) or a list of sentences. With
     `resume`, a run killed at any point continues from its last checkpoint in `out_dir`;
     `overwrite` replaces a non-empty `out_dir` (a finished model there stays until the new one
     is complete). `on_step(step, losses)` is called after each step (and its checkpoint).
@@ -160,14 +152,15 @@ def train(
     out = Path(out_dir).expanduser()
 
     # 1. Check every input before anything is written.
-    dev = dev_criterion(config, corpus)
-    held_out = dev.exclude if isinstance(dev, PseudoQueryCriterion) else None
+    dev = dev_evaluator(config, corpus)
+    pseudo_set = getattr(dev, "pseudo_set", None)  # its query sentences are held out of training
+    held_out = pseudo_set.exclude if pseudo_set is not None else None
     sample = load_sentences(
         corpus, config.column, config.split_sentences, config.limit, config.limit_seed, held_out
     )
     if len(sample.sentences) < 2:
         raise InputError("contrastive training needs at least 2 distinct sentences")
-    device = resolve_device(config.device)
+    device = torch_device(config.device)
     dtype = resolve_precision(config.precision, device)
     spec = read_model_spec(config.base_model)
     if spec.kind != "torch":
@@ -183,13 +176,14 @@ def train(
     batcher = TokenBatcher(spec.path, config.max_seq_length)
     encodings = batcher.tokenizer.encode_batch(sample.sentences)
     # The dev criterion embeds at the inference length, as a user of the saved folder will.
-    dev_encoder = InferenceEncoder(model, TokenBatcher(spec.path, spec.max_seq_length), dtype)
+    dev_encoder = InferenceEncoder(model, TokenBatcher(spec.path, spec.max_seq_length), dtype, spec.path)
     per_epoch = steps_per_epoch(len(sample.sentences), config.batch_size)
     total = int(min(config.epochs * per_epoch, config.max_steps or math.inf))
     optimizer = make_optimizer(model, config)
     scheduler = make_scheduler(optimizer, total, config.warmup_ratio)
     scaler = torch.amp.GradScaler(device.type) if dtype == torch.float16 else None
     generator = torch.Generator(device=device).manual_seed(config.seed) if config.uses_ami else None
+    parts = ckpt.TrainingParts(model, optimizer, scheduler, scaler, generator)
     meta = {
         "config": config.to_dict(),
         "data_fingerprint": sample.fingerprint,
@@ -202,7 +196,7 @@ def train(
     display = TrainDisplay(total, enabled=progress)
     display.note(f"{config.method}: {sample.stats.describe()}; {total} steps on {device.type}")
     if resume_from is not None:
-        state = ckpt.load_checkpoint(resume_from, model, optimizer, scheduler, scaler, generator)
+        state = ckpt.load_checkpoint(resume_from, parts)
         ckpt.truncate_metrics(metrics, state.step)
         ckpt.append_metrics(metrics, {"event": "resume", "step": state.step})
         display.note(f"resumed from step {state.step}")
@@ -214,9 +208,10 @@ def train(
         start = {"event": "start", "step": 0, "steps": total, "sentences": len(sample.sentences)}
         ckpt.append_metrics(metrics, {**start, **meta})
         if dev is not None:
-            state.base_score = dev.score(dev_encoder, config.eval_batch_size)
-            ckpt.append_metrics(metrics, {"step": 0, f"dev_{dev.metric}": state.base_score, "base": True})
-            display.note(f"base model: {dev.label} {state.base_score:.4f}")
+            state.base_score = dev_score(dev, dev_encoder)
+            record = {"step": 0, f"dev_{dev.primary_metric}": state.base_score, "base": True}
+            ckpt.append_metrics(metrics, record)
+            display.note(f"base model: {dev_label(dev)} {state.base_score:.4f}")
 
     # 4. The steps.
     display.start(state.step)
@@ -251,17 +246,17 @@ def train(
                 )
             display.advance(state.step, terms)
             if dev is not None and (state.step % config.eval_steps == 0 or state.step == total):
-                score = dev.score(dev_encoder, config.eval_batch_size)
+                score = dev_score(dev, dev_encoder)
                 improved = state.best_score is None or score > state.best_score
                 if improved:
                     ckpt.save_best(out, model, state.step, score)
                     state.best_score, state.best_step = score, state.step
-                record = {"step": state.step, f"dev_{dev.metric}": score, "best": improved}
+                record = {"step": state.step, f"dev_{dev.primary_metric}": score, "best": improved}
                 ckpt.append_metrics(metrics, record)
                 best = " (best so far)" if improved else ""
-                display.note(f"step {state.step}: {dev.label} {score:.4f}{best}")
+                display.note(f"step {state.step}: {dev_label(dev)} {score:.4f}{best}")
             if state.step % config.save_steps == 0 or state.step == total:
-                ckpt.save_checkpoint(out, model, optimizer, scheduler, scaler, generator, state, meta)
+                ckpt.save_checkpoint(out, parts, state, meta)
             if on_step is not None:
                 on_step(state.step, terms)
     finally:
@@ -271,32 +266,13 @@ def train(
     if state.best_step is not None:
         ckpt.load_best(out, model, state.best_step)
     ckpt.append_metrics(metrics, {"event": "done", "step": state.step, "best_step": state.best_step})
-    source = str(corpus) if isinstance(corpus, (str, Path)) else "a list of texts"
     write_model_folder(
         out,
         model.backbone,
         spec.path,
         model.pooling,
         spec.max_seq_length,
-        {
-            "method": config.method,
-            "training": {
-                **meta,
-                "steps": state.step,
-                "seconds": round(state.seconds, 3),
-                "final_losses": state.last_losses,
-            },
-            "data": {"source": source, "fingerprint": sample.fingerprint, "stats": asdict(sample.stats)},
-            "base_model": {"path": str(spec.path), "fingerprint": base_fingerprint},
-            "dev": None
-            if dev is None
-            else {
-                **dev.describe(),
-                "base_score": state.base_score,
-                "best_score": state.best_score,
-                "best_step": state.best_step,
-            },
-        },
+        _model_metadata(config, meta, state, corpus, sample, spec.path, base_fingerprint, dev),
         extra_files={ckpt.METRICS: metrics},
     )
     return TrainResult(
@@ -310,8 +286,41 @@ def train(
         state.base_score,
         state.last_losses,
         state.seconds,
-        dev.label if dev is not None else None,
+        dev_label(dev) if dev is not None else None,
     )
+
+
+def _model_metadata(
+    config: TrainConfig,
+    meta: dict[str, Any],
+    state: ckpt.TrainState,
+    corpus: str | Path | Sequence[str],
+    sample: CorpusSample,
+    base_path: Path,
+    base_fingerprint: str,
+    dev: Evaluator | None,
+) -> dict[str, Any]:
+    """What `embedkit.json` records of a run: method, settings, data, base model and dev scores."""
+    source = str(corpus) if isinstance(corpus, (str, Path)) else "a list of texts"
+    return {
+        "method": config.method,
+        "training": {
+            **meta,
+            "steps": state.step,
+            "seconds": round(state.seconds, 3),
+            "final_losses": state.last_losses,
+        },
+        "data": {"source": source, "fingerprint": sample.fingerprint, "stats": asdict(sample.stats)},
+        "base_model": {"path": str(base_path), "fingerprint": base_fingerprint},
+        "dev": None
+        if dev is None
+        else {
+            **dev.describe(),
+            "base_score": state.base_score,
+            "best_score": state.best_score,
+            "best_step": state.best_step,
+        },
+    }
 
 
 def _format(terms: dict[str, float]) -> str:

@@ -12,12 +12,12 @@ from eval_data import DOCS, QRELS, QUERIES, HashEncoder, write_beir, write_sts
 
 from embedkit.errors import InputError
 from embedkit.evaluation import RetrievalEvaluator, StsEvaluator, evaluate_retrieval, evaluate_sts
-from embedkit.metrics import RETRIEVAL_METRICS
+from embedkit.evaluation.metrics import RETRIEVAL_METRICS
 
 
 @pytest.fixture(scope="module")
 def encoder(tiny_bert: Path):
-    from embedkit.training.encoder import TorchEncoder
+    from embedkit.encode.torch_backend import TorchEncoder
 
     return TorchEncoder(tiny_bert, device="cpu")
 

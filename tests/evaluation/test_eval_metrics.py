@@ -10,7 +10,7 @@ import scipy.stats
 
 from embedkit.errors import InputError
 from embedkit.evaluation import exact_search
-from embedkit.metrics import (
+from embedkit.evaluation.metrics import (
     evaluate_run,
     mrr_at_k,
     ndcg_at_k,
@@ -160,7 +160,7 @@ def test_spearman_edge_cases() -> None:
 
 
 def test_exact_search_matches_brute_force_with_ties_and_excluded_ids(monkeypatch: pytest.MonkeyPatch) -> None:
-    import embedkit.evaluation as evaluation
+    import embedkit.evaluation.runs as evaluation
 
     # tiny blocks so the running top-k merges across many chunks
     monkeypatch.setattr(evaluation, "SEARCH_CHUNK", 7)

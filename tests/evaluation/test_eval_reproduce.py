@@ -6,8 +6,9 @@ import json
 from pathlib import Path
 
 import pytest
-from embedkit.cli.app import app
 from typer.testing import CliRunner
+
+from embedkit.cli.app import app
 
 STSB_TEST_SPEARMAN = 82.03  # all-MiniLM-L6-v2, mean pooling, STS-B test, Spearman x 100 of cosine
 CRANFIELD_NDCG10 = 0.506  # the same model on Cranfield (BEIR layout), graded nDCG@10
@@ -34,7 +35,7 @@ def test_stsb_test_spearman(minilm: Path, shared_data: Path, tmp_path: Path) -> 
 
 @pytest.mark.slow
 def test_cranfield_ndcg_at_10(minilm: Path, shared_data: Path) -> None:
-    from embedkit.encoder import load_encoder
+    from embedkit.encode.loading import load_encoder
     from embedkit.evaluation import RetrievalEvaluator
 
     report = RetrievalEvaluator(shared_data / "cranfield").evaluate(load_encoder(minilm))

@@ -10,14 +10,13 @@ import pytest
 onnxruntime = pytest.importorskip("onnxruntime")
 torch = pytest.importorskip("torch")
 
+from embedkit.errors import InputError  # noqa: E402
 from embedkit.export.onnx_graph import (  # noqa: E402
     check_architecture,
     export_graph,
     load_eager_backbone,
 )
 from embedkit.export.optimize import optimize_graph  # noqa: E402
-
-from embedkit.errors import InputError  # noqa: E402
 
 
 def reference(

@@ -8,9 +8,9 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from embedkit.export.parity import ParityGates, builtin_sentences, judge, read_calibration, row_cosines
 
 from embedkit.errors import InputError
+from embedkit.export.parity import ParityGates, builtin_sentences, judge, read_calibration, row_cosines
 
 
 def test_row_cosines_match_a_loop():

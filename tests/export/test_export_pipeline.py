@@ -12,11 +12,10 @@ import pytest
 
 pytest.importorskip("onnxruntime")
 
-from embedkit.export import ParityFailure, ParityGates, export_model  # noqa: E402
-
+from embedkit.encode.model_folder import model_fingerprint, read_model_spec  # noqa: E402
+from embedkit.encode.onnx_backend import OnnxEncoder  # noqa: E402
 from embedkit.errors import InputError, RunFailure  # noqa: E402
-from embedkit.modelfolder import model_fingerprint, read_model_spec  # noqa: E402
-from embedkit.onnx_encoder import OnnxEncoder  # noqa: E402
+from embedkit.export import ParityFailure, ParityGates, export_model  # noqa: E402
 
 
 def leftovers(folder: Path) -> list[str]:
@@ -81,7 +80,7 @@ def test_metadata_round_trips_and_names_what_the_graph_does(export_all, tiny_ber
 
 
 def test_each_precision_matches_torch(export_all, tiny_bert: Path, sentences: list[str]):
-    from embedkit.training.encoder import TorchEncoder
+    from embedkit.encode.torch_backend import TorchEncoder
 
     result, _ = export_all
     expected = TorchEncoder(tiny_bert, device="cpu").encode(sentences, normalize=True)

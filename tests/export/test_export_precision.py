@@ -8,8 +8,9 @@ import pytest
 onnx = pytest.importorskip("onnx")
 onnxruntime = pytest.importorskip("onnxruntime")
 
-from embedkit.export.precision import _drop_repeated_casts, _unique_node_names  # noqa: E402
 from onnx import TensorProto, helper  # noqa: E402
+
+from embedkit.export.precision import _drop_repeated_casts, _unique_node_names  # noqa: E402
 
 
 def converter_output_with_repeated_casts():

@@ -7,14 +7,14 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from embedkit.cli.app import app
-from embedkit.training.config import TrainConfig
-from embedkit.training.trainer import train
 from typer.testing import CliRunner
 
-from embedkit.corpus import load_sentences, read_documents
+from embedkit.cli.app import app
+from embedkit.data.corpus import load_sentences, read_documents
 from embedkit.errors import InputError
-from embedkit.pseudo import build_pseudo_queries, evaluate_pseudo, normalize_text
+from embedkit.evaluation.pseudo_queries import build_pseudo_queries, evaluate_pseudo, normalize_text
+from embedkit.training.config import TrainConfig
+from embedkit.training.trainer import train
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 
@@ -93,7 +93,7 @@ def test_dev_pseudo_scores_the_base_and_keeps_the_best_checkpoint(
     assert sorted(evaluated) == [0, 2, 4, 6]
     trained = {s: v for s, v in evaluated.items() if s}
     assert result.dev_score == max(trained.values()) and trained[result.best_step] == result.dev_score
-    assert result.dev_label == "dev pseudo-query nDCG@10"
+    assert result.dev_label == "dev pseudo ndcg@10"
 
     meta = json.loads((out / "embedkit.json").read_text())
     assert meta["dev"]["pseudo_queries"] == 8 and meta["dev"]["fingerprint"] == pseudo.fingerprint

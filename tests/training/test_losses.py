@@ -6,9 +6,8 @@ import math
 
 import pytest
 import torch
-from embedkit.training.losses import info_nce, reconstruction_loss
 
-from embedkit.errors import InputError
+from embedkit.training.losses import info_nce, reconstruction_loss
 
 
 def reference_info_nce(e1: torch.Tensor, e2: torch.Tensor, queue: torch.Tensor | None, tau: float) -> float:
@@ -81,11 +80,11 @@ def test_info_nce_is_float32_under_autocast() -> None:
 
 
 def test_info_nce_rejects_bad_shapes() -> None:
-    with pytest.raises(InputError, match="two \\(B, D\\) views of one shape"):
+    with pytest.raises(ValueError, match="two \\(B, D\\) views of one shape"):
         info_nce(torch.randn(4, 8), torch.randn(3, 8))
-    with pytest.raises(InputError, match="queue must be \\(Q, 8\\)"):
+    with pytest.raises(ValueError, match="queue must be \\(Q, 8\\)"):
         info_nce(torch.randn(4, 8), torch.randn(4, 8), torch.randn(3, 7))
-    with pytest.raises(InputError, match="temperature must be positive"):
+    with pytest.raises(ValueError, match="temperature must be positive"):
         info_nce(torch.randn(4, 8), torch.randn(4, 8), temperature=0.0)
 
 
@@ -95,5 +94,5 @@ def test_reconstruction_loss_by_hand() -> None:
     # (1 + 4 + 9 + 16) / 2 sentences
     assert reconstruction_loss(e1, e2).item() == pytest.approx(15.0)
     assert reconstruction_loss(e1, e1).item() == 0.0
-    with pytest.raises(InputError, match="reconstruction_loss needs two"):
+    with pytest.raises(ValueError, match="reconstruction_loss needs two"):
         reconstruction_loss(e1, e2[:1])

@@ -9,10 +9,10 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
-from embedkit.training.encoder import load_backbone
-from embedkit.training.save import write_model_folder
 
-from embedkit.modelfolder import read_model_spec
+from embedkit.encode.model_folder import read_model_spec
+from embedkit.encode.torch_backend import load_backbone
+from embedkit.training.save import write_model_folder
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 

@@ -15,13 +15,13 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
+
+from embedkit.errors import InputError, RunFailure
 from embedkit.training import checkpoint as ckpt
 from embedkit.training import losses
 from embedkit.training.config import TrainConfig
 from embedkit.training.model import ContrastiveModel, lr_factor
 from embedkit.training.trainer import pad_batch, steps_per_epoch, train
-
-from embedkit.errors import InputError, RunFailure
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 
@@ -63,7 +63,7 @@ def test_step_matches_a_numpy_reference(tiny_bert: Path) -> None:
     cfg = config(tiny_bert, method="micse", reconstruction_weight=0.5, queue_size=5)
     model = ContrastiveModel.from_folder(tiny_bert, cfg)
     model.queue.enqueue(torch.randn(3, model.dim))  # a partly filled queue: 3 of 5 rows
-    from embedkit.batching import TokenBatcher
+    from embedkit.encode.batching import TokenBatcher
 
     batcher = TokenBatcher(tiny_bert, 32)
     batch = pad_batch(
@@ -143,8 +143,9 @@ def test_loss_goes_down_on_a_repeated_corpus(tmp_path: Path, tiny_bert: Path) ->
 
 
 def test_saved_model_loads_and_records_its_making(tmp_path: Path, tiny_bert: Path) -> None:
-    from embedkit.training.encoder import TorchEncoder
     from sentence_transformers import SentenceTransformer
+
+    from embedkit.encode.torch_backend import TorchEncoder
 
     out = tmp_path / "out"
     result = train(CORPUS, out, config(tiny_bert, method="micse", learning_rate=1e-3), progress=False)
@@ -196,7 +197,7 @@ def test_each_method_runs(tmp_path: Path, tiny_bert: Path, method: str, terms: s
 def test_model_without_token_type_ids_and_cls_pooling(tmp_path: Path, tiny_bert_no_types: Path) -> None:
     from sentence_transformers import SentenceTransformer
 
-    from embedkit.modelfolder import read_model_spec
+    from embedkit.encode.model_folder import read_model_spec
 
     out = tmp_path / "out"
     train(CORPUS, out, config(tiny_bert_no_types, method="micse", max_steps=2), progress=False)
@@ -311,17 +312,19 @@ def test_dev_set_selects_the_best_checkpoint(tmp_path: Path, tiny_bert: Path) ->
         st = SentenceTransformer(str(model_dir), device="cpu")
         a = st.encode([p[0] for p in pairs], normalize_embeddings=True)
         b = st.encode([p[1] for p in pairs], normalize_embeddings=True)
-        return float(spearmanr((a * b).sum(1), [p[2] for p in pairs]).statistic)
+        return 100.0 * float(spearmanr((a * b).sum(1), [p[2] for p in pairs]).statistic)  # as `eval sts`
 
     cfg = config(tiny_bert, method="simcse", max_steps=6, eval_steps=2, learning_rate=3e-3, dev_sts=str(dev))
     result = train(CORPUS, tmp_path / "out", cfg, progress=False)
 
-    assert result.base_dev_score == pytest.approx(dev_score(tiny_bert), abs=1e-6)
+    assert result.base_dev_score == pytest.approx(dev_score(tiny_bert), abs=1e-4)
     assert result.dev_score == pytest.approx(
-        dev_score(tmp_path / "out"), abs=1e-6
+        dev_score(tmp_path / "out"), abs=1e-4
     )  # the saved one is the best
     evaluated = {
-        r["step"]: r["dev_spearman"] for r in metric_records(tmp_path / "out") if "dev_spearman" in r
+        r["step"]: r["dev_spearman_cosine"]
+        for r in metric_records(tmp_path / "out")
+        if "dev_spearman_cosine" in r
     }
     assert sorted(evaluated) == [0, 2, 4, 6]
     trained = {s: v for s, v in evaluated.items() if s}

@@ -1,0 +1,38 @@
+"""Typer options that several commands share, declared once: model, device, precision, batch size,
+the corpus argument and its columns, and `--json`."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+CorpusArgument = Annotated[
+    Path,
+    typer.Argument(
+        help="Corpus: .txt (one document a line), .jsonl, .csv, .tsv (each may be .gz), or a BEIR folder."
+    ),
+]
+ModelOption = Annotated[
+    str | None,
+    typer.Option(
+        "--model", "-m", help="Model folder (torch or ONNX export); default: bundled all-MiniLM-L6-v2."
+    ),
+]
+ColumnOption = Annotated[
+    str | None, typer.Option("--column", help="Text field of a csv/tsv/jsonl corpus (default: text).")
+]
+IdColumnOption = Annotated[
+    str | None, typer.Option("--id-column", help="Id field (default: _id or id, else the line number).")
+]
+DeviceOption = Annotated[
+    str, typer.Option("--device", help="auto, cpu, cuda or cuda:N (cuda without a GPU is an error).")
+]
+PrecisionOption = Annotated[
+    str | None,
+    typer.Option("--precision", help="ONNX precision: fp32, fp16 or int8 (default: the export's)."),
+]
+BatchOption = Annotated[int, typer.Option("--batch-size", min=1, help="Texts per forward pass.")]
+ChunkOption = Annotated[int, typer.Option("--chunk-size", min=1, help="Documents held in memory at a time.")]
+JsonOption = Annotated[Path | None, typer.Option("--json", help="Also write the results to this JSON file.")]

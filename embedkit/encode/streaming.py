@@ -1,0 +1,210 @@
+"""Embed a corpus of any size, chunk by chunk, in bounded memory.
+
+Two streaming passes over the corpus: the first counts the documents, so that outputs can be sized
+up front; the second embeds chunks of documents and hands each chunk to a writer. Memory holds one
+chunk of texts and vectors, never the corpus, so a corpus bigger than RAM embeds on a laptop.
+`embed_to_file` writes a memory-mapped `.npy` (`numpy.lib.format.open_memmap`); `embedkit.index.search.search`
+uses the same loop to fill a FAISS index and its document store.
+
+`embed_to_file` output, both written atomically (temporary file, then rename):
+- `FILE.npy`: float32 [n, dim], row i = the corpus's i-th document;
+- `FILE.ids.txt`: the documents' ids, one per line, UTF-8, line i = row i (an id is the corpus's id
+  field, or the document's 1-based line number when the corpus has none).
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Iterable, Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+import numpy as np
+
+from embedkit.atomic import atomic_path
+from embedkit.errors import InputError, RunFailure
+from embedkit.progress import ProgressBar
+
+if TYPE_CHECKING:
+    from embedkit.data.corpus import Document
+    from embedkit.encode.protocol import Encoder
+
+
+@dataclass(frozen=True)
+class CorpusOptions:
+    """How to read and batch a corpus."""
+
+    column: str | None = None  # the text field of a csv/tsv/jsonl corpus (None: "text")
+    id_column: str | None = None  # the id field (None: "_id" or "id", else the line number)
+    # 10k texts plus 10k x 384 float32 vectors (15 MB) stay small on any machine, while a chunk is
+    # still large enough for the encoder's length-sorting to group similar lengths.
+    chunk_size: int = 10_000
+    batch_size: int = (
+        64  # texts per forward pass: sentence-transformers' 32, doubled (sorting keeps padding low)
+    )
+
+    def __post_init__(self) -> None:
+        if self.chunk_size < 1:
+            raise InputError(f"chunk size must be at least 1, got {self.chunk_size}")
+        if self.batch_size < 1:
+            raise InputError(f"batch size must be at least 1, got {self.batch_size}")
+
+
+ChunkWriter = Callable[[int, "list[Document]", np.ndarray], None]  # (offset, documents, vectors [len, dim])
+
+
+def read_corpus(corpus: str | Path, options: CorpusOptions) -> Iterator[Document]:
+    """Stream a corpus file or BEIR folder (txt, jsonl, csv/tsv, gzip), blank documents skipped."""
+    from embedkit.data.corpus import read_documents
+
+    return read_documents(corpus, column=options.column, id_column=options.id_column)
+
+
+def count_documents(corpus: str | Path, options: CorpusOptions) -> int:
+    """Count a corpus's documents in one streaming pass; an empty corpus is an `InputError`."""
+    count = sum(1 for _ in read_corpus(corpus, options))
+    if count == 0:
+        raise InputError(f"empty corpus: {corpus} holds no documents")
+    return count
+
+
+def chunked(items: Iterable[Document], size: int) -> Iterator[list[Document]]:
+    chunk: list[Document] = []
+    for item in items:
+        chunk.append(item)
+        if len(chunk) == size:
+            yield chunk
+            chunk = []
+    if chunk:
+        yield chunk
+
+
+def embed_corpus(
+    encoder: Encoder,
+    corpus: str | Path,
+    write: ChunkWriter,
+    *,
+    expected: int,
+    options: CorpusOptions,
+    normalize: bool | None = None,
+    progress: bool = False,
+    description: str = "embedding",
+) -> int:
+    """Embed `corpus` chunk by chunk, calling `write(offset, documents, vectors)` for each chunk.
+
+    `expected` is the count from `count_documents`; a corpus that changes between the two passes
+    is a `RunFailure` (the caller's atomic write then leaves no partial output).
+    """
+    done = 0
+    with ProgressBar(expected, description, enabled=progress, rate_unit="sent/s", transient=True) as bar:
+        for chunk in chunked(read_corpus(corpus, options), options.chunk_size):
+            if done + len(chunk) > expected:
+                raise RunFailure(
+                    f"{corpus} changed while it was read: more than the {expected} documents counted"
+                )
+            texts = [doc.full_text for doc in chunk]
+            vectors = encoder.encode(texts, batch_size=options.batch_size, normalize=normalize)
+            write(done, chunk, np.asarray(vectors, dtype=np.float32).reshape(len(chunk), -1))
+            done += len(chunk)
+            bar.advance(len(chunk))
+    if done != expected:
+        raise RunFailure(f"{corpus} changed while it was read: {done} documents, {expected} counted")
+    return done
+
+
+@dataclass(frozen=True)
+class EmbedReport:
+    """What `embed_to_file` wrote and how it went."""
+
+    out: Path
+    ids_path: Path
+    count: int
+    dim: int
+    truncated: int  # documents cut at the model's max_seq_length
+    seconds: float
+    backend: str
+    device: str
+
+    @property
+    def per_second(self) -> float:
+        return self.count / self.seconds if self.seconds > 0 else float("inf")
+
+
+def ids_path_for(out: Path) -> Path:
+    """`FILE.npy` -> `FILE.ids.txt`."""
+    return out.with_name(out.name[: -len(".npy")] + ".ids.txt")
+
+
+def embed_to_file(
+    corpus: str | Path,
+    out: str | Path,
+    model: Encoder | str | Path | None = None,
+    *,
+    options: CorpusOptions | None = None,
+    normalize: bool | None = None,
+    device: str = "auto",
+    precision: str | None = None,
+    progress: bool = False,
+) -> EmbedReport:
+    """Embed every document of `corpus` into `out` (.npy, float32 [n, dim]) and `FILE.ids.txt`.
+
+    `model`: an open encoder, or a model folder (None: the bundled all-MiniLM-L6-v2) that is opened
+    with `load_encoder(model, device, precision)` once the corpus is known to be readable and not
+    empty. `normalize=None` keeps the model's own choice (its Normalize module).
+    """
+    out = Path(out)
+    if out.suffix != ".npy" or out.is_dir():
+        raise InputError(f"--out must be a .npy file name, got {out}")
+    options = options or CorpusOptions()
+    n = count_documents(corpus, options)
+    encoder = as_encoder(model, device, precision)
+    truncated_before = encoder.truncated
+    ids_path = ids_path_for(out)
+    start = time.perf_counter()
+    with atomic_path(ids_path) as ids_tmp, atomic_path(out) as npy_tmp:
+        _write_npy(encoder, corpus, npy_tmp, ids_tmp, n, options, normalize, progress)
+    return EmbedReport(
+        out=out,
+        ids_path=ids_path,
+        count=n,
+        dim=encoder.dim,
+        truncated=encoder.truncated - truncated_before,
+        seconds=time.perf_counter() - start,
+        backend=encoder.backend,
+        device=str(encoder.device),
+    )
+
+
+def _write_npy(encoder: Encoder, corpus: str | Path, npy: Path, ids: Path, n: int, options: CorpusOptions,
+               normalize: bool | None, progress: bool) -> None:
+    """Fill `npy` (a memory map of [n, dim]) and `ids`; the map is closed when this returns."""
+    matrix = np.lib.format.open_memmap(npy, mode="w+", dtype=np.float32, shape=(n, encoder.dim))
+    with ids.open("w", encoding="utf-8", newline="\n") as ids_file:
+
+        def write(offset: int, documents: list[Document], vectors: np.ndarray) -> None:
+            matrix[offset : offset + len(documents)] = vectors
+            ids_file.writelines(f"{_one_line_id(doc.id)}\n" for doc in documents)
+
+        embed_corpus(
+            encoder, corpus, write, expected=n, options=options, normalize=normalize, progress=progress
+        )
+    matrix.flush()
+
+
+def as_encoder(
+    model: Encoder | str | Path | None, device: str = "auto", precision: str | None = None
+) -> Encoder:
+    """An open encoder as is; a model folder (None: the bundled model) opened with `load_encoder`."""
+    if model is None or isinstance(model, (str, Path)):
+        from embedkit.encode.loading import load_encoder
+
+        return load_encoder(model, device=device, precision=precision)
+    return model
+
+
+def _one_line_id(doc_id: object) -> str:
+    text = str(doc_id)
+    if "\n" in text or "\r" in text:
+        raise InputError(f"document id {text!r} contains a line break; ids must be one line")
+    return text

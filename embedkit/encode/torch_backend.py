@@ -1,0 +1,105 @@
+"""Embedding with a torch model folder: the reference that ONNX exports are checked against.
+
+The same tokenization and length-sorted batching as the ONNX runtime (`embedkit.encode.batching`),
+pooling as the folder's `1_Pooling/config.json` declares, normalisation as `modules.json` does.
+"""
+
+from __future__ import annotations
+
+import inspect
+from collections.abc import Sequence
+from pathlib import Path
+
+import numpy as np
+import torch
+
+from embedkit.encode.batching import TokenBatcher, as_text_list, encode_in_order
+from embedkit.encode.devices import torch_device
+from embedkit.encode.model_folder import ModelSpec, read_model_spec
+from embedkit.errors import InputError
+
+
+def pool(token_embeddings: torch.Tensor, attention_mask: torch.Tensor, mode: str) -> torch.Tensor:
+    """Sentence vector from token vectors: masked mean, or the first ([CLS]) token."""
+    if mode == "cls":
+        return token_embeddings[:, 0]
+    if mode == "mean":
+        mask = attention_mask.unsqueeze(-1).to(token_embeddings.dtype)  # (B, T, 1)
+        return (token_embeddings * mask).sum(1) / mask.sum(1).clamp(min=1e-9)
+    raise InputError(f"unknown pooling {mode!r}: use mean or cls")
+
+
+def load_backbone(path: Path, **kwargs: object) -> torch.nn.Module:
+    """The Hugging Face encoder in a folder (`AutoModel`), with a clear error for non-models."""
+    from safetensors import SafetensorError
+    from transformers import AutoModel
+    from transformers.utils import logging as hf_logging
+
+    hf_logging.disable_progress_bar()  # a bar per load drowns our own progress and error lines
+    try:
+        return AutoModel.from_pretrained(str(path), **kwargs)
+    except (OSError, ValueError, KeyError, SafetensorError) as exc:
+        raise InputError(f"cannot load a model from {path}: {str(exc).splitlines()[0]}") from None
+
+
+class TorchEncoder:
+    """Encode texts with a Hugging Face model folder in torch (inference: no MLP head, no dropout)."""
+
+    backend = "torch"
+
+    def __init__(
+        self,
+        model: str | Path | ModelSpec | None = None,
+        device: str = "auto",
+        pooling: str | None = None,
+        max_seq_length: int | None = None,
+    ) -> None:
+        spec: ModelSpec = read_model_spec(model)
+        if spec.kind != "torch":
+            raise InputError(f"{spec.path} is an ONNX folder; load it with embedkit.load_encoder")
+        self.spec = spec
+        self.path = spec.path
+        self.pooling = pooling or spec.pooling
+        self.normalize_default = spec.normalize
+        self.max_seq_length = int(max_seq_length or spec.max_seq_length)
+        self.device = torch_device(device)
+        self.model = load_backbone(spec.path).to(self.device).eval()
+        self.dim = int(self.model.config.hidden_size)
+        self.batcher = TokenBatcher(spec.path, self.max_seq_length)
+        self.uses_token_type_ids = "token_type_ids" in inspect.signature(self.model.forward).parameters
+
+    @property
+    def fingerprint(self) -> str:
+        return self.spec.fingerprint
+
+    @property
+    def truncated(self) -> int:
+        return self.batcher.truncated
+
+    @torch.inference_mode()
+    def encode(
+        self,
+        texts: str | Sequence[str],
+        batch_size: int = 64,
+        normalize: bool | None = None,
+        progress: bool = False,
+    ) -> np.ndarray:
+        """float32 [n, dim] for a list (or [dim] for one string), in the caller's order."""
+        items, single = as_text_list(texts)
+        do_normalize = self.normalize_default if normalize is None else normalize
+
+        def run(batch) -> np.ndarray:
+            inputs = {
+                "input_ids": torch.from_numpy(batch.input_ids).to(self.device),
+                "attention_mask": torch.from_numpy(batch.attention_mask).to(self.device),
+            }
+            if self.uses_token_type_ids:
+                inputs["token_type_ids"] = torch.from_numpy(batch.token_type_ids).to(self.device)
+            hidden = self.model(**inputs).last_hidden_state
+            vectors = pool(hidden, inputs["attention_mask"], self.pooling).float()
+            if do_normalize:
+                vectors = torch.nn.functional.normalize(vectors, dim=-1)
+            return vectors.cpu().numpy()
+
+        out = encode_in_order(self.batcher, items, batch_size, self.dim, run, progress)
+        return out[0] if single else out

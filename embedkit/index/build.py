@@ -1,0 +1,233 @@
+"""Building an index folder from a corpus, or appending a corpus to one.
+
+Every write builds a complete folder beside INDEX_DIR and renames it into place (`atomic_dir`); an
+append works on a copy. A crash at any point leaves the previous index intact.
+
+Kinds: `flat` (exact), `hnsw` (graph, approximate, fast), `ivf-pq` (compressed, for corpora whose
+vectors do not fit in memory). `auto` picks flat under `AUTO_FLAT_MAX` vectors, HNSW above, and
+IVF-PQ when an HNSW index would take more than half of this machine's memory (or on the GPU,
+where faiss has no HNSW).
+"""
+
+from __future__ import annotations
+
+import shutil
+import time
+from dataclasses import dataclass
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+from embedkit.atomic import atomic_dir, write_json_atomic
+from embedkit.encode.streaming import CorpusOptions, as_encoder, count_documents, embed_corpus
+from embedkit.errors import InputError
+from embedkit.index.docstore import DocStore
+from embedkit.index.kinds import (
+    KINDS,
+    GpuPlacement,
+    _faiss,
+    choose_kind,
+    index_params,
+    new_faiss_index,
+    train_ivf,
+)
+
+if TYPE_CHECKING:
+    from embedkit.data.corpus import Document
+    from embedkit.encode.protocol import Encoder
+
+from embedkit.index.folder import (
+    DOCS_FILE,
+    FORMAT_VERSION,
+    INDEX_FILE,
+    META_FILE,
+    check_index_file,
+    open_model_for,
+    read_faiss,
+    read_index_meta,
+)
+
+
+@dataclass(frozen=True)
+class IndexReport:
+    """What `build_index` did."""
+
+    path: Path
+    kind: str
+    reason: str  # why this kind: auto's choice, "asked for", or the appended index's kind
+    params: dict[str, Any]
+    added: int
+    count: int  # documents in the index afterwards
+    seconds: float
+    truncated: int  # added documents cut at the model's max_seq_length
+    backend: str
+    device: str
+    appended: bool
+
+
+# --- building ------------------------------------------------------------------------------------
+
+
+def build_index(
+    corpus: str | Path,
+    out: str | Path,
+    model: Encoder | str | Path | None = None,
+    *,
+    kind: str = "auto",  # auto, flat, hnsw or ivf-pq
+    append: bool = False,  # add to the index in `out`
+    overwrite: bool = False,  # replace the index in `out`
+    gpu: bool = False,  # build with faiss's GPU index (saved in CPU form)
+    options: CorpusOptions | None = None,  # columns, chunk and batch sizes
+    device: str = "auto",  # where the model runs, when `model` is not an open encoder
+    precision: str | None = None,  # ONNX precision, likewise
+    progress: bool = False,
+) -> IndexReport:
+    """Embed `corpus` and build the index folder `out`, or with `append` add to it.
+
+    `model`: an open encoder or a model folder (None: the bundled model; with `append`, the index's
+    own model). A new index needs an absent or empty `out`, or `overwrite` to replace an index. An
+    append keeps the index's kind and model (a given model must have the same fingerprint, or be its
+    ONNX export). Document ids must be unique: an id already present is an `InputError`.
+    """
+    out = Path(out)
+    options = options or CorpusOptions()
+    if kind not in KINDS:
+        raise InputError(f"unknown index kind {kind!r}: use {', '.join(KINDS)}")
+    old = read_index_meta(out) if append else None
+    if old is None:
+        _check_new_target(out, overwrite)
+    elif kind not in ("auto", old["kind"]):
+        raise InputError(f"--kind {kind} differs from the index's kind {old['kind']}; an append keeps it")
+    else:
+        check_index_file(out / INDEX_FILE, old)  # before minutes of embedding
+    if old is not None and gpu and old["kind"] == "hnsw":
+        raise InputError("faiss has no GPU HNSW index: append to this index without --gpu")
+    placement = GpuPlacement() if gpu else None
+    count = count_documents(corpus, options)
+    if old is not None and not hasattr(model, "encode"):
+        encoder = open_model_for(old, model, device, precision)
+    else:
+        encoder = as_encoder(model, device, precision)
+    if old is not None and (encoder.fingerprint != old["model_fingerprint"] or encoder.dim != old["dim"]):
+        raise InputError(f"the encoder's model is not {old['model']}, the model this index was built with")
+    if old is None:
+        chosen, reason = choose_kind(kind, count, encoder.dim, gpu=gpu)
+        params = index_params(chosen, count, encoder.dim)
+    else:
+        chosen, reason, params = old["kind"], "the index's kind", dict(old["params"])
+    truncated_before = encoder.truncated
+    start = time.perf_counter()
+    with atomic_dir(out) as tmp:
+        if old is None:
+            index, store = new_faiss_index(chosen, encoder.dim, params), DocStore.create(tmp / DOCS_FILE)
+        else:
+            for name in (INDEX_FILE, DOCS_FILE):
+                shutil.copy2(out / name, tmp / name)
+            index, store = read_faiss(tmp / INDEX_FILE, old), DocStore.open(tmp / DOCS_FILE, writable=True)
+        work = placement.to_gpu(index, chosen) if placement else index
+        try:
+            _fill(work, store, encoder, corpus, count, options, tmp, progress)
+            store.commit()
+        finally:
+            store.close()
+        index = placement.to_cpu(work) if placement else work
+        now = datetime.now(timezone.utc).isoformat(timespec="seconds")
+        meta = {
+            "version": FORMAT_VERSION,
+            "model": str(Path(encoder.path).resolve()),
+            "model_fingerprint": encoder.fingerprint,
+            "model_backend": encoder.backend,
+            "dim": encoder.dim,
+            "max_seq_length": encoder.max_seq_length,
+            "metric": "inner_product",
+            "normalized": True,
+            "kind": chosen,
+            "kind_reason": old["kind_reason"] if old else reason,
+            "params": params,
+            "count": int(index.ntotal),
+            "index_bytes": _write_faiss(index, tmp / INDEX_FILE),
+            "created": old["created"] if old else now,
+            "updated": now,
+            "sources": [*(old.get("sources", []) if old else []), {"corpus": str(corpus), "added": count}],
+        }
+        write_json_atomic(tmp / META_FILE, meta)
+    seconds, truncated = time.perf_counter() - start, encoder.truncated - truncated_before
+    return IndexReport(
+        out,
+        chosen,
+        reason,
+        params,
+        count,
+        meta["count"],
+        seconds,
+        truncated,
+        encoder.backend,
+        str(encoder.device),
+        appended=old is not None,
+    )
+
+
+def _check_new_target(out: Path, overwrite: bool) -> None:
+    if out.exists() and not out.is_dir():
+        raise InputError(f"--out {out} is a file; give a folder for the index")
+    if not out.is_dir() or not any(out.iterdir()):
+        return
+    if not (out / META_FILE).is_file():
+        raise InputError(f"--out {out} is a folder that is neither empty nor an index; choose another")
+    if not overwrite:
+        raise InputError(
+            f"{out} already holds an index: use --append to add to it, or --overwrite to replace it"
+        )
+
+
+def _fill(
+    index,
+    store: DocStore,
+    encoder: Encoder,
+    corpus: str | Path,
+    count: int,
+    options: CorpusOptions,
+    tmp: Path,
+    progress: bool,
+) -> None:
+    """Embed the corpus into `store` and `index` (a CPU or GPU index).
+
+    An untrained IVF-PQ index cannot take vectors before it is trained on a sample of them, so its
+    vectors go to a memory map in the build folder first.
+    """
+    first_row = store.next_row()
+    if first_row != index.ntotal:
+        raise InputError(f"{store.path} holds {first_row} documents but the index {index.ntotal} vectors")
+    buffer_path = tmp / "vectors.tmp.npy"
+    buffer = None
+    if not index.is_trained:
+        buffer = np.lib.format.open_memmap(buffer_path, "w+", np.float32, (count, index.d))
+
+    def write(offset: int, documents: list[Document], vectors: np.ndarray) -> None:
+        store.add(first_row + offset, documents)
+        if buffer is None:
+            index.add(vectors)
+        else:
+            buffer[offset : offset + len(documents)] = vectors
+
+    embed_corpus(
+        encoder,
+        corpus,
+        write,
+        expected=count,
+        options=options,
+        normalize=True,
+        progress=progress,
+        description="indexing",
+    )
+    if buffer is not None:
+        train_ivf(index, buffer, options.chunk_size)
+        buffer_path.unlink()  # the map stays valid until it is freed (POSIX)
+
+
+def _write_faiss(index, path: Path) -> int:
+    _faiss().write_index(index, str(path))
+    return path.stat().st_size
+

@@ -1,0 +1,102 @@
+"""The index folder on disk: its file names, its metadata, and the checks made before it is used.
+
+INDEX_DIR holds
+- `index.faiss`: L2-normalized vectors, inner product (= cosine similarity), always in CPU form;
+- `docs.sqlite`: the documents (`embedkit.index.docstore`); FAISS position i is the document at row i;
+- `embedkit-index.json`: model path and fingerprint, dim, metric, kind and parameters, count, times.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from embedkit.encode.model_folder import ModelSpec, read_json, read_model_spec
+from embedkit.errors import InputError
+from embedkit.index.kinds import _faiss
+
+if TYPE_CHECKING:
+    from embedkit.encode.protocol import Encoder
+
+META_FILE = "embedkit-index.json"
+INDEX_FILE = "index.faiss"
+DOCS_FILE = "docs.sqlite"
+FORMAT_VERSION = 1
+
+
+# --- the folder ----------------------------------------------------------------------------------
+
+
+def read_index_meta(path: str | Path) -> dict[str, Any]:
+    """The folder's `embedkit-index.json`, checked; an `InputError` if it is not an index folder."""
+    path = Path(path)
+    if not path.is_dir():
+        raise InputError(f"index folder not found: {path}")
+    if not (path / META_FILE).is_file():
+        raise InputError(f"not an embedkit index: {path} has no {META_FILE}")
+    meta = read_json(path / META_FILE)
+    needed = ("version", "model", "model_fingerprint", "dim", "kind", "params", "count", "index_bytes")
+    missing = [key for key in needed if key not in meta]
+    if missing:
+        raise InputError(f"{path / META_FILE} lacks {', '.join(missing)}: rebuild the index")
+    if meta["version"] != FORMAT_VERSION:
+        raise InputError(f"{path} is index format {meta['version']}; this embedkit reads {FORMAT_VERSION}")
+    return meta
+
+
+def check_index_file(path: Path, meta: dict[str, Any]) -> None:
+    """A missing index file, or one whose size is not the size written, is an `InputError`."""
+    if not path.is_file():
+        raise InputError(f"index file missing: {path}")
+    size = path.stat().st_size
+    if size != int(meta["index_bytes"]):
+        expected = meta["index_bytes"]
+        raise InputError(f"index file {path} is truncated or altered: {size} bytes, not {expected}")
+
+
+def read_faiss(path: Path, meta: dict[str, Any]):  # -> faiss.Index
+    """Read `index.faiss`, checked against the metadata: a truncated or corrupt file is an `InputError`."""
+    check_index_file(path, meta)
+    try:
+        index = _faiss().read_index(str(path))
+    except RuntimeError as exc:
+        raise InputError(f"corrupt index file {path}: {str(exc).strip().splitlines()[-1]}") from None
+    if index.ntotal != int(meta["count"]) or index.d != int(meta["dim"]):
+        raise InputError(
+            f"index file {path} holds {index.ntotal} vectors of dim {index.d}; "
+            f"its metadata says {meta['count']} of dim {meta['dim']}"
+        )
+    return index
+
+
+def check_model_for(meta: dict[str, Any], model: str | Path | ModelSpec | None = None) -> ModelSpec:
+    """The model for an index's queries: `model`, else the recorded one; read once and checked.
+
+    A model of another dim or fingerprint would give wrong results without an error, so it is an
+    `InputError`. An ONNX export records its source model's fingerprint, so it passes.
+    """
+    if model is None:
+        model = Path(meta["model"])
+        if not model.exists():
+            raise InputError(f"the index's model {model} is missing: pass --model with the same model")
+    spec = read_model_spec(model)
+    if spec.dim != int(meta["dim"]):
+        raise InputError(f"model {spec.path} gives {spec.dim}-d vectors; the index holds {meta['dim']}-d")
+    if spec.fingerprint != meta["model_fingerprint"]:
+        raise InputError(
+            f"model {spec.path} (fingerprint {spec.fingerprint}) is not the model the index was built with "
+            f"({meta['model']}, fingerprint {meta['model_fingerprint']})"
+        )
+    return spec
+
+
+def open_model_for(
+    meta: dict[str, Any],
+    model: str | Path | ModelSpec | None = None,
+    device: str = "auto",
+    precision: str | None = None,
+) -> Encoder:
+    """`load_encoder` on `check_model_for(meta, model)`: one read of the folder, one check."""
+    from embedkit.encode.loading import load_encoder
+
+    return load_encoder(check_model_for(meta, model), device=device, precision=precision)

@@ -1,0 +1,1 @@
+"""The last stage: experiment results as tables (Markdown, CSV, JSON, rich) and plots."""

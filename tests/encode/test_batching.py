@@ -1,0 +1,111 @@
+"""Length-sorted batching: the caller's order comes back, and truncation is counted."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from embedkit.encode.batching import TokenBatcher, encode_in_order
+from embedkit.encode.caching import CachingEncoder
+from embedkit.errors import InputError
+
+TEXTS = [
+    "one",
+    "the wing flow is high and the boundary layer is thin at mach number five",
+    "a cat",
+    "heat transfer",
+    "shock wave and boundary layer of a small body at high speed with drag and lift",
+    "the court",
+    "a man is playing guitar on the beach",
+]
+
+
+def test_batches_are_length_sorted_and_cover_every_text(tiny_bert):
+    batcher = TokenBatcher(tiny_bert, max_seq_length=64)
+    batches = list(batcher.batches(TEXTS, batch_size=3))
+    seen = np.concatenate([b.indices for b in batches])
+    assert sorted(seen.tolist()) == list(range(len(TEXTS)))
+    lengths = [int(row.sum()) for b in batches for row in b.attention_mask]
+    assert lengths == sorted(lengths, reverse=True)
+    assert [len(b.indices) for b in batches] == [3, 3, 1]
+
+
+def test_encode_in_order_restores_the_callers_order(tiny_bert):
+    # Each row's "vector" is computed from its own token ids; an independent tokenization of each
+    # text alone says which row must land where.
+    batcher = TokenBatcher(tiny_bert, max_seq_length=64)
+
+    def run(batch):
+        lengths = batch.attention_mask.sum(1)
+        first_word = batch.input_ids[:, 1]
+        return np.stack([lengths, first_word], axis=1).astype(np.float32)
+
+    out = encode_in_order(batcher, TEXTS, batch_size=2, dim=2, run_batch=run)
+    expected = []
+    for text in TEXTS:
+        ids = batcher.tokenizer.encode(text).ids
+        expected.append([len(ids), ids[1]])
+    np.testing.assert_array_equal(out, np.array(expected, dtype=np.float32))
+
+
+def test_truncation_is_counted(tiny_bert):
+    from tokenizers import Tokenizer
+
+    limit = 8
+    untruncated = Tokenizer.from_file(str(tiny_bert / "tokenizer.json"))
+    untruncated.no_truncation()
+    too_long = sum(len(untruncated.encode(t).ids) > limit for t in TEXTS)
+    assert 0 < too_long < len(TEXTS)
+    batcher = TokenBatcher(tiny_bert, max_seq_length=limit)
+    batches = list(batcher.batches(TEXTS, batch_size=4))
+    assert batcher.truncated == too_long
+    assert max(b.input_ids.shape[1] for b in batches) == limit
+    list(batcher.batches(TEXTS[:2], batch_size=4))
+    assert batcher.truncated == too_long + 1  # summed over calls
+
+
+def test_torch_encoder_gives_each_text_the_vector_it_gets_alone(tiny_bert):
+    from embedkit.encode.loading import load_encoder
+
+    encoder = load_encoder(tiny_bert, device="cpu")
+    together = encoder.encode(TEXTS, batch_size=3)
+    alone = np.stack([encoder.encode(t) for t in TEXTS])
+    np.testing.assert_allclose(together, alone, atol=1e-5)
+
+
+def test_batch_size_must_be_positive(tiny_bert):
+    with pytest.raises(InputError, match="batch size must be at least 1"):
+        list(TokenBatcher(tiny_bert, 64).batches(TEXTS, batch_size=0))
+
+
+class _CountingEncoder:
+    """Embeds a text as [len, count of 'a', 1]; records every text it was asked for."""
+
+    dim = 3
+
+    def __init__(self) -> None:
+        self.seen: list[str] = []
+
+    def encode(self, texts, batch_size=64, normalize=None, progress=False):
+        self.seen.extend(texts)
+        vectors = np.array([[len(t), t.count("a"), 1.0] for t in texts], dtype=np.float32)
+        vectors = vectors.reshape(len(texts), 3)
+        if normalize:
+            vectors /= np.linalg.norm(vectors, axis=1, keepdims=True)
+        return vectors
+
+
+def test_caching_encoder_embeds_each_text_once_and_keeps_order():
+    inner = _CountingEncoder()
+    cached = CachingEncoder(inner)
+    first = cached.encode(["banana", "kiwi", "banana"], normalize=True)
+    second = cached.encode(["apple", "kiwi", "banana"], normalize=True)
+    assert inner.seen == ["banana", "kiwi", "apple"]
+    reference = _CountingEncoder()
+    np.testing.assert_array_equal(first, reference.encode(["banana", "kiwi", "banana"], normalize=True))
+    np.testing.assert_array_equal(second, reference.encode(["apple", "kiwi", "banana"], normalize=True))
+    # normalized and raw vectors of one text are different answers, kept apart
+    raw = cached.encode(["kiwi"], normalize=False)
+    np.testing.assert_array_equal(raw, [[4.0, 0.0, 1.0]])
+    assert cached.encode([], normalize=True).shape == (0, 3)
+    assert cached.dim == 3
