@@ -15,7 +15,6 @@ model's inference length: the vectors a user of the saved folder gets.
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -23,13 +22,14 @@ import numpy as np
 import torch
 
 from embedkit.encode.batching import TokenBatcher, encode_in_order, l2_normalize
+from embedkit.encode.protocol import EncoderBase
 from embedkit.errors import InputError
 from embedkit.evaluation.evaluator import Evaluator, primary_score
 from embedkit.training.config import TrainConfig
 from embedkit.training.model import ContrastiveModel
 
 
-class InferenceEncoder:
+class InferenceEncoder(EncoderBase):
     """The training model's sentence vectors as an `Encoder`, for the evaluators."""
 
     backend = "torch"
@@ -52,17 +52,11 @@ class InferenceEncoder:
         return self.batcher.truncated
 
     @torch.no_grad()
-    def encode(
-        self,
-        texts: str | Sequence[str],
-        batch_size: int = 64,
-        normalize: bool | None = None,
-        progress: bool = False,
+    def encode_texts(
+        self, texts: list[str], batch_size: int, normalize: bool | None, progress: bool
     ) -> np.ndarray:
         device = self.device
         enabled = self.dtype is not None
-        single = isinstance(texts, str)
-        items = [texts] if single else list(texts)
 
         def run(batch: Any) -> np.ndarray:
             names = ("input_ids", "attention_mask", "token_type_ids")
@@ -73,11 +67,10 @@ class InferenceEncoder:
         was_training = self.model.training
         self.model.eval()
         try:
-            vectors = encode_in_order(self.batcher, items, batch_size, self.dim, run, progress)
+            vectors = encode_in_order(self.batcher, texts, batch_size, self.dim, run, progress)
         finally:
             self.model.train(was_training)
-        vectors = vectors if normalize is False else l2_normalize(vectors)
-        return vectors[0] if single else vectors
+        return vectors if normalize is False else l2_normalize(vectors)
 
 
 def dev_label(evaluator: Evaluator) -> str:

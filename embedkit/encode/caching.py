@@ -2,13 +2,14 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
 from typing import Any
 
 import numpy as np
 
+from embedkit.encode.protocol import EncoderBase
 
-class CachingEncoder:
+
+class CachingEncoder(EncoderBase):
     """An encoder that embeds each distinct text once and then answers from memory.
 
     One run's evaluations share most of their texts: the pseudo-query corpus is the retrieval
@@ -24,16 +25,9 @@ class CachingEncoder:
     def __getattr__(self, name: str) -> Any:
         return getattr(self.encoder, name)  # dim, max_seq_length, fingerprint, ...
 
-    def encode(
-        self,
-        texts: str | Sequence[str],
-        batch_size: int = 64,
-        normalize: bool | None = None,
-        progress: bool = False,
+    def encode_texts(
+        self, texts: list[str], batch_size: int, normalize: bool | None, progress: bool
     ) -> np.ndarray:
-        if isinstance(texts, str):
-            return self.encode([texts], batch_size, normalize, progress)[0]
-        texts = list(texts)
         missing = list(dict.fromkeys(t for t in texts if (t, normalize) not in self._vectors))
         if missing or not texts:
             vectors = self.encoder.encode(

@@ -9,14 +9,14 @@ token ids; pooling and (by default) L2 normalisation happen inside the graph.
 from __future__ import annotations
 
 import warnings
-from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
-from embedkit.encode.batching import Batch, TokenBatcher, as_text_list, encode_in_order, l2_normalize
+from embedkit.encode.batching import Batch, TokenBatcher, encode_in_order, l2_normalize
 from embedkit.encode.model_folder import ModelSpec, model_fingerprint, read_json, resolve_model_path
+from embedkit.encode.protocol import EncoderBase
 from embedkit.errors import InputError
 
 PRECISION_FILES = {"fp32": "model.onnx", "fp16": "model_fp16.onnx", "int8": "model_int8.onnx"}
@@ -141,7 +141,7 @@ def create_session(file: Path, device: str = "auto", intra_op_threads: int | Non
     return session, ("cuda" if on_cuda else "cpu")
 
 
-class OnnxEncoder:
+class OnnxEncoder(EncoderBase):
     """Encode texts with an exported ONNX folder; same interface as TorchEncoder."""
 
     backend = "onnx"
@@ -200,19 +200,13 @@ class OnnxEncoder:
         (vectors,) = self.session.run([OUTPUT_NAME], feeds)
         return vectors.astype(np.float32, copy=False)
 
-    def encode(
-        self,
-        texts: str | Sequence[str],
-        batch_size: int = 64,
-        normalize: bool | None = None,
-        progress: bool = False,
+    def encode_texts(
+        self, texts: list[str], batch_size: int, normalize: bool | None, progress: bool
     ) -> np.ndarray:
-        """float32 [n, dim] for a list (or [dim] for one string), in the caller's order.
-
-        `normalize=None` keeps the graph's own output; True L2-normalises an un-normalised graph's
+        """`normalize=None` keeps the graph's own output; True L2-normalises an un-normalised graph's
         vectors here. A graph that normalises inside cannot give raw vectors back.
         """
-        items, single = as_text_list(texts)
+        items = texts
         if normalize is False and self.normalize_default:
             raise InputError(
                 f"{self.path} L2-normalises inside the graph; export with --no-normalize for raw vectors"
@@ -229,4 +223,4 @@ class OnnxEncoder:
         )
         if extra_norm:
             out = l2_normalize(out).astype(np.float32, copy=False)
-        return out[0] if single else out
+        return out

@@ -14,6 +14,8 @@ from typing import Any, Protocol, runtime_checkable
 
 import numpy as np
 
+from embedkit.encode.batching import as_text_list
+
 
 @runtime_checkable
 class Encoder(Protocol):
@@ -47,3 +49,27 @@ class Encoder(Protocol):
         normalize: bool | None = None,
         progress: bool = False,
     ) -> np.ndarray: ...
+
+
+class EncoderBase:
+    """The shared half of every encoder: `encode` takes a string or a list and checks it.
+
+    Subclasses implement `encode_texts(texts, batch_size, normalize, progress)` for a list of
+    strings, returning float32 [n, dim] in order; a single string gives its [dim] row.
+    """
+
+    def encode(
+        self,
+        texts: str | Sequence[str],
+        batch_size: int = 64,
+        normalize: bool | None = None,
+        progress: bool = False,
+    ) -> np.ndarray:
+        items, single = as_text_list(texts)
+        vectors = self.encode_texts(items, batch_size, normalize, progress)
+        return vectors[0] if single else vectors
+
+    def encode_texts(
+        self, texts: list[str], batch_size: int, normalize: bool | None, progress: bool
+    ) -> np.ndarray:
+        raise NotImplementedError

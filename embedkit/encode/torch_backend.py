@@ -7,15 +7,15 @@ pooling as the folder's `1_Pooling/config.json` declares, normalisation as `modu
 from __future__ import annotations
 
 import inspect
-from collections.abc import Sequence
 from pathlib import Path
 
 import numpy as np
 import torch
 
-from embedkit.encode.batching import TokenBatcher, as_text_list, encode_in_order
+from embedkit.encode.batching import TokenBatcher, encode_in_order
 from embedkit.encode.devices import torch_device
 from embedkit.encode.model_folder import ModelSpec, read_model_spec
+from embedkit.encode.protocol import EncoderBase
 from embedkit.errors import InputError
 
 
@@ -42,7 +42,7 @@ def load_backbone(path: Path, **kwargs: object) -> torch.nn.Module:
         raise InputError(f"cannot load a model from {path}: {str(exc).splitlines()[0]}") from None
 
 
-class TorchEncoder:
+class TorchEncoder(EncoderBase):
     """Encode texts with a Hugging Face model folder in torch (inference: no MLP head, no dropout)."""
 
     backend = "torch"
@@ -77,15 +77,9 @@ class TorchEncoder:
         return self.batcher.truncated
 
     @torch.inference_mode()
-    def encode(
-        self,
-        texts: str | Sequence[str],
-        batch_size: int = 64,
-        normalize: bool | None = None,
-        progress: bool = False,
+    def encode_texts(
+        self, texts: list[str], batch_size: int, normalize: bool | None, progress: bool
     ) -> np.ndarray:
-        """float32 [n, dim] for a list (or [dim] for one string), in the caller's order."""
-        items, single = as_text_list(texts)
         do_normalize = self.normalize_default if normalize is None else normalize
 
         def run(batch) -> np.ndarray:
@@ -101,5 +95,4 @@ class TorchEncoder:
                 vectors = torch.nn.functional.normalize(vectors, dim=-1)
             return vectors.cpu().numpy()
 
-        out = encode_in_order(self.batcher, items, batch_size, self.dim, run, progress)
-        return out[0] if single else out
+        return encode_in_order(self.batcher, texts, batch_size, self.dim, run, progress)
