@@ -29,7 +29,8 @@ def load_encoder(
     bundled all-MiniLM-L6-v2. `device`: "auto" (CUDA when the backend can really run on it, else
     CPU), "cpu", or "cuda"/"cuda:N" (an `InputError` when CUDA is not usable, never a silent CPU run).
     `precision`: for ONNX folders, one of fp32, fp16, int8 (None: the export's default); a torch
-    folder runs in fp32 only.
+    folder runs in fp32 only. The bundled model runs as its ONNX form, exported once on first use
+    (`embedkit.encode.default_onnx`).
 
     >>> encoder = load_encoder("runs/my-model-onnx")  # doctest: +SKIP
     >>> encoder.encode(["a sentence", "another"]).shape  # doctest: +SKIP
@@ -39,6 +40,10 @@ def load_encoder(
     if precision is not None and precision not in ONNX_PRECISIONS:
         raise InputError(f"unknown precision {precision!r}: use {', '.join(ONNX_PRECISIONS)}")
     spec = read_model_spec(path)
+    if spec.kind == "torch" and precision in (None, "fp32"):
+        from embedkit.encode.default_onnx import default_onnx_spec
+
+        spec = default_onnx_spec(spec) or spec  # the bundled model runs without torch
     if spec.kind == "onnx":
         from embedkit.encode.onnx_backend import OnnxEncoder
 

@@ -21,6 +21,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from embedkit.atomic import atomic_dir, write_json_atomic
+from embedkit.encode.default_onnx import recorded_model_path
 from embedkit.encode.streaming import CorpusOptions, as_encoder, count_documents, embed_corpus
 from embedkit.errors import InputError
 from embedkit.index.docstore import DocStore
@@ -136,7 +137,7 @@ def build_index(
         now = datetime.now(timezone.utc).isoformat(timespec="seconds")
         meta = {
             "version": FORMAT_VERSION,
-            "model": str(Path(encoder.path).resolve()),
+            "model": str(recorded_model_path(encoder)),
             "model_fingerprint": encoder.fingerprint,
             "model_backend": encoder.backend,
             "dim": encoder.dim,

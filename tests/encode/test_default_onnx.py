@@ -1,0 +1,49 @@
+"""The bundled default model runs as its ONNX form, exported once into the user cache."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+import embedkit.encode.default_onnx as default_onnx
+from embedkit.encode.loading import load_encoder
+from embedkit.encode.torch_backend import TorchEncoder
+
+
+@pytest.fixture
+def bundled(tiny_bert: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> list[Path]:
+    """The tiny BERT stands in for the bundled model; the cache is a fresh folder; exports are counted."""
+    pytest.importorskip("onnx")
+    monkeypatch.setattr(default_onnx, "default_base_model_path", lambda: tiny_bert)
+    monkeypatch.setenv(default_onnx.CACHE_ENV, str(tmp_path / "cache"))
+    monkeypatch.delenv(default_onnx.BACKEND_ENV, raising=False)
+    exports: list[Path] = []
+    original = default_onnx._export
+    monkeypatch.setattr(default_onnx, "_export", lambda src, dst: exports.append(dst) or original(src, dst))
+    return exports
+
+
+def test_first_open_exports_once_and_matches_torch(bundled: list[Path], tiny_bert: Path, tmp_path: Path):
+    texts = ["a wing in a wind tunnel", "shock waves at mach two", "heat transfer in a boundary layer"]
+    encoder = load_encoder(tiny_bert, device="cpu")
+    assert encoder.backend == "onnx" and len(bundled) == 1
+    assert Path(encoder.path).is_relative_to(tmp_path / "cache" / "onnx")
+    again = load_encoder(tiny_bert, device="cpu")
+    assert len(bundled) == 1 and again.path == encoder.path  # cached
+    reference = TorchEncoder(tiny_bert, device="cpu")
+    assert encoder.fingerprint == reference.fingerprint  # indexes accept either form
+    cosine = (encoder.encode(texts, normalize=True) * reference.encode(texts, normalize=True)).sum(1)
+    assert np.all(cosine > 0.99999)
+    # an index records where the model comes from, not the cache entry
+    assert default_onnx.recorded_model_path(encoder) == tiny_bert.resolve()
+
+
+def test_opt_out_and_other_models_keep_torch(
+    bundled: list[Path], tiny_bert: Path, tiny_bert_no_types: Path, monkeypatch: pytest.MonkeyPatch
+):
+    assert load_encoder(tiny_bert_no_types, device="cpu").backend == "torch"  # not the bundled model
+    monkeypatch.setenv(default_onnx.BACKEND_ENV, "torch")
+    assert load_encoder(tiny_bert, device="cpu").backend == "torch"
+    assert bundled == []
