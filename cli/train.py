@@ -81,6 +81,27 @@ def train(
             "--dev-sts", help="sentence1/sentence2/score TSV: keep the checkpoint with the best Spearman."
         ),
     ] = None,
+    views: Annotated[
+        str,
+        typer.Option(
+            "--views",
+            help="dropout: one sentence twice (the paper); crop: two random spans of a document "
+            "(Contriever); ict: a sentence against the rest of its document (inverse cloze). "
+            "crop and ict need documents (JSON lines, a BEIR folder); --limit then counts pairs.",
+        ),
+    ] = DEFAULTS.views,
+    positive_max_length: Annotated[
+        int,
+        typer.Option("--positive-max-length", min=3, help="Token limit of crop/ict positives (passages)."),
+    ] = DEFAULTS.positive_max_length,
+    dev_retrieval: Annotated[
+        Path | None,
+        typer.Option(
+            "--dev-retrieval",
+            help="BEIR folder of your own judged queries (20-50 suffice): keep the checkpoint with the "
+            "best nDCG@10, or the base model when no checkpoint beats it.",
+        ),
+    ] = None,
     dev_pseudo: Annotated[
         int,
         typer.Option(
@@ -137,6 +158,9 @@ def train(
         precision=precision,
         dev_sts=str(dev_sts) if dev_sts is not None else None,
         dev_pseudo=dev_pseudo,
+        dev_retrieval=str(dev_retrieval) if dev_retrieval is not None else None,
+        views=views,
+        positive_max_length=positive_max_length,
         eval_steps=eval_steps,
         save_steps=save_steps,
     ).with_overrides(options or [])
@@ -151,14 +175,17 @@ def train(
 
     console = Console()
     console.print(
-        f"saved {result.out_dir} ({result.method}, {result.steps} steps on {result.sentences:,} sentences)"
+        f"saved {result.out_dir} ({result.method}, {result.steps} steps on {result.sentences:,} "
+        f"{'sentences' if config.views == 'dropout' else config.views + ' pairs'})"
     )
     if result.dev_score is not None:
         console.print(
             f"{result.dev_label}: {result.dev_score:.4f} at step {result.best_step} "
             f"(untrained base: {result.base_dev_score:.4f})"
         )
-        if result.worse_than_base:
+        if result.kept_base:
+            console.print("no checkpoint beat the base model on your queries: saved the base model")
+        elif result.worse_than_base:
             console.print(
                 "[bold yellow]warning:[/] the trained model is WORSE than the untrained base model on the "
                 "dev set; keep using the base, or train with a lower --lr or fewer --max-steps"

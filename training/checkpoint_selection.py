@@ -4,6 +4,8 @@ The evaluators are the runtime's own (`embedkit.evaluation`), so a dev score in 
 means what `embedkit eval` prints for the same data:
 - `--dev-sts FILE`: `StsEvaluator`, Spearman x 100 of cosine similarities against gold scores,
   SimCSE's model selection on STS-B dev (Gao et al. 2021, Sec. 4). Needs labelled pairs.
+- `--dev-retrieval BEIR_DIR`: `RetrievalEvaluator`, nDCG@10 on the user's own judged queries; the
+  base model is kept when no checkpoint beats it (the trainer's step 5).
 - `--dev-pseudo N`: `PseudoQueryEvaluator`, nDCG@10 on N pseudo queries cut from the training
   corpus itself (the inverse cloze task of Lee et al. 2019). Label-free and in-domain: what a user
   with documents but no judgments can select on. The query sentences are held out of training.
@@ -91,6 +93,10 @@ def dev_evaluator(config: TrainConfig, corpus: Any) -> Evaluator | None:
         from embedkit.evaluation.sts import StsEvaluator
 
         return StsEvaluator(config.dev_sts, batch_size=batch_size)
+    if config.dev_retrieval:
+        from embedkit.evaluation.retrieval import RetrievalEvaluator
+
+        return RetrievalEvaluator(config.dev_retrieval, batch_size=batch_size)
     if config.dev_pseudo:
         from embedkit.data.corpus import read_documents
         from embedkit.evaluation.pseudo_queries import PseudoQueryEvaluator, build_pseudo_queries

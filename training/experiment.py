@@ -51,6 +51,7 @@ from embedkit.report.tables import BASE_METHOD, ExperimentTable, RunRecord, aggr
 from embedkit.training.config import METHODS, TrainConfig
 from embedkit.training.model import resolve_pooling
 from embedkit.training.trainer import steps_per_epoch, train
+from embedkit.training.views import sample_pairs
 
 # TrainConfig fields the experiment sets for each run; a --train-option for them is refused.
 RESERVED = {"method": "--methods", "seed": "--seeds", "limit": "--sizes", "limit_seed": "--seeds"}
@@ -166,8 +167,21 @@ def _unique_names(paths: list[Path]) -> list[tuple[str, Path]]:
 
 
 def prepare_pool(corpus: str | Path, config: ExperimentConfig) -> tuple[list[str], PseudoQuerySet | None]:
-    """The sentences every subset is drawn from, and the pseudo queries (kept out of that pool)."""
+    """The texts every subset is drawn from, and the pseudo queries (kept out of that pool).
+
+    Sentences for dropout views; whole documents for crop and ict (their query sentences cut out),
+    from which each run draws its pairs.
+    """
     column, split = config.train.column, config.train.split_sentences
+    if config.train.views != "dropout":
+        documents = list(read_documents(corpus, column))
+        if not config.eval_pseudo:
+            return [d.full_text for d in documents], None
+        pseudo = build_pseudo_queries(documents, config.pseudo_queries, config.pseudo_seed)
+        texts = {d.id: d.full_text for d in documents}
+        for query in pseudo.queries:
+            texts[query.doc_id] = texts[query.doc_id].replace(query.text, " ")
+        return list(texts.values()), pseudo
     if not config.eval_pseudo:
         return load_sentences(corpus, column, split).sentences, None
     documents = list(read_documents(corpus, column))
@@ -237,7 +251,7 @@ def run_experiment(
         raise InputError(f"--out {out} is a file, not a folder")
     # 1. Everything is read and checked before the first run: data, evaluations, the base model.
     pool, pseudo = prepare_pool(corpus, config)
-    if max(config.sizes) > len(pool):
+    if config.train.views == "dropout" and max(config.sizes) > len(pool):
         raise InputError(
             f"the corpus gives {len(pool):,} training sentences, fewer than the size {max(config.sizes):,}"
         )
@@ -327,17 +341,22 @@ def _train_and_evaluate(
 ) -> tuple[dict[str, float], dict[str, Any], dict[str, Any]]:
     """Train one run into `model_dir` (resuming a killed one), evaluate it; the caller deletes it."""
     size, seed = int(run.size or 0), int(run.seed or 0)
-    subset = load_sentences(pool, limit=size, seed=seed)
+    if base.views == "dropout":
+        subset = load_sentences(pool, limit=size, seed=seed)
+        texts, limit, fingerprint = subset.sentences, None, subset.fingerprint
+    else:  # document views: the run draws `size` pairs from all documents with its seed
+        texts, limit = pool, size
+        fingerprint = sample_pairs(pool, base.views, size, seed).fingerprint
     config = dataclasses.replace(
-        base, method=run.method, seed=seed, limit=None, limit_seed=0, column=None, split_sentences=False
+        base, method=run.method, seed=seed, limit=limit, limit_seed=seed, column=None, split_sentences=False
     )
-    info: dict[str, Any] = {"subset_fingerprint": subset.fingerprint}
+    info: dict[str, Any] = {"subset_fingerprint": fingerprint}
     total = min(config.epochs * steps_per_epoch(size, config.batch_size), config.max_steps or 1 << 62)
-    if _finished_model(model_dir, config, subset.fingerprint):
+    if _finished_model(model_dir, config, fingerprint):
         info["reused_model"] = True  # killed after training, before its scores were written
     else:
         result = train(
-            subset.sentences,
+            texts,
             model_dir,
             config,
             progress=False,

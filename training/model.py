@@ -21,6 +21,7 @@ import inspect
 import math
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import torch
 from safetensors import SafetensorError
@@ -118,28 +119,38 @@ class ContrastiveModel(nn.Module):
         hidden = self.backbone(**inputs).last_hidden_state
         return pool(hidden, inputs["attention_mask"], self.pooling)
 
-    def step(
-        self, batch: dict[str, torch.Tensor], generator: torch.Generator | None
-    ) -> StepOutput:
-        """The miCSE objective on one batch (B, T); run it in train mode, under autocast if any."""
+    def step(self, batch: dict[str, Any], generator: torch.Generator | None) -> StepOutput:
+        """The miCSE objective on one batch; run it in train mode, under autocast if any.
+
+        `batch` is the backbone inputs (B, T) of one text per example, whose two views differ by
+        their dropout masks (the paper), or `{"anchor": ..., "positive": ...}` for two texts per
+        example (the document views of `training.views`); the momentum keys then come from the
+        positives, as MoCo and Contriever take them.
+        """
         config = self.config
-        inputs = self.model_inputs(batch)
-        size = inputs["input_ids"].shape[0]
-        # (2B, T): one forward pass gives two views with independent dropout masks
-        doubled = {k: torch.cat([v, v]) for k, v in inputs.items()}
-        out = self.backbone(**doubled, output_attentions=config.needs_attentions)
-        pooled = self.head(pool(out.last_hidden_state, doubled["attention_mask"], self.pooling))
-        e1, e2 = pooled[:size], pooled[size:]  # (B, D) each
+        if "positive" in batch:
+            anchor, positive = self.model_inputs(batch["anchor"]), self.model_inputs(batch["positive"])
+            e1, e2 = self._project(anchor), self._project(positive)  # (B, D) each
+            out, key_inputs = None, positive
+        else:
+            inputs = self.model_inputs(batch)
+            size = inputs["input_ids"].shape[0]
+            # (2B, T): one forward pass gives two views with independent dropout masks
+            doubled = {k: torch.cat([v, v]) for k, v in inputs.items()}
+            out = self.backbone(**doubled, output_attentions=config.needs_attentions)
+            pooled = self.head(pool(out.last_hidden_state, doubled["attention_mask"], self.pooling))
+            e1, e2 = pooled[:size], pooled[size:]  # (B, D) each
+            key_inputs = inputs
 
         keys = None
         if self.momentum is not None:
             with torch.no_grad():
-                hidden = self.momentum(**inputs)  # (B, T, D)
-                keys = self.head(pool(hidden, inputs["attention_mask"], self.pooling)).float()
+                hidden = self.momentum(**key_inputs)  # (B, T, D)
+                keys = self.head(pool(hidden, key_inputs["attention_mask"], self.pooling)).float()
 
         queued = self.queue.keys() if self.queue is not None and len(self.queue) else None
         terms = {"info_nce": losses.info_nce(e1, e2, queue=queued, temperature=config.temperature)}
-        if config.uses_ami:
+        if config.uses_ami and out is not None:
             attn1 = [a[:size] for a in out.attentions]  # per layer (B, H, T, T)
             attn2 = [a[size:] for a in out.attentions]
             terms["ami"] = ami.ami_loss(
@@ -155,6 +166,11 @@ class ContrastiveModel(nn.Module):
             terms["reconstruction"] = config.reconstruction_weight * losses.reconstruction_loss(e1, e2)
         total = sum(terms.values(), torch.zeros((), device=e1.device))
         return StepOutput(total, {k: v.detach() for k, v in terms.items()}, keys)
+
+    def _project(self, inputs: dict[str, torch.Tensor]) -> torch.Tensor:
+        """Training vectors (B, D) of one text per example: backbone, pooling, head; dropout on."""
+        hidden = self.backbone(**inputs).last_hidden_state
+        return self.head(pool(hidden, inputs["attention_mask"], self.pooling))
 
     def after_step(self, keys: torch.Tensor | None) -> None:
         """After the optimizer step: EMA-update the momentum encoder, then enqueue this step's keys."""

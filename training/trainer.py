@@ -20,7 +20,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from embedkit.data.corpus import CorpusSample, CorpusStats, load_sentences
+from embedkit.data.corpus import CorpusStats
 from embedkit.encode.batching import TokenBatcher
 from embedkit.encode.devices import torch_device
 from embedkit.encode.model_folder import model_fingerprint, read_model_spec
@@ -31,6 +31,7 @@ from embedkit.training.checkpoint_selection import InferenceEncoder, dev_evaluat
 from embedkit.training.config import TrainConfig
 from embedkit.training.model import ContrastiveModel, make_optimizer, make_scheduler, optimizer_step
 from embedkit.training.save import write_model_folder
+from embedkit.training.views import PairStats, TrainingExamples, load_examples
 
 StepCallback = Callable[[int, dict[str, float]], None]
 
@@ -43,13 +44,14 @@ class TrainResult:
     method: str
     steps: int
     sentences: int
-    corpus_stats: CorpusStats
+    corpus_stats: CorpusStats | PairStats
     dev_score: float | None  # best dev score of a trained checkpoint (the one saved)
     best_step: int | None
     base_dev_score: float | None  # dev score of the untrained base model
     final_losses: dict[str, float]  # the loss terms of the last step
     seconds: float
-    dev_label: str | None = None  # what the dev scores are, e.g. "dev Spearman"
+    dev_label: str | None = None  # what the dev scores are, e.g. "dev sts spearman_cosine"
+    kept_base: bool = False  # --dev-retrieval: no checkpoint beat the base, so the base was saved
 
     @property
     def worse_than_base(self) -> bool:
@@ -153,12 +155,9 @@ def train(
 
     # 1. Check every input before anything is written.
     dev = dev_evaluator(config, corpus)
-    pseudo_set = getattr(dev, "pseudo_set", None)  # its query sentences are held out of training
-    held_out = pseudo_set.exclude if pseudo_set is not None else None
-    sample = load_sentences(
-        corpus, config.column, config.split_sentences, config.limit, config.limit_seed, held_out
-    )
-    if len(sample.sentences) < 2:
+    # the dev pseudo queries' sentences are held out of training
+    sample = load_examples(corpus, config, getattr(dev, "pseudo_set", None))
+    if len(sample) < 2:
         raise InputError("contrastive training needs at least 2 distinct sentences")
     device = torch_device(config.device)
     dtype = resolve_precision(config.precision, device)
@@ -174,10 +173,13 @@ def train(
     torch.manual_seed(config.seed)
     model = ContrastiveModel.from_folder(spec.path, config).to(device)
     batcher = TokenBatcher(spec.path, config.max_seq_length)
-    encodings = batcher.tokenizer.encode_batch(sample.sentences)
+    encodings = batcher.tokenizer.encode_batch(sample.anchors)
+    # crop/ict positives are passages: their own truncation length (config.positive_max_length)
+    positive_batcher = TokenBatcher(spec.path, config.positive_max_length)
+    positive_encodings = positive_batcher.tokenizer.encode_batch(sample.positives or [])
     # The dev criterion embeds at the inference length, as a user of the saved folder will.
     dev_encoder = InferenceEncoder(model, TokenBatcher(spec.path, spec.max_seq_length), dtype, spec.path)
-    per_epoch = steps_per_epoch(len(sample.sentences), config.batch_size)
+    per_epoch = steps_per_epoch(len(sample), config.batch_size)
     total = int(min(config.epochs * per_epoch, config.max_steps or math.inf))
     optimizer = make_optimizer(model, config)
     scheduler = make_scheduler(optimizer, total, config.warmup_ratio)
@@ -195,6 +197,9 @@ def train(
     metrics = out / ckpt.METRICS
     display = TrainDisplay(total, enabled=progress)
     display.note(f"{config.method}: {sample.stats.describe()}; {total} steps on {device.type}")
+    if config.ami_dropped:
+        views = config.views
+        display.note(f"note: AMI compares dropout views of the same tokens; --views {views} turns it off")
     if resume_from is not None:
         state = ckpt.load_checkpoint(resume_from, parts)
         ckpt.truncate_metrics(metrics, state.step)
@@ -205,7 +210,7 @@ def train(
             ckpt.remove_checkpoints(out)
             metrics.unlink(missing_ok=True)
         state = ckpt.TrainState()
-        start = {"event": "start", "step": 0, "steps": total, "sentences": len(sample.sentences)}
+        start = {"event": "start", "step": 0, "steps": total, "sentences": len(sample)}
         ckpt.append_metrics(metrics, {**start, **meta})
         if dev is not None:
             state.base_score = dev_score(dev, dev_encoder)
@@ -219,9 +224,12 @@ def train(
     try:
         while state.step < total:
             epoch, offset = divmod(state.step, per_epoch)
-            order = epoch_order(len(sample.sentences), config.seed, epoch)
+            order = epoch_order(len(sample), config.seed, epoch)
             rows = order[offset * config.batch_size : (offset + 1) * config.batch_size]
-            batch = pad_batch(encodings, rows, batcher.pad_id, device)
+            batch: dict[str, Any] = pad_batch(encodings, rows, batcher.pad_id, device)
+            if sample.positives is not None:
+                positive = pad_batch(positive_encodings, rows, positive_batcher.pad_id, device)
+                batch = {"anchor": batch, "positive": positive}
             model.train()
             with autocast(device, dtype):
                 result = model.step(batch, generator)
@@ -263,7 +271,17 @@ def train(
         display.stop()
 
     # 5. The model folder, from the best dev checkpoint (else the last weights), replaces `out`.
-    if state.best_step is not None:
+    # On the user's own judged queries, a run that never beat the base gives the base back.
+    kept_base = bool(config.dev_retrieval) and not _beats(state.best_score, state.base_score)
+    if kept_base:
+        from embedkit.encode.torch_backend import load_backbone
+
+        model.backbone.load_state_dict(load_backbone(spec.path).state_dict())
+        display.note(
+            f"no checkpoint beat the base model on {config.dev_retrieval} ({dev_label(dev)}: best "
+            f"{state.best_score:.4f}, base {state.base_score:.4f}): the output is the base model"
+        )
+    elif state.best_step is not None:
         ckpt.load_best(out, model, state.best_step)
     ckpt.append_metrics(metrics, {"event": "done", "step": state.step, "best_step": state.best_step})
     write_model_folder(
@@ -279,7 +297,7 @@ def train(
         out,
         config.method,
         state.step,
-        len(sample.sentences),
+        len(sample),
         sample.stats,
         state.best_score,
         state.best_step,
@@ -287,7 +305,12 @@ def train(
         state.last_losses,
         state.seconds,
         dev_label(dev) if dev is not None else None,
+        kept_base,
     )
+
+
+def _beats(best: float | None, base: float | None) -> bool:
+    return best is not None and (base is None or best > base)
 
 
 def _model_metadata(
@@ -295,7 +318,7 @@ def _model_metadata(
     meta: dict[str, Any],
     state: ckpt.TrainState,
     corpus: str | Path | Sequence[str],
-    sample: CorpusSample,
+    sample: TrainingExamples,
     base_path: Path,
     base_fingerprint: str,
     dev: Evaluator | None,
@@ -319,6 +342,7 @@ def _model_metadata(
             "base_score": state.base_score,
             "best_score": state.best_score,
             "best_step": state.best_step,
+            "kept_base": bool(config.dev_retrieval) and not _beats(state.best_score, state.base_score),
         },
     }
 

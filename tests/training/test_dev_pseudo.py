@@ -106,7 +106,7 @@ def test_dev_pseudo_scores_the_base_and_keeps_the_best_checkpoint(
 def test_dev_pseudo_input_errors(tmp_path: Path, tiny_bert: Path, documents: Path) -> None:
     dev = tmp_path / "dev.tsv"
     dev.write_text("sentence1\tsentence2\tscore\na b\tc d\t1\ne f\tg h\t2\n")
-    with pytest.raises(InputError, match="not both"):
+    with pytest.raises(InputError, match="give one of dev_sts, dev_pseudo and dev_retrieval"):
         train(documents, tmp_path / "a", config(tiny_bert, dev_pseudo=4, dev_sts=str(dev)), progress=False)
     with pytest.raises(InputError, match="file or BEIR folder"):
         train(["one two", "three four"], tmp_path / "b", config(tiny_bert, dev_pseudo=4), progress=False)
@@ -119,7 +119,7 @@ def test_dev_pseudo_input_errors(tmp_path: Path, tiny_bert: Path, documents: Pat
     runner = CliRunner()
     args = ["train", str(documents), "--out", str(tmp_path / "d"), "--base", str(tiny_bert), "--quiet"]
     both = runner.invoke(app, [*args, "--dev-pseudo", "4", "--dev-sts", str(dev)])
-    assert both.exit_code == 2 and "not both" in both.stderr
+    assert both.exit_code == 2 and "give one of dev_sts, dev_pseudo and dev_retrieval" in both.stderr
     negative = runner.invoke(app, [*args, "--dev-pseudo", "-1"])
     assert negative.exit_code == 2
     assert not (tmp_path / "d").exists()
