@@ -54,6 +54,7 @@ def check_scores(scores: np.ndarray, rows: np.ndarray, meta: dict[str, Any], pat
     if found.size and (not np.all(np.isfinite(found)) or float(np.max(np.abs(found))) > bound):
         worst = float(np.max(np.abs(np.nan_to_num(found, nan=np.inf))))
         raise InputError(
-            f"the index {path} returned a score of {worst:.3g}, impossible for unit vectors (cosine in [-1, 1]): "
+            f"the index {path} returned a score of {worst:.3g}, impossible for unit vectors "
+            "(cosine in [-1, 1]): "
             "its index file is corrupt; rebuild the index"
         )

@@ -38,8 +38,8 @@ def validate_index_meta(meta: Any, path: Path) -> None:
         raise _fail(path, "params", "an object", meta.get("params"))
     if "normalized" in meta and not isinstance(meta["normalized"], bool):
         raise _fail(path, "normalized", "true or false", meta["normalized"])
-    if "corpus_fingerprint" in meta and not isinstance(meta["corpus_fingerprint"], str):
-        raise _fail(path, "corpus_fingerprint", "a string", meta["corpus_fingerprint"])
+    if meta.get("corpus_fingerprint") is not None and not isinstance(meta["corpus_fingerprint"], str):
+        raise _fail(path, "corpus_fingerprint", "a string or null", meta["corpus_fingerprint"])
     if "sources" in meta and not isinstance(meta["sources"], list):
         raise _fail(path, "sources", "a list", meta["sources"])
     for key in ("created", "updated", "kind_reason", "metric", "model_backend"):
