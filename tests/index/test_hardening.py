@@ -82,12 +82,13 @@ def test_concurrent_append_with_wait_keeps_both(tmp_path, tiny_bert):
     out = base_index(tmp_path, tiny_bert)
     started = tmp_path / "first-started"
     first = {"op": "append", "model": str(tiny_bert), "out": str(out), "prefix": "b", "n": 100, "seed": 1,
-             "sleep": 1.5, "started": str(started)}
+             "sleep": 8.0, "started": str(started)}
     process = run_worker(first, wait=False)
     wait_for(started, process)
     second = {"op": "append", "model": str(tiny_bert), "out": str(out), "prefix": "c", "n": 100, "seed": 2,
               "wait": True}
     assert run_worker(second) == 0
+    assert process.poll() is not None  # the second finished only after the first
     process.communicate(timeout=120)
     assert process.returncode == 0
     expected = {f"{p}{i}" for p in "abc" for i in range(100)}
