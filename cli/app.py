@@ -6,11 +6,53 @@ onnxruntime and faiss are imported inside the command bodies so that `embedkit -
 
 from __future__ import annotations
 
+import sys
 import warnings
+from typing import Any
 
 import typer
+from typer.core import TyperGroup
+
+try:  # typer 0.29+ carries its own copy of click
+    from typer._click import exceptions as _click_errors
+except ImportError:  # older typer: click itself
+    from click import exceptions as _click_errors
+
+
+class OneLineErrors(TyperGroup):
+    """Usage errors (`-k 0`, a missing `--out`) as one `error:` line and exit 2, like all bad input."""
+
+    def main(self, *args: Any, standalone_mode: bool = True, **kwargs: Any) -> Any:
+        try:
+            result = super().main(*args, standalone_mode=False, **kwargs)
+        except _click_errors.UsageError as exc:
+            message = " ".join(exc.format_message().split())
+            if not message:  # `embedkit` alone: the help was printed
+                if not standalone_mode:
+                    raise
+                sys.exit(exc.exit_code)
+            command = exc.ctx.command_path if exc.ctx is not None else "embedkit"
+            typer.echo(f"error: {message} (see {command} --help)", err=True)
+            if not standalone_mode:
+                raise
+            sys.exit(2)
+        except _click_errors.ClickException as exc:
+            typer.echo(f"error: {' '.join(exc.format_message().split())}", err=True)
+            if not standalone_mode:
+                raise
+            sys.exit(exc.exit_code)
+        except typer.Abort:
+            typer.echo("interrupted", err=True)
+            if not standalone_mode:
+                raise
+            sys.exit(130)
+        if standalone_mode:
+            sys.exit(result if isinstance(result, int) else 0)
+        return result
+
 
 app = typer.Typer(
+    cls=OneLineErrors,
     name="embedkit",
     help="Train in-domain sentence encoders with miCSE, export them to ONNX, embed, index, search, evaluate.",
     no_args_is_help=True,
@@ -20,9 +62,9 @@ app = typer.Typer(
 
 
 def _register() -> None:
-    from embedkit.cli import embed, evaluate, experiment, export, index, search, train
+    from embedkit.cli import clean, embed, evaluate, experiment, export, index, search, train
 
-    for module in (train, export, embed, index, search, evaluate, experiment):
+    for module in (train, export, embed, index, search, evaluate, experiment, clean):
         module.register(app)
 
 

@@ -20,6 +20,15 @@ def fail(message: str, code: int = 2) -> typer.Exit:
     return typer.Exit(code)
 
 
+def check_io(inputs: Any = (), files: Any = (), folders: Any = (), wait: bool = False) -> None:
+    """Every command's first step: outputs writable and none of them an input; `--wait` for busy ones."""
+    from embedkit.locking import set_waiting
+    from embedkit.outputs import check_io as check
+
+    check(inputs, files, folders)
+    set_waiting(wait)
+
+
 def handle_errors(func: F) -> F:
     """Run a command, mapping `EmbedkitError` to its exit code (2 input, 1 failure) and one line.
 

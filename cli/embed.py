@@ -8,7 +8,7 @@ from typing import Annotated
 
 import typer
 
-from embedkit.cli.common import handle_errors
+from embedkit.cli.common import check_io, handle_errors
 from embedkit.cli.options import (
     BatchOption,
     ChunkOption,
@@ -18,6 +18,7 @@ from embedkit.cli.options import (
     IdColumnOption,
     ModelOption,
     PrecisionOption,
+    WaitOption,
 )
 
 
@@ -44,6 +45,7 @@ def embed(
     precision: PrecisionOption = None,
     batch_size: BatchOption = 64,
     chunk_size: ChunkOption = 10_000,
+    wait: WaitOption = False,
 ) -> None:
     """Embed every document of CORPUS into a .npy file, in chunks, in bounded memory.
 
@@ -52,8 +54,10 @@ def embed(
     """
     from rich.console import Console
 
-    from embedkit.encode.streaming import CorpusOptions, embed_to_file
+    from embedkit.encode.streaming import CorpusOptions, embed_to_file, ids_path_for
 
+    ids = ids_path_for(out) if out.suffix == ".npy" else None
+    check_io(inputs=[corpus, model], files=[out, ids], wait=wait)
     options = CorpusOptions(column=column, id_column=id_column, chunk_size=chunk_size, batch_size=batch_size)
     report = embed_to_file(
         corpus,

@@ -42,7 +42,7 @@ def sts(
     """Spearman x 100 of cosine similarity against gold scores, per file and the mean (SentEval's "all")."""
     from embedkit.evaluation import STS_METRIC, StsEvaluator
 
-    _check_outputs(json_path)
+    _check_outputs([*files, model], json_path)
     evaluator = StsEvaluator(files, batch_size=batch_size, progress=_interactive())
     encoder = _load(model, device, precision)
     results = evaluator.evaluate(encoder)
@@ -110,7 +110,7 @@ def retrieval(
     """
     from embedkit.evaluation import RetrievalEvaluator
 
-    _check_outputs(json_path, per_query)
+    _check_outputs([beir_dir, index, model], json_path, per_query)
     meta = None
     if index is not None:
         from embedkit.index import read_index_meta
@@ -199,13 +199,15 @@ def _write_json(path: Path, data: dict[str, Any]) -> None:
     write_json_atomic(path, data)
 
 
-def _check_outputs(*paths: Path | None) -> None:
-    """Fail before the work, not after it, when an output path cannot be a file."""
+def _check_outputs(inputs: list[Any], *paths: Path | None) -> None:
+    """Fail before the work, not after it, when an output cannot be written or is an input."""
+    from embedkit.cli.common import check_io
     from embedkit.errors import InputError
 
     for path in paths:
         if path is not None and path.is_dir():
             raise InputError(f"output {path} is a folder; give a file name")
+    check_io(inputs=inputs, files=paths)
 
 
 def _interactive() -> bool:

@@ -7,7 +7,8 @@ from typing import Annotated, Any
 
 import typer
 
-from embedkit.cli.common import handle_errors
+from embedkit.cli.common import check_io, handle_errors
+from embedkit.cli.options import WaitOption
 from embedkit.errors import InputError
 
 
@@ -97,6 +98,7 @@ def experiment(
     plots: Annotated[
         bool, typer.Option("--plots/--no-plots", help="Write PNG plots (needs matplotlib).")
     ] = True,
+    wait: WaitOption = False,
 ) -> None:
     """Train and evaluate every (size, seed, method); tabulate mean ± std over seeds, as miCSE's Table 2.
 
@@ -106,6 +108,7 @@ def experiment(
 
     Writes OUT/table.md, OUT/table.csv, OUT/table.json and OUT/plots/*.png.
     """
+    check_io(inputs=[corpus, base, *(eval_sts or []), *(eval_retrieval or [])], folders=[out], wait=wait)
     from transformers.utils import logging as hf_logging
 
     from embedkit.training.experiment import ExperimentConfig, run_experiment, train_config_from_options

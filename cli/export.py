@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING, Annotated
 
 import typer
 
-from embedkit.cli.common import handle_errors
+from embedkit.cli.common import check_io, handle_errors
 
 if TYPE_CHECKING:
     from embedkit.export.parity import ParityReport
@@ -72,6 +72,7 @@ def export(
 
     from embedkit.export import ParityFailure, export_model
 
+    check_io(inputs=[model_dir, calibration, dev_sts], folders=[out])
     console = Console(stderr=True)
     try:
         result = export_model(

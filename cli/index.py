@@ -8,7 +8,7 @@ from typing import Annotated
 
 import typer
 
-from embedkit.cli.common import handle_errors
+from embedkit.cli.common import check_io, handle_errors
 from embedkit.cli.options import (
     BatchOption,
     ChunkOption,
@@ -17,6 +17,7 @@ from embedkit.cli.options import (
     DeviceOption,
     IdColumnOption,
     PrecisionOption,
+    WaitOption,
 )
 
 
@@ -61,6 +62,7 @@ def index(
     precision: PrecisionOption = None,
     batch_size: BatchOption = 64,
     chunk_size: ChunkOption = 10_000,
+    wait: WaitOption = False,
 ) -> None:
     """Embed CORPUS (normalized vectors, inner product) into the index folder --out.
 
@@ -78,6 +80,7 @@ def index(
         from embedkit.errors import InputError
 
         raise InputError("--append and --overwrite exclude each other")
+    check_io(inputs=[corpus, model], folders=[out], wait=wait)
     options = CorpusOptions(column=column, id_column=id_column, chunk_size=chunk_size, batch_size=batch_size)
     report = build_index(
         corpus,

@@ -35,4 +35,8 @@ PrecisionOption = Annotated[
 ]
 BatchOption = Annotated[int, typer.Option("--batch-size", min=1, help="Texts per forward pass.")]
 ChunkOption = Annotated[int, typer.Option("--chunk-size", min=1, help="Documents held in memory at a time.")]
+WaitOption = Annotated[
+    bool,
+    typer.Option("--wait", help="If another run is writing the same output, wait for it instead of failing."),
+]
 JsonOption = Annotated[Path | None, typer.Option("--json", help="Also write the results to this JSON file.")]

@@ -11,7 +11,7 @@ from typing import Annotated
 
 import typer
 
-from embedkit.cli.common import handle_errors
+from embedkit.cli.common import check_io, handle_errors
 
 
 def register_into(eval_app: typer.Typer) -> None:
@@ -55,6 +55,8 @@ def pseudo(
     document the one relevant answer, searched among all documents (the inverse cloze task, Lee et al. 2019).
     """
     from embedkit.data.corpus import read_documents
+
+    check_io(inputs=[corpus, model], files=[json_path])
     from embedkit.encode.loading import load_encoder
     from embedkit.evaluation.pseudo_queries import build_pseudo_queries, evaluate_pseudo
 

@@ -7,7 +7,8 @@ from typing import Annotated
 
 import typer
 
-from embedkit.cli.common import handle_errors
+from embedkit.cli.common import check_io, handle_errors
+from embedkit.cli.options import WaitOption
 from embedkit.training.config import TrainConfig  # stdlib only: no torch
 
 DEFAULTS = TrainConfig()
@@ -131,6 +132,7 @@ def train(
         typer.Option("--set", help="Any other training setting as KEY=VALUE, e.g. --set ami_weight=0.005."),
     ] = None,
     quiet: Annotated[bool, typer.Option("--quiet", "-q", help="No progress bar.")] = False,
+    wait: WaitOption = False,
 ) -> None:
     """Train a sentence encoder on CORPUS (a few thousand unlabeled sentences) and save it to --out.
 
@@ -139,6 +141,7 @@ def train(
     """
     from rich.console import Console
 
+    check_io(inputs=[corpus, base, dev_sts], folders=[out], wait=wait)
     config = TrainConfig(
         base_model=base,
         method=method,

@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import os
 import shutil
-import tempfile
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -20,7 +19,7 @@ from typing import Any, NoReturn
 import numpy as np
 
 from embedkit import __version__
-from embedkit.atomic import atomic_dir, write_json_atomic
+from embedkit.atomic import atomic_dir, scratch_dir, write_json_atomic
 from embedkit.encode.model_folder import (
     ModelSpec,
     model_fingerprint,
@@ -29,6 +28,7 @@ from embedkit.encode.model_folder import (
     resolve_model_path,
 )
 from embedkit.encode.onnx_backend import PRECISION_FILES, OnnxEncoder
+from embedkit.encode.ort_import import import_onnxruntime
 from embedkit.errors import InputError, RunFailure
 from embedkit.export.parity import (
     ParityFailure,
@@ -126,7 +126,8 @@ def export_model(
     reference_encoder = TorchEncoder(source, device=device)
     fingerprint = model_fingerprint(source)
     reports: list[ParityReport] = []
-    with tempfile.TemporaryDirectory(prefix="embedkit-export-") as work_name, atomic_dir(out) as stage:
+    import_onnxruntime()  # before any onnxruntime submodule: without its telemetry notice
+    with scratch_dir("embedkit-export-") as work_name, atomic_dir(out) as stage:
         work = Path(work_name)
         say(f"tracing {source.name} (opset {opset})")
         raw = work / "raw.onnx"

@@ -14,9 +14,10 @@ import contextlib
 import io
 import logging
 import os
-import tempfile
 import warnings
 from collections.abc import Iterator
+
+from embedkit.atomic import scratch_dir
 
 
 @contextlib.contextmanager
@@ -26,7 +27,7 @@ def quiet() -> Iterator[None]:
     previous_cwd = os.getcwd()
     # Some fusion code reports with print() ("failed in shape inference ..."), hence stdout too.
     with (
-        tempfile.TemporaryDirectory(prefix="embedkit-onnx-scratch-") as scratch,
+        scratch_dir("embedkit-onnx-scratch-") as scratch,
         warnings.catch_warnings(),
         contextlib.redirect_stdout(io.StringIO()),
     ):

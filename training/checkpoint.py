@@ -230,6 +230,16 @@ def prepare_out_dir(out: Path, resume: bool, overwrite: bool) -> Path | None:
     return None
 
 
+def overwrite_run_dir(out: Path) -> Path:
+    """Where a run that will replace the non-empty `out` keeps its checkpoints: a fresh hidden sibling.
+
+    The caller holds `out`'s write lock, so a folder already there is a killed run's: it is removed.
+    """
+    run_dir = out.parent / f".{out.name}.overwrite-run"
+    shutil.rmtree(run_dir, ignore_errors=True)
+    return run_dir
+
+
 def append_metrics(path: Path, record: dict[str, object]) -> None:
     """Append one JSON line; the file is a log, so an append is enough (resume rewrites it whole)."""
     with path.open("a", encoding="utf-8") as fh:

@@ -36,6 +36,7 @@ from typing import Any
 from embedkit.atomic import write_json_atomic
 from embedkit.data.corpus import load_sentences, read_documents
 from embedkit.encode.caching import CachingEncoder
+from embedkit.encode.devices import torch_device
 from embedkit.encode.model_folder import model_fingerprint, read_json, read_model_spec
 from embedkit.encode.torch_backend import TorchEncoder
 from embedkit.errors import InputError
@@ -47,6 +48,7 @@ from embedkit.evaluation.pseudo_queries import (
     build_pseudo_queries,
     evaluate_pseudo,
 )
+from embedkit.locking import locked
 from embedkit.report.tables import BASE_METHOD, ExperimentTable, RunRecord, aggregate
 from embedkit.training.config import METHODS, TrainConfig
 from embedkit.training.model import resolve_pooling
@@ -232,6 +234,7 @@ def changed_settings(previous: dict[str, Any], current: dict[str, Any]) -> list[
     return changed
 
 
+@locked("out_dir")
 def run_experiment(
     corpus: str | Path,
     out_dir: str | Path,
@@ -256,6 +259,8 @@ def run_experiment(
             f"the corpus gives {len(pool):,} training sentences, fewer than the size {max(config.sizes):,}"
         )
     evaluations = Evaluations(config, pseudo)
+    torch_device(config.train.device)  # `--device cuda` without a GPU fails here, before any write
+    config.train.validate()
     base_spec = read_model_spec(config.train.base_model)
     if base_spec.kind != "torch":
         raise InputError(f"--base {base_spec.path} is an ONNX folder: training needs the torch model")

@@ -6,11 +6,15 @@ batch -> miCSE objective -> optimizer -> momentum update, logging to `OUT/metric
 evaluating every `eval_steps` and checkpointing every `save_steps` (`checkpoint`). At the end
 the best checkpoint (or the last weights, without a dev set) becomes the model folder (`save`),
 which replaces `OUT` atomically, so the checkpoints disappear with the unfinished run.
+With `overwrite` of a non-empty `OUT`, the run lives beside it (`ckpt.overwrite_run_dir`) until the
+new model replaces `OUT`: a failed or killed run leaves the old folder as it was. One writer at a
+time trains into `OUT` (`embedkit.locking`).
 """
 
 from __future__ import annotations
 
 import math
+import shutil
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass
@@ -26,6 +30,7 @@ from embedkit.encode.devices import torch_device
 from embedkit.encode.model_folder import model_fingerprint, read_model_spec
 from embedkit.errors import InputError, RunFailure
 from embedkit.evaluation.evaluator import Evaluator
+from embedkit.locking import locked
 from embedkit.training import checkpoint as ckpt
 from embedkit.training.checkpoint_selection import InferenceEncoder, dev_evaluator, dev_label, dev_score
 from embedkit.training.config import TrainConfig
@@ -130,6 +135,7 @@ class TrainDisplay:
             self.progress.stop()
 
 
+@locked("out_dir")
 def train(
     corpus: str | Path | Sequence[str],
     out_dir: str | Path,
@@ -166,6 +172,9 @@ def train(
         raise InputError(f"--base {spec.path} is an ONNX folder: training needs the torch model")
     base_fingerprint = model_fingerprint(spec.path)
     resume_from = ckpt.prepare_out_dir(out, resume, overwrite)
+    # A run that replaces a folder trains beside it: until the new model is complete, a failure or a
+    # kill leaves the old folder exactly as it was (its metrics, no checkpoints added).
+    run_dir = ckpt.overwrite_run_dir(out) if overwrite and resume_from is None and _busy(out) else out
     if resume_from is not None:
         ckpt.check_resumable(resume_from, config, sample.fingerprint, base_fingerprint)
 
@@ -193,8 +202,8 @@ def train(
     }
 
     # 3. Resume from the last checkpoint, or start afresh with the base model's dev score.
-    out.mkdir(parents=True, exist_ok=True)
-    metrics = out / ckpt.METRICS
+    run_dir.mkdir(parents=True, exist_ok=True)
+    metrics = run_dir / ckpt.METRICS
     display = TrainDisplay(total, enabled=progress)
     display.note(f"{config.method}: {sample.stats.describe()}; {total} steps on {device.type}")
     if config.ami_dropped:
@@ -207,7 +216,7 @@ def train(
         display.note(f"resumed from step {state.step}")
     else:
         if overwrite:
-            ckpt.remove_checkpoints(out)
+            ckpt.remove_checkpoints(run_dir)
             metrics.unlink(missing_ok=True)
         state = ckpt.TrainState()
         start = {"event": "start", "step": 0, "steps": total, "sentences": len(sample)}
@@ -236,7 +245,7 @@ def train(
             terms = {"loss": result.loss.item(), **{k: v.item() for k, v in result.terms.items()}}
             if not math.isfinite(terms["loss"]):
                 ckpt.append_metrics(metrics, {"event": "nonfinite", "step": state.step + 1, **terms})
-                last = ckpt.latest_checkpoint(out)
+                last = ckpt.latest_checkpoint(run_dir)
                 kept = f"the last good checkpoint is {last}" if last else "no checkpoint was written yet"
                 raise RunFailure(
                     f"the loss became {terms['loss']} at step {state.step + 1} ({_format(terms)}); "
@@ -257,14 +266,14 @@ def train(
                 score = dev_score(dev, dev_encoder)
                 improved = state.best_score is None or score > state.best_score
                 if improved:
-                    ckpt.save_best(out, model, state.step, score)
+                    ckpt.save_best(run_dir, model, state.step, score)
                     state.best_score, state.best_step = score, state.step
                 record = {"step": state.step, f"dev_{dev.primary_metric}": score, "best": improved}
                 ckpt.append_metrics(metrics, record)
                 best = " (best so far)" if improved else ""
                 display.note(f"step {state.step}: {dev_label(dev)} {score:.4f}{best}")
             if state.step % config.save_steps == 0 or state.step == total:
-                ckpt.save_checkpoint(out, parts, state, meta)
+                ckpt.save_checkpoint(run_dir, parts, state, meta)
             if on_step is not None:
                 on_step(state.step, terms)
     finally:
@@ -282,7 +291,7 @@ def train(
             f"{state.best_score:.4f}, base {state.base_score:.4f}): the output is the base model"
         )
     elif state.best_step is not None:
-        ckpt.load_best(out, model, state.best_step)
+        ckpt.load_best(run_dir, model, state.best_step)
     ckpt.append_metrics(metrics, {"event": "done", "step": state.step, "best_step": state.best_step})
     write_model_folder(
         out,
@@ -293,6 +302,8 @@ def train(
         _model_metadata(config, meta, state, corpus, sample, spec.path, base_fingerprint, dev),
         extra_files={ckpt.METRICS: metrics},
     )
+    if run_dir != out:
+        shutil.rmtree(run_dir, ignore_errors=True)
     return TrainResult(
         out,
         config.method,
@@ -311,6 +322,10 @@ def train(
 
 def _beats(best: float | None, base: float | None) -> bool:
     return best is not None and (base is None or best > base)
+
+
+def _busy(out: Path) -> bool:
+    return out.is_dir() and any(out.iterdir())
 
 
 def _model_metadata(

@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import warnings
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from embedkit.data.textfiles import find_data_file, json_objects, record_id, string_field, text_lines
 from embedkit.errors import InputError
@@ -52,7 +54,27 @@ def read_beir(folder: str | Path, split: str = "test") -> BeirData:
         raise InputError(
             f"{qrels_path} judges {len(unknown)} queries that {paths['queries']} lacks (e.g. {unknown[0]!r})"
         )
+    _check_judged_documents(qrels, corpus, qrels_path)
     return BeirData(corpus=corpus, queries={q: all_queries[q] for q in qrels}, qrels=qrels)
+
+
+def _check_judged_documents(qrels: dict[str, dict[str, int]], corpus: dict[str, Any], path: Path) -> None:
+    """Judgments of documents the corpus lacks can never be found: all of them is an error, some a warning."""
+    judged = {doc for docs in qrels.values() for doc in docs}
+    unknown = sorted(judged.difference(corpus))
+    if not unknown:
+        return
+    if len(unknown) == len(judged):
+        raise InputError(
+            f"{path} judges only documents that the corpus lacks (e.g. {unknown[0]!r}): "
+            "every metric would be 0"
+        )
+    warnings.warn(
+        f"{path} judges {len(unknown)} of {len(judged)} documents that the corpus lacks "
+        f"(e.g. {unknown[0]!r}); they count as relevant documents never found",
+        UserWarning,
+        stacklevel=3,
+    )
 
 
 def read_qrels(path: Path) -> dict[str, dict[str, int]]:

@@ -50,6 +50,10 @@ def read_sts(path: str | Path) -> StsData:
         scores.append(_parse_score(score, path, number))
     if not first:
         raise InputError(f"{path} holds no sentence pairs")
+    if len(set(scores)) < 2:
+        raise InputError(
+            f"{path}: every gold score is {scores[0]:g}; a correlation needs at least two different scores"
+        )
     return StsData(first, second, np.asarray(scores, dtype=np.float64))
 
 

@@ -64,7 +64,8 @@ def csv_rows(path: Path) -> Iterator[tuple[int, list[str]]]:
             consumed.append(number)
             yield line + "\n"
 
-    reader = csv.reader(feed())
+    # strict: a quote that is never closed is an error, not a field that swallows the rest of the file
+    reader = csv.reader(feed(), strict=True)
     while True:
         start = len(consumed)
         try:
@@ -72,6 +73,11 @@ def csv_rows(path: Path) -> Iterator[tuple[int, list[str]]]:
         except StopIteration:
             return
         except csv.Error as exc:
+            first = consumed[start] if len(consumed) > start else (consumed[-1] if consumed else 1)
+            if "unexpected end of data" in str(exc) or len(consumed) - start > 1:
+                raise InputError(
+                    f"{path}: line {first}: a quoted field is never closed (unterminated quote)"
+                ) from None
             raise InputError(f"{path}: bad CSV at line {consumed[-1] if consumed else 1}: {exc}") from None
         if row:
             yield consumed[start], row

@@ -121,6 +121,7 @@ def read_model_spec(model: str | Path | ModelSpec | None) -> ModelSpec:
         return model
     path = resolve_model_path(model)
     meta = read_json(path / "embedkit.json") if (path / "embedkit.json").is_file() else {}
+    _check_metadata(meta, path / "embedkit.json")
     if any(path.glob("*.onnx")):
         if not meta:
             raise InputError(f"{path} holds ONNX files but no embedkit.json: export with `embedkit export`")
@@ -139,7 +140,17 @@ def read_model_spec(model: str | Path | ModelSpec | None) -> ModelSpec:
     config = read_json(path / "config.json")
     st_path = path / "sentence_bert_config.json"
     st_config = read_json(st_path) if st_path.is_file() else {}
-    max_len = int(st_config.get("max_seq_length") or config.get("max_position_embeddings", 512))
+    max_len = st_config.get("max_seq_length") or config.get("max_position_embeddings", 512)
+    if not isinstance(max_len, int) or isinstance(max_len, bool) or max_len < 1:
+        raise InputError(f"{st_path}: 'max_seq_length' must be a positive integer, got {max_len!r}")
+    hidden = config.get("hidden_size", 0)
+    if not isinstance(hidden, int) or isinstance(hidden, bool) or hidden < 0:
+        raise InputError(f"{path / 'config.json'}: 'hidden_size' must be a positive integer, got {hidden!r}")
+    if "dim" in meta and hidden and meta["dim"] != hidden:
+        raise InputError(
+            f"{path / 'embedkit.json'} says dim {meta['dim']}, but the model's hidden_size is {hidden}: "
+            "the folder is damaged"
+        )
     return ModelSpec(
         path=path,
         kind="torch",
@@ -150,6 +161,23 @@ def read_model_spec(model: str | Path | ModelSpec | None) -> ModelSpec:
         model_type=str(config.get("model_type", "")),
         metadata=meta,
     )
+
+
+def _check_metadata(meta: dict[str, Any], path: Path) -> None:
+    """Each field of `embedkit.json` a reader uses has its type, else one `InputError` naming it."""
+    for key in ("dim", "max_seq_length"):
+        if key in meta:
+            _integer(meta, key, path)
+    checks = {
+        "pooling": (lambda v: v in ("mean", "cls"), "mean or cls"),
+        "normalize": (lambda v: isinstance(v, bool), "true or false"),
+        "model_type": (lambda v: isinstance(v, str), "a string"),
+        "fingerprint": (lambda v: isinstance(v, str) and bool(v), "a non-empty string"),
+        "kind": (lambda v: v in ("torch", "onnx"), "torch or onnx"),
+    }
+    for key, (ok, what) in checks.items():
+        if key in meta and not ok(meta[key]):
+            raise InputError(f"{path}: {key!r} must be {what}, got {meta[key]!r}: the folder is damaged")
 
 
 def _integer(meta: dict[str, Any], key: str, path: Path) -> int:

@@ -16,6 +16,7 @@ import numpy as np
 
 from embedkit.encode.batching import Batch, TokenBatcher, encode_in_order, l2_normalize
 from embedkit.encode.model_folder import ModelSpec, model_fingerprint, read_json, resolve_model_path
+from embedkit.encode.ort_import import import_onnxruntime
 from embedkit.encode.protocol import EncoderBase
 from embedkit.errors import InputError
 
@@ -54,7 +55,7 @@ def available_precisions(path: Path, meta: dict[str, Any]) -> list[str]:
 
 def session_options(intra_op_threads: int | None = None):  # -> onnxruntime.SessionOptions
     """Full graph optimization (fuses int8 MatMulInteger chains at load); threads as asked."""
-    import onnxruntime as ort
+    ort = import_onnxruntime()
 
     options = ort.SessionOptions()
     options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
@@ -68,7 +69,7 @@ def session_options(intra_op_threads: int | None = None):  # -> onnxruntime.Sess
 
 def cuda_listed() -> bool:
     """Whether this onnxruntime build offers CUDA at all (a session may still fall back)."""
-    import onnxruntime as ort
+    ort = import_onnxruntime()
 
     return "CUDAExecutionProvider" in ort.get_available_providers()
 
@@ -84,7 +85,7 @@ def preload_cuda_libraries() -> None:
     import contextlib
     import io
 
-    import onnxruntime as ort
+    ort = import_onnxruntime()
 
     preload = getattr(ort, "preload_dlls", None)  # onnxruntime-gpu >= 1.21
     if preload is None:
@@ -99,7 +100,7 @@ def create_session(file: Path, device: str = "auto", intra_op_threads: int | Non
     onnxruntime-gpu silently falls back to CPU when the CUDA libraries are missing, so the
     created session's own providers decide, not the list of available ones.
     """
-    import onnxruntime as ort
+    ort = import_onnxruntime()
 
     if device not in ("auto", "cpu", "cuda") and not (device.startswith("cuda:") and device[5:].isdigit()):
         raise InputError(f"unknown device {device!r}: use auto, cpu, cuda or cuda:N")
@@ -182,6 +183,13 @@ class OnnxEncoder(EncoderBase):
                 f"{self.path / files[chosen]} has no {OUTPUT_NAME!r} output: re-export the model"
             )
         self.dim = int(self.metadata["dim"])
+        (output,) = [o for o in self.session.get_outputs() if o.name == OUTPUT_NAME]
+        graph_dim = output.shape[-1] if output.shape else None
+        if isinstance(graph_dim, int) and graph_dim != self.dim:
+            raise InputError(
+                f"{self.path / 'embedkit.json'} says dim {self.dim}, but the graph outputs {graph_dim}-d "
+                "vectors: the folder is damaged (re-export the model)"
+            )
         self.max_seq_length = int(self.metadata["max_seq_length"])
         self.normalize_default = bool(self.metadata.get("normalize", True))
         self.pooling = str(self.metadata.get("pooling", "mean"))

@@ -6,7 +6,9 @@ chunk of texts and vectors, never the corpus, so a corpus bigger than RAM embeds
 `embed_to_file` writes a memory-mapped `.npy` (`numpy.lib.format.open_memmap`); `embedkit.index.search.search`
 uses the same loop to fill a FAISS index and its document store.
 
-`embed_to_file` output, both written atomically (temporary file, then rename):
+`embed_to_file` output, both written together (`embedkit.atomic.atomic_files`: temporary files, a
+journal, then renames; a kill during the renames is finished by the next run or `embedkit clean`),
+by one writer at a time (`embedkit.locking`):
 - `FILE.npy`: float32 [n, dim], row i = the corpus's i-th document;
 - `FILE.ids.txt`: the documents' ids, one per line, UTF-8, line i = row i (an id is the corpus's id
   field, or the document's 1-based line number when the corpus has none).
@@ -22,8 +24,9 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from embedkit.atomic import atomic_path
+from embedkit.atomic import atomic_files
 from embedkit.errors import InputError, RunFailure
+from embedkit.locking import locked
 from embedkit.progress import ProgressBar
 
 if TYPE_CHECKING:
@@ -136,6 +139,7 @@ def ids_path_for(out: Path) -> Path:
     return out.with_name(out.name[: -len(".npy")] + ".ids.txt")
 
 
+@locked("out")
 def embed_to_file(
     corpus: str | Path,
     out: str | Path,
@@ -162,7 +166,7 @@ def embed_to_file(
     truncated_before = encoder.truncated
     ids_path = ids_path_for(out)
     start = time.perf_counter()
-    with atomic_path(ids_path) as ids_tmp, atomic_path(out) as npy_tmp:
+    with atomic_files(out, ids_path) as (npy_tmp, ids_tmp):
         _write_npy(encoder, corpus, npy_tmp, ids_tmp, n, options, normalize, progress)
     return EmbedReport(
         out=out,

@@ -103,6 +103,7 @@ class RetrievalEvaluator:
 
             index, opened = open_index_for(self.index, encoder), True
         try:
+            self._check_corpus(index)
             run = index_search(index, query_vectors, query_ids, self.depth, exclude)
             documents, search = len(index), str(index.path)
         finally:
@@ -114,6 +115,20 @@ class RetrievalEvaluator:
                 f"the index {search} holds none of {self.beir_dir}'s documents: built from another corpus?"
             )
         return run, documents, search
+
+
+    def _check_corpus(self, index: Any) -> None:
+        """The index must hold exactly this folder's corpus: its recorded fingerprint must match."""
+        from embedkit.index.corpus_fingerprint import beir_corpus_fingerprint
+
+        recorded = index.meta.get("corpus_fingerprint")
+        if recorded is None:
+            return  # an index from before fingerprints: only the disjoint-ids check below applies
+        if recorded != beir_corpus_fingerprint(self.data.corpus):
+            raise InputError(
+                f"the index {index.path} was not built from {self.beir_dir}'s corpus (its corpus fingerprint "
+                "differs): build the index from this folder, or evaluate without --index"
+            )
 
 
 def evaluate_retrieval(

@@ -1,7 +1,8 @@
 """Building an index folder from a corpus, or appending a corpus to one.
 
-Every write builds a complete folder beside INDEX_DIR and renames it into place (`atomic_dir`); an
-append works on a copy. A crash at any point leaves the previous index intact.
+Every write builds a complete version inside INDEX_DIR and makes it live in one rename
+(`embedkit.versioned`); an append works on a copy. A crash at any point leaves the previous index
+intact, and one writer at a time holds the index (`embedkit.locking`).
 
 Kinds: `flat` (exact), `hnsw` (graph, approximate, fast), `ivf-pq` (compressed, for corpora whose
 vectors do not fit in memory). `auto` picks flat under `AUTO_FLAT_MAX` vectors, HNSW above, and
@@ -20,10 +21,11 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from embedkit.atomic import atomic_dir, write_json_atomic
+from embedkit.atomic import write_json_atomic
 from embedkit.encode.default_onnx import recorded_model_path
-from embedkit.encode.streaming import CorpusOptions, as_encoder, count_documents, embed_corpus
+from embedkit.encode.streaming import CorpusOptions, as_encoder, embed_corpus
 from embedkit.errors import InputError
+from embedkit.index.corpus_fingerprint import combined, count_and_fingerprint
 from embedkit.index.docstore import DocStore
 from embedkit.index.kinds import (
     KINDS,
@@ -45,10 +47,14 @@ from embedkit.index.folder import (
     INDEX_FILE,
     META_FILE,
     check_index_file,
+    index_files_dir,
+    is_index_folder,
     open_model_for,
     read_faiss,
     read_index_meta,
 )
+from embedkit.locking import locked
+from embedkit.versioned import new_version
 
 
 @dataclass(frozen=True)
@@ -71,6 +77,7 @@ class IndexReport:
 # --- building ------------------------------------------------------------------------------------
 
 
+@locked("out")
 def build_index(
     corpus: str | Path,
     out: str | Path,
@@ -102,11 +109,11 @@ def build_index(
     elif kind not in ("auto", old["kind"]):
         raise InputError(f"--kind {kind} differs from the index's kind {old['kind']}; an append keeps it")
     else:
-        check_index_file(out / INDEX_FILE, old)  # before minutes of embedding
+        check_index_file(index_files_dir(out) / INDEX_FILE, old)  # before minutes of embedding
     if old is not None and gpu and old["kind"] == "hnsw":
         raise InputError("faiss has no GPU HNSW index: append to this index without --gpu")
     placement = GpuPlacement() if gpu else None
-    count = count_documents(corpus, options)
+    count, corpus_fingerprint = count_and_fingerprint(corpus, options)
     if old is not None and not hasattr(model, "encode"):
         encoder = open_model_for(old, model, device, precision)
     else:
@@ -120,12 +127,12 @@ def build_index(
         chosen, reason, params = old["kind"], "the index's kind", dict(old["params"])
     truncated_before = encoder.truncated
     start = time.perf_counter()
-    with atomic_dir(out) as tmp:
+    with new_version(out) as tmp:
         if old is None:
             index, store = new_faiss_index(chosen, encoder.dim, params), DocStore.create(tmp / DOCS_FILE)
         else:
             for name in (INDEX_FILE, DOCS_FILE):
-                shutil.copy2(out / name, tmp / name)
+                shutil.copy2(index_files_dir(out) / name, tmp / name)
             index, store = read_faiss(tmp / INDEX_FILE, old), DocStore.open(tmp / DOCS_FILE, writable=True)
         work = placement.to_gpu(index, chosen) if placement else index
         try:
@@ -148,6 +155,9 @@ def build_index(
             "kind_reason": old["kind_reason"] if old else reason,
             "params": params,
             "count": int(index.ntotal),
+            "corpus_fingerprint": combined(old.get("corpus_fingerprint"), corpus_fingerprint)
+            if old
+            else corpus_fingerprint,
             "index_bytes": _write_faiss(index, tmp / INDEX_FILE),
             "created": old["created"] if old else now,
             "updated": now,
@@ -173,9 +183,9 @@ def build_index(
 def _check_new_target(out: Path, overwrite: bool) -> None:
     if out.exists() and not out.is_dir():
         raise InputError(f"--out {out} is a file; give a folder for the index")
-    if not out.is_dir() or not any(out.iterdir()):
+    if not out.is_dir() or not any(p for p in out.iterdir() if not p.name.startswith(".staging-")):
         return
-    if not (out / META_FILE).is_file():
+    if not is_index_folder(out):
         raise InputError(f"--out {out} is a folder that is neither empty nor an index; choose another")
     if not overwrite:
         raise InputError(

@@ -3,7 +3,12 @@
 INDEX_DIR holds
 - `index.faiss`: L2-normalized vectors, inner product (= cosine similarity), always in CPU form;
 - `docs.sqlite`: the documents (`embedkit.index.docstore`); FAISS position i is the document at row i;
-- `embedkit-index.json`: model path and fingerprint, dim, metric, kind and parameters, count, times.
+- `embedkit-index.json`: model path and fingerprint, dim, metric, kind and parameters, count, times,
+  the corpus fingerprint (`embedkit.index.corpus_fingerprint`);
+- `checksums.json`: every file's size and SHA-256, checked on load.
+These live in a version subfolder named by INDEX_DIR/CURRENT (`embedkit.versioned`), so that a
+build or append replaces them in one step; an index written before versions (the files directly in
+INDEX_DIR, no checksums) is still read.
 """
 
 from __future__ import annotations
@@ -14,6 +19,8 @@ from typing import TYPE_CHECKING, Any
 from embedkit.encode.model_folder import ModelSpec, read_json, read_model_spec
 from embedkit.errors import InputError
 from embedkit.index.kinds import _faiss
+from embedkit.index.meta_checks import validate_index_meta
+from embedkit.versioned import current_dir, is_versioned, verify_checksums
 
 if TYPE_CHECKING:
     from embedkit.encode.protocol import Encoder
@@ -27,31 +34,48 @@ FORMAT_VERSION = 1
 # --- the folder ----------------------------------------------------------------------------------
 
 
-def read_index_meta(path: str | Path) -> dict[str, Any]:
-    """The folder's `embedkit-index.json`, checked; an `InputError` if it is not an index folder."""
+def index_files_dir(path: str | Path) -> Path:
+    """The folder that holds an index's files: its live version, or `path` itself (older layout)."""
     path = Path(path)
     if not path.is_dir():
         raise InputError(f"index folder not found: {path}")
+    return current_dir(path)
+
+
+def is_index_folder(path: Path) -> bool:
+    """Whether `path` holds an index (versioned, or the older flat layout)."""
+    return is_versioned(path) or (path / META_FILE).is_file()
+
+
+def read_index_meta(path: str | Path) -> dict[str, Any]:
+    """The index's `embedkit-index.json`, checked; an `InputError` if it is not an index folder.
+
+    `path` is the index folder or one of its version folders.
+    """
+    path = index_files_dir(path)
     if not (path / META_FILE).is_file():
         raise InputError(f"not an embedkit index: {path} has no {META_FILE}")
+    verify_checksums(path, (META_FILE,))
     meta = read_json(path / META_FILE)
     needed = ("version", "model", "model_fingerprint", "dim", "kind", "params", "count", "index_bytes")
     missing = [key for key in needed if key not in meta]
     if missing:
         raise InputError(f"{path / META_FILE} lacks {', '.join(missing)}: rebuild the index")
     if meta["version"] != FORMAT_VERSION:
-        raise InputError(f"{path} is index format {meta['version']}; this embedkit reads {FORMAT_VERSION}")
+        raise InputError(f"{path} is index format {meta['version']!r}; this embedkit reads {FORMAT_VERSION}")
+    validate_index_meta(meta, path / META_FILE)
     return meta
 
 
 def check_index_file(path: Path, meta: dict[str, Any]) -> None:
-    """A missing index file, or one whose size is not the size written, is an `InputError`."""
+    """A missing index file, or one whose size or checksum is not the one written, is an `InputError`."""
     if not path.is_file():
         raise InputError(f"index file missing: {path}")
     size = path.stat().st_size
     if size != int(meta["index_bytes"]):
         expected = meta["index_bytes"]
         raise InputError(f"index file {path} is truncated or altered: {size} bytes, not {expected}")
+    verify_checksums(path.parent, (path.name,))
 
 
 def read_faiss(path: Path, meta: dict[str, Any]):  # -> faiss.Index

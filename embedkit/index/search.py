@@ -21,10 +21,13 @@ if TYPE_CHECKING:
 from embedkit.index.folder import (
     DOCS_FILE,
     INDEX_FILE,
+    index_files_dir,
     open_model_for,
     read_faiss,
     read_index_meta,
 )
+from embedkit.index.integrity import check_scores, load_consistent
+from embedkit.versioned import verify_checksums
 
 
 @dataclass(frozen=True)
@@ -59,18 +62,27 @@ class SearchIndex:
 
     @classmethod
     def load(cls, path: str | Path, *, gpu: bool = False) -> SearchIndex:
-        """Open an index folder; a missing, truncated or corrupt file is an `InputError`."""
+        """Open an index folder; a missing, truncated or corrupt file is an `InputError`.
+
+        A load that overlaps an append reads the old or the new version, never a mix of both.
+        """
         path = Path(path)
-        meta = read_index_meta(path)
-        index = read_faiss(path / INDEX_FILE, meta)
-        store = DocStore.open(path / DOCS_FILE)
-        if store.next_row() != index.ntotal:
-            store.close()
-            raise InputError(f"{path / DOCS_FILE} does not match {path / INDEX_FILE}: rebuild the index")
+        meta, index, store = load_consistent(path, index_files_dir, cls._read_version)
         placement = GpuPlacement() if gpu else None
         if placement is not None:
             index = placement.to_gpu(index, meta["kind"])
         return cls(path, meta, index, store, placement)
+
+    @staticmethod
+    def _read_version(folder: Path) -> tuple[dict[str, Any], Any, DocStore]:
+        verify_checksums(folder)  # every file of the version, as written (cached: cheap after once)
+        meta = read_index_meta(folder)
+        index = read_faiss(folder / INDEX_FILE, meta)
+        store = DocStore.open(folder / DOCS_FILE)
+        if store.next_row() != index.ntotal:
+            store.close()
+            raise InputError(f"{folder / DOCS_FILE} does not match {folder / INDEX_FILE}: rebuild the index")
+        return meta, index, store
 
     def __enter__(self) -> SearchIndex:
         return self
@@ -114,7 +126,9 @@ class SearchIndex:
         k = max(1, min(k, len(self)))
         if not len(queries) or not len(self):
             return np.empty((len(queries), 0), np.float32), np.empty((len(queries), 0), np.int64)
-        return self.index.search(np.ascontiguousarray(l2_normalize(queries)), k)
+        scores, rows = self.index.search(np.ascontiguousarray(l2_normalize(queries)), k)
+        check_scores(scores, rows, self.meta, self.path)
+        return scores, rows
 
     def encoder(
         self, model: str | Path | None = None, device: str = "auto", precision: str | None = None

@@ -11,6 +11,7 @@ from typer.testing import CliRunner
 
 from embedkit.cli.app import app
 from embedkit.index import INDEX_FILE, SearchIndex
+from embedkit.index.folder import index_files_dir
 
 
 @pytest.fixture(scope="module")
@@ -40,7 +41,7 @@ def built(tiny_bert, tmp_path_factory, runner):
 
 def test_index_reports_kind_and_device(built):
     folder, _ = built
-    meta = json.loads((folder / "idx" / "embedkit-index.json").read_text())
+    meta = json.loads((index_files_dir(folder / "idx") / "embedkit-index.json").read_text())
     assert (meta["kind"], meta["count"], meta["metric"]) == ("flat", 4, "inner_product")
 
 
@@ -180,15 +181,16 @@ def test_truncated_index_file_exit_2(built, runner, tmp_path):
     folder, _ = built
     copy = tmp_path / "idx"
     shutil.copytree(folder / "idx", copy)
-    data = (copy / INDEX_FILE).read_bytes()
-    (copy / INDEX_FILE).write_bytes(data[:100])
+    files = index_files_dir(copy)
+    data = (files / INDEX_FILE).read_bytes()
+    (files / INDEX_FILE).write_bytes(data[:100])
     _exit2(runner, ["search", str(copy), "wing"], "is truncated or altered")
     _exit2(
         runner,
         ["index", str(folder / "corpus.jsonl.gz"), "--out", str(copy), "--append"],
         "is truncated or altered",
     )
-    assert len((copy / INDEX_FILE).read_bytes()) == 100  # the failed append changed nothing
+    assert len((files / INDEX_FILE).read_bytes()) == 100  # the failed append changed nothing
 
 
 def test_gpu_without_faiss_gpu_exit_2(built, runner):

@@ -22,6 +22,7 @@ from embedkit.index import (
     new_faiss_index,
     open_index_for,
 )
+from embedkit.index.folder import index_files_dir
 
 DIM = 32  # the tiny BERT's hidden size: TableEncoder claims to be that model
 
@@ -65,7 +66,7 @@ def test_round_trip_search_text_and_documents(tmp_path, tiny_bert):
         assert [d.text if d else None for d in docs_back] == ["text of d3", None, "text of d0"]
     _, want_rows = brute_force(docs, queries, 5)
     assert found == [[ids[r] for r in row] for row in want_rows]  # 200 points: HNSW is exact here
-    meta = json.loads((tmp_path / "idx" / META_FILE).read_text())
+    meta = json.loads((index_files_dir(tmp_path / "idx") / META_FILE).read_text())
     assert meta["params"]["M"] == HNSW_M
     assert meta["metric"] == "inner_product" and meta["dim"] == DIM and meta["count"] == 200
 
@@ -88,7 +89,7 @@ def test_append_keeps_old_results_and_adds_new_ones(tmp_path, tiny_bert):
     want_scores, want_rows = brute_force(np.vstack([old_docs, new_docs]), queries, 7)
     assert found == [[(ids_a + ids_b)[r] for r in row] for row in want_rows]
     np.testing.assert_allclose(scores, want_scores, atol=1e-6)
-    meta = json.loads((tmp_path / "idx" / META_FILE).read_text())
+    meta = json.loads((index_files_dir(tmp_path / "idx") / META_FILE).read_text())
     assert [s["added"] for s in meta["sources"]] == [50, 30]
 
 
@@ -96,11 +97,15 @@ def test_a_duplicate_id_on_append_changes_nothing(tmp_path, tiny_bert):
     docs = np.random.default_rng(3).standard_normal((20, DIM))
     corpus, encoder, _ = corpus_and_encoder(tmp_path, tiny_bert, docs)
     build_index(corpus, tmp_path / "idx", encoder)
-    before = {p.name: p.read_bytes() for p in (tmp_path / "idx").iterdir()}
+    before = _tree(tmp_path / "idx")
     with pytest.raises(InputError, match="duplicate document id 'd0'"):
         build_index(corpus, tmp_path / "idx", encoder, append=True)
-    assert {p.name: p.read_bytes() for p in (tmp_path / "idx").iterdir()} == before
+    assert _tree(tmp_path / "idx") == before
     assert sorted(p.name for p in tmp_path.iterdir()) == ["d.jsonl", "idx"]  # no temporary folder left
+
+
+def _tree(root):
+    return {str(p.relative_to(root)): p.read_bytes() for p in sorted(root.rglob("*")) if p.is_file()}
 
 
 def test_new_index_refuses_to_replace_silently(tmp_path, tiny_bert):
@@ -169,12 +174,16 @@ def small_index(tmp_path, tiny_bert):
 
 
 def test_truncated_or_corrupt_index_file(small_index):
-    path, _ = small_index
+    path = index_files_dir(small_index[0])
     data = (path / INDEX_FILE).read_bytes()
     (path / INDEX_FILE).write_bytes(data[: len(data) // 2])
     with pytest.raises(InputError, match="truncated"):
         SearchIndex.load(path)
     (path / INDEX_FILE).write_bytes(b"\0" * len(data))
+    with pytest.raises(InputError, match="corrupt"):
+        SearchIndex.load(path)
+    (path.parent / "CURRENT").unlink()  # as an index written before checksums: faiss itself refuses it
+    (path / "checksums.json").unlink()
     with pytest.raises(InputError, match="corrupt index file"):
         SearchIndex.load(path)
     (path / INDEX_FILE).unlink()
@@ -183,16 +192,20 @@ def test_truncated_or_corrupt_index_file(small_index):
 
 
 def test_corrupt_store_and_metadata(small_index):
-    path, _ = small_index
+    root = small_index[0]
+    path = index_files_dir(root)
     shutil.copy(path / "docs.sqlite", path / "docs.bak")
     (path / "docs.sqlite").write_bytes(b"not a database at all" * 100)
+    with pytest.raises(InputError, match="docs.sqlite is truncated or altered"):
+        SearchIndex.load(root)
+    (path / "checksums.json").unlink()  # without checksums (an older index) SQLite itself refuses it
     with pytest.raises(InputError, match="corrupt document store"):
-        SearchIndex.load(path)
+        SearchIndex.load(root)
     (path / META_FILE).write_text("{")
     with pytest.raises(InputError, match="cannot read"):
-        SearchIndex.load(path)
+        SearchIndex.load(root)
     with pytest.raises(InputError, match="not an embedkit index"):
-        SearchIndex.load(path.parent)
+        SearchIndex.load(root.parent)
 
 
 def test_encoder_of_another_model_is_refused(small_index, tmp_path_factory):

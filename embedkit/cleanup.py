@@ -1,0 +1,53 @@
+"""What `embedkit clean TARGET` removes: every kind of leftover a killed run can leave on an output.
+
+The same mechanisms run on their own at the start or end of the next successful write to the
+same target (`embedkit.atomic.sweep_leftovers`, `embedkit.versioned.clean`, `recover_files`);
+this module only gathers them for one target. The caller holds the target's write lock.
+"""
+
+from __future__ import annotations
+
+import shutil
+import tempfile
+from pathlib import Path
+
+from embedkit.atomic import _pid_alive, recover_files, sweep_leftovers
+from embedkit.versioned import clean as clean_versions
+from embedkit.versioned import is_versioned
+
+SCRATCH_PREFIXES = ("embedkit-export-", "embedkit-onnx-scratch-")
+
+
+def clean_target(target: str | Path) -> tuple[list[Path], bool]:
+    """Remove the leftovers of killed runs on `target`; return them, and whether a commit was finished."""
+    target = Path(target)
+    removed: list[Path] = []
+    completed = False
+    related = [target]
+    if target.suffix == ".npy":
+        ids = target.with_name(target.name[: -len(".npy")] + ".ids.txt")
+        completed = recover_files(target)
+        related.append(ids)
+    for path in related:
+        removed += sweep_leftovers(path)
+    staging = target.is_dir() and any(p.name.startswith(".staging-") for p in target.iterdir())
+    if target.is_dir() and (is_versioned(target) or staging):
+        removed += clean_versions(target)
+    run_dir = target.parent / f".{target.name}.overwrite-run"  # a killed `train --overwrite`
+    if run_dir.is_dir():
+        shutil.rmtree(run_dir, ignore_errors=True)
+        removed.append(run_dir)
+    removed += _dead_scratch()
+    return removed, completed
+
+
+def _dead_scratch() -> list[Path]:
+    removed = []
+    for entry in Path(tempfile.gettempdir()).iterdir():
+        for prefix in SCRATCH_PREFIXES:
+            rest = entry.name[len(prefix):] if entry.name.startswith(prefix) else ""
+            pid = rest.split("-", 1)[0]
+            if pid.isdigit() and not _pid_alive(int(pid)):
+                shutil.rmtree(entry, ignore_errors=True)
+                removed.append(entry)
+    return removed

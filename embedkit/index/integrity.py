@@ -1,0 +1,60 @@
+"""Loading an index folder consistently, and refusing what a damaged index returns.
+
+`load_consistent` reads the live version; if that fails while a writer has switched versions in
+the meantime (the version read was replaced, or its files deleted), it reads the new one, so a
+reader racing an append gets the old or the new index and never a false "corrupt" error. A
+failure on a version that is still live is real, and raised.
+
+`check_scores`: vectors in an index are unit length, so every score is a cosine in [-1, 1] (an
+IVF-PQ index's approximate scores stray a little); a score beyond that, or NaN, can only come from
+a damaged index file, and is an error, not a result.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any, TypeVar
+
+import numpy as np
+
+from embedkit.errors import InputError
+
+T = TypeVar("T")
+_ATTEMPTS = 20
+# float32 inner products of stored unit vectors overshoot 1 by ~1e-6 (flat, HNSW); IVF-PQ scores
+# against a 4-bit-per-dimension reconstruction, which is not unit length and measured up to 1.1 here.
+_TOLERANCE = {"flat": 1e-3, "hnsw": 1e-3, "ivf-pq": 1.0}
+
+
+def load_consistent(path: Path, live: Callable[[Path], Path], read: Callable[[Path], T]) -> T:
+    """`read(live(path))`, again on the new version when the one read was replaced meanwhile."""
+    for _ in range(_ATTEMPTS):
+        folder = live(path)
+        try:
+            return read(folder)
+        except (InputError, OSError) as exc:
+            try:
+                now = live(path)
+            except InputError:
+                now = None
+            if now is None or now == folder:
+                if isinstance(exc, InputError):
+                    raise
+                raise InputError(f"cannot read the index {path}: {exc}") from None
+    raise InputError(f"the index {path} kept changing while it was read: try again")
+
+
+def check_scores(scores: np.ndarray, rows: np.ndarray, meta: dict[str, Any], path: Path) -> None:
+    """An `InputError` when a normalized index returns a score that is not a cosine."""
+    if not meta.get("normalized", True) or scores.size == 0:
+        return
+    found = scores[rows >= 0]
+    bound = 1 + _TOLERANCE.get(str(meta.get("kind")), 1.0)
+    if found.size and (not np.all(np.isfinite(found)) or float(np.max(np.abs(found))) > bound):
+        worst = float(np.max(np.abs(np.nan_to_num(found, nan=np.inf))))
+        raise InputError(
+            f"the index {path} returned a score of {worst:.3g}, impossible for unit vectors "
+            "(cosine in [-1, 1]): "
+            "its index file is corrupt; rebuild the index"
+        )

@@ -1,0 +1,122 @@
+"""One writer at a time per output: a lock file beside the target, holding the writer's pid.
+
+Two `embedkit index --append` runs onto one index would each copy the same old index, and the
+second to finish would silently drop the first one's documents. Every command that writes a
+folder (index, embedding, training run, experiment) therefore takes `write_lock(target)` first: a
+second writer fails at once with an `InputError` (exit 2) naming the holder's pid, or, inside
+`wait_for_locks()`, waits for it.
+
+The lock is `fcntl.flock` on `.NAME.lock` beside the target: the kernel releases it when its holder
+dies, however it dies, so a lock left by a killed process is stale by construction and is simply
+taken over (the pid in the file is only for the message). Readers take no lock: writers publish
+atomically (`embedkit.atomic`, `embedkit.versioned`).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import contextvars
+import fcntl
+import functools
+import inspect
+import os
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any, TypeVar
+
+from embedkit.errors import InputError
+
+F = TypeVar("F", bound=Callable[..., Any])
+
+_WAIT: contextvars.ContextVar[bool] = contextvars.ContextVar("embedkit_wait_for_locks", default=False)
+_HELD: set[Path] = set()  # targets this process holds, so a nested writer (experiment -> train) passes
+
+
+def lock_path(target: str | os.PathLike[str]) -> Path:
+    target = Path(target).expanduser().absolute()
+    return target.parent / f".{target.name}.lock"
+
+
+@contextlib.contextmanager
+def wait_for_locks(enabled: bool = True) -> Iterator[None]:
+    """Inside this block a busy target is waited for instead of being an error (`--wait`)."""
+    token = _WAIT.set(enabled)
+    try:
+        yield
+    finally:
+        _WAIT.reset(token)
+
+
+def set_waiting(enabled: bool) -> None:
+    """`wait_for_locks(enabled)` for the rest of this context (a command's whole run)."""
+    _WAIT.set(enabled)
+
+
+def _holder(path: Path) -> str:
+    try:
+        text = path.read_text(encoding="utf-8").strip()
+    except OSError:
+        return "another process"
+    return f"process {text}" if text.isdigit() else "another process"
+
+
+@contextlib.contextmanager
+def write_lock(target: str | os.PathLike[str], *, wait: bool | None = None) -> Iterator[None]:
+    """Hold the write lock of `target` for the block; `InputError` if another live process holds it."""
+    target = Path(target).expanduser().absolute()
+    if target in _HELD:
+        yield
+        return
+    wait = _WAIT.get() if wait is None else wait
+    path = lock_path(target)
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise InputError(f"cannot create {path.parent}: {exc.strerror}") from None
+    while True:
+        try:
+            fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o666)
+        except OSError as exc:
+            raise InputError(f"cannot write {target}: {exc.strerror} ({path})") from None
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | (0 if wait else fcntl.LOCK_NB))
+        except BlockingIOError:
+            os.close(fd)
+            raise InputError(
+                f"{target} is being written by {_holder(path)}: wait for it to finish, or pass --wait"
+            ) from None
+        # The holder before us may have deleted the file after we opened it: lock the live file only.
+        try:
+            same = os.fstat(fd).st_ino == os.stat(path).st_ino
+        except FileNotFoundError:
+            same = False
+        if same:
+            break
+        os.close(fd)
+    try:
+        os.ftruncate(fd, 0)
+        os.write(fd, f"{os.getpid()}\n".encode())
+        _HELD.add(target)
+        yield
+    finally:
+        _HELD.discard(target)
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(path)
+        os.close(fd)
+
+
+def locked(argument: str) -> Callable[[F], F]:
+    """Decorate a writer so that it holds `write_lock` on its parameter `argument` while it runs."""
+
+    def decorate(func: F) -> F:
+        signature = inspect.signature(func)
+
+        @functools.wraps(func)
+        def wrapper(*args: Any, **kwargs: Any) -> Any:
+            target = signature.bind(*args, **kwargs).arguments[argument]
+            with write_lock(target):
+                return func(*args, **kwargs)
+
+        return wrapper  # type: ignore[return-value]
+
+    return decorate
