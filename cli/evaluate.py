@@ -70,6 +70,72 @@ def sts(
         )
 
 
+# Published Recall@1/5/10 on STS-B test by this protocol (DiffCSE Table 5; InfoCSE Table 11).
+PUBLISHED_STS_RETRIEVAL = {
+    "SimCSE (BERT-base)": (74.23, 94.85, 95.88),
+    "DiffCSE (BERT-base)": (79.38, 96.91, 98.97),
+    "InfoCSE (BERT-base)": (80.41, 100.0, 100.0),
+}
+
+
+@eval_app.command("sts-retrieval")
+@handle_errors
+def sts_retrieval(
+    file: Annotated[
+        Path, typer.Argument(help="STS file with sentence1, sentence2, score (e.g. STS-B test).")
+    ],
+    model: ModelOption = None,
+    exclude: Annotated[
+        str,
+        typer.Option(
+            "--exclude",
+            help="row: only the query's own row is left out (the protocol as described); text: every "
+            "row holding the query's text (STS-B test repeats 31 of its 97 query sentences elsewhere).",
+        ),
+    ] = "row",
+    device: DeviceOption = "auto",
+    precision: PrecisionOption = None,
+    batch_size: BatchOption = 64,
+    json_path: JsonOption = None,
+) -> None:
+    """In-domain retrieval on an STS file, DiffCSE's protocol: Recall@1/5/10 x 100.
+
+    Every sentence of the file is the corpus; each pair with gold score 5.0 is a query (its first
+    sentence) whose target is its second sentence; the query's own row is excluded, and a
+    sentence whose text equals the target's counts as the target.
+    """
+    from embedkit.evaluation.sts_retrieval import evaluate_sts_retrieval, sts_retrieval_task
+
+    _check_outputs([file, model], json_path)
+    task = sts_retrieval_task(file)  # bad input fails before the model loads
+    encoder = _load(model, device, precision)
+    scores = evaluate_sts_retrieval(encoder, file, batch_size=batch_size, exclude=exclude)
+
+    from rich.table import Table
+
+    table = Table(title=f"{file.name}: {len(task.queries)} queries, {len(task.sentences)} sentences")
+    table.add_column("model")
+    for name in scores:
+        table.add_column(name, justify="right")
+    table.add_row(encoder_label(encoder), *(f"{v:.2f}" for v in scores.values()), style="bold")
+    for name, published in PUBLISHED_STS_RETRIEVAL.items():
+        table.add_row(f"{name}, published", *(f"{v:.2f}" for v in published))
+    _print(table)
+    if json_path is not None:
+        _write_json(
+            json_path,
+            {
+                "task": "sts-retrieval",
+                **_model_info(encoder),
+                "dataset": str(file),
+                "queries": len(task.queries),
+                "sentences": len(task.sentences),
+                "exclude": exclude,
+                "metrics": scores,
+            },
+        )
+
+
 @eval_app.command("retrieval")
 @handle_errors
 def retrieval(
@@ -97,6 +163,19 @@ def retrieval(
     per_query: Annotated[
         Path | None, typer.Option("--per-query", help="Write each judged query's metrics to this JSONL file.")
     ] = None,
+    mode: Annotated[
+        str,
+        typer.Option(
+            "--mode",
+            help="dense (the model), lexical (BM25), hybrid (both, fused), or all three side by side.",
+        ),
+    ] = "dense",
+    fusion: Annotated[
+        str, typer.Option("--fusion", help="Hybrid fusion: zscore, rrf or minmax.")
+    ] = "zscore",
+    alpha: Annotated[
+        float, typer.Option("--alpha", min=0.0, max=1.0, help="Dense weight of zscore/minmax fusion.")
+    ] = 0.5,
     device: DeviceOption = "auto",
     precision: PrecisionOption = None,
     batch_size: BatchOption = 64,
@@ -104,7 +183,8 @@ def retrieval(
 ) -> None:
     """nDCG@10, MRR@10, Recall@1/10/100, MAP@100 with graded judgments, as BEIR and trec_eval compute them.
 
-    Documents are embedded as title + " " + text.
+    Documents are embedded as title + " " + text; BM25 reads the same text (the index's lexical
+    side with --index, else one built in memory).
     Only queries the qrels judge are evaluated; one without relevant documents scores 0.
     Ties in score rank by doc id, descending (trec_eval's order).
     """
@@ -116,37 +196,60 @@ def retrieval(
         from embedkit.index import read_index_meta
 
         meta = read_index_meta(index)  # fail on a bad folder before loading anything
-    evaluator = RetrievalEvaluator(
-        beir_dir,
-        split=split,
-        index=index,
-        ignore_identical_ids=ignore_identical_ids,
-        batch_size=batch_size,
-        progress=_interactive(),
-    )
+    from embedkit.errors import InputError
+
+    if mode not in ("dense", "lexical", "hybrid", "all"):
+        raise InputError(f"unknown --mode {mode!r}: use dense, lexical, hybrid or all")
+    modes = ["dense", "lexical", "hybrid"] if mode == "all" else [mode]
+    evaluators = {
+        m: RetrievalEvaluator(
+            beir_dir,
+            split=split,
+            index=index,
+            ignore_identical_ids=ignore_identical_ids,
+            batch_size=batch_size,
+            progress=_interactive(),
+            mode=m,
+            fusion=fusion,
+            alpha=alpha,
+        )
+        for m in modes
+    }
     if meta is None:
         encoder = _load(model, device, precision)
     else:
         from embedkit.index.folder import open_model_for
 
         encoder = open_model_for(meta, model, device, precision)  # the index's model unless --model
-    report = evaluator.evaluate(encoder)
+    from embedkit.encode.caching import CachingEncoder
+
+    encoder = CachingEncoder(encoder)  # `all` embeds the corpus once for dense and hybrid
+    reports = {m: e.evaluate(encoder) for m, e in evaluators.items()}
+    report = next(iter(reports.values()))
 
     from rich.table import Table
 
     table = Table(title=f"{beir_dir.name or beir_dir} ({split}): {encoder_label(encoder)}")
     table.add_column("metric")
-    table.add_column("value", justify="right")
-    for name, value in report.metrics.items():
-        table.add_row(name, f"{value:.4f}")
+    for m in modes:
+        table.add_column(m if m != "hybrid" else f"hybrid ({fusion})", justify="right")
+    for name in report.metrics:
+        table.add_row(name, *(f"{reports[m].metrics[name]:.4f}" for m in modes))
     _print(table)
     _print(f"{report.queries} judged queries, {report.documents} documents, {report.search} search")
     if per_query is not None:
         from embedkit.atomic import write_text_atomic
 
-        lines = (json.dumps({"query_id": q, **values}) for q, values in report.per_query.items())
+        lines = (
+            json.dumps({"query_id": q, **({"mode": m} if len(modes) > 1 else {}), **values})
+            for m in modes
+            for q, values in reports[m].per_query.items()
+        )
         write_text_atomic(per_query, "".join(f"{line}\n" for line in lines))
     if json_path is not None:
+        metrics: dict[str, Any] = (
+            report.metrics if len(modes) == 1 else {m: reports[m].metrics for m in modes}
+        )
         _write_json(
             json_path,
             {
@@ -155,10 +258,12 @@ def retrieval(
                 "dataset": str(beir_dir),
                 "split": split,
                 "search": report.search,
+                "mode": mode,
+                **({"fusion": fusion, "alpha": alpha} if mode in ("hybrid", "all") else {}),
                 "ignore_identical_ids": ignore_identical_ids,
                 "queries": report.queries,
                 "documents": report.documents,
-                "metrics": report.metrics,
+                "metrics": metrics,
             },
         )
 
@@ -170,13 +275,14 @@ def _load(model: str | None, device: str, precision: str | None) -> Any:
 
 
 def encoder_label(encoder: Any) -> str:
+    from embedkit.encode.default_onnx import recorded_model_path
     from embedkit.encode.model_folder import DEFAULT_BASE_MODEL, default_base_model_path
     from embedkit.errors import InputError
 
     path = getattr(encoder, "path", None)
     name = Path(path).name if path else "model"
     try:
-        if path and Path(path) == default_base_model_path():
+        if path and recorded_model_path(encoder) == default_base_model_path().resolve():
             name = DEFAULT_BASE_MODEL
     except InputError:  # the bundled model's package is absent: this is not it
         pass

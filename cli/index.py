@@ -56,6 +56,13 @@ def index(
     gpu: Annotated[
         bool, typer.Option("--gpu", help="Build with faiss's GPU index (needs faiss with GPU support).")
     ] = False,
+    lexical: Annotated[
+        bool,
+        typer.Option(
+            "--lexical/--no-lexical",
+            help="Also build a BM25 index of title + text, for `search --mode lexical|hybrid` (default on).",
+        ),
+    ] = True,
     column: ColumnOption = None,
     id_column: IdColumnOption = None,
     device: DeviceOption = "auto",
@@ -66,10 +73,10 @@ def index(
 ) -> None:
     """Embed CORPUS (normalized vectors, inner product) into the index folder --out.
 
-    The folder holds index.faiss, docs.sqlite (ids, texts, metadata) and embedkit-index.json (model,
-    fingerprint, kind, parameters, count). It is written atomically: a failed or interrupted run
-    leaves the previous index intact. Document ids must be unique; with --append, an id already in
-    the index is an error and nothing is added.
+    The folder holds index.faiss, docs.sqlite (ids, texts, metadata, and the BM25 index unless
+    --no-lexical) and embedkit-index.json (model, fingerprint, kind, parameters, count). It is
+    written atomically: a failed or interrupted run leaves the previous index intact. Document ids
+    must be unique; with --append, an id already in the index is an error and nothing is added.
     """
     from rich.console import Console
 
@@ -94,6 +101,7 @@ def index(
         device=device,
         precision=precision,
         progress=sys.stderr.isatty(),
+        lexical=lexical,
     )
     console = Console(highlight=False)
     params = ", ".join(f"{k}={v}" for k, v in report.params.items())

@@ -50,8 +50,27 @@ def search(
     gpu: Annotated[
         bool, typer.Option("--gpu", help="Search with faiss's GPU index (flat and ivf-pq).")
     ] = False,
+    mode: Annotated[
+        str | None,
+        typer.Option(
+            "--mode",
+            help="dense (FAISS), lexical (BM25) or hybrid (both, fused); default: hybrid where the "
+            "index has a lexical side, else dense.",
+        ),
+    ] = None,
+    fusion: Annotated[
+        str,
+        typer.Option(
+            "--fusion",
+            help="Hybrid fusion: zscore (per-query standardised scores, weighted by --alpha), rrf "
+            "(reciprocal rank) or minmax.",
+        ),
+    ] = "zscore",
+    alpha: Annotated[
+        float, typer.Option("--alpha", min=0.0, max=1.0, help="Dense weight of zscore/minmax fusion.")
+    ] = 0.5,
 ) -> None:
-    """Search INDEX_DIR for QUERY (or each line of --queries): ranked ids, cosine scores and texts."""
+    """Search INDEX_DIR for QUERY (or each line of --queries): ranked ids, scores and texts."""
     from rich.console import Console
 
     from embedkit.index import SearchIndex
@@ -59,11 +78,12 @@ def search(
     texts = _queries(query, queries_file)
     with SearchIndex.load(index_dir, gpu=gpu) as index:
         encoder = index.encoder(model, device=device, precision=precision)
+        mode = mode or index.default_mode()
         Console(stderr=True, highlight=False).print(
-            f"{index_dir}: {len(index):,} documents ({index.kind}); model {encoder.path} "
+            f"{index_dir}: {len(index):,} documents ({index.kind}); {mode} search; model {encoder.path} "
             f"({encoder.backend}, {encoder.device})"
         )
-        results = index.search_text(texts, k=k, encoder=encoder)
+        results = index.search_text(texts, k=k, encoder=encoder, mode=mode, fusion=fusion, alpha=alpha)
     if as_json:
         for text, hits in zip(texts, results, strict=True):
             typer.echo(
@@ -93,6 +113,8 @@ def _queries(query: str | None, queries_file: Path | None) -> list[str]:
 def _hit_json(rank: int, hit: Hit) -> dict[str, object]:
     doc = hit.document
     record: dict[str, object] = {"rank": rank, "id": hit.id, "score": round(hit.score, 6)}
+    for side, value in (("dense_score", hit.dense_score), ("lexical_score", hit.lexical_score)):
+        record[side] = None if value is None else round(value, 6)
     if doc is not None:
         record.update(title=doc.title, text=doc.text)
         if doc.metadata:

@@ -13,7 +13,9 @@ from embedkit.data.beir import BeirData, read_beir
 from embedkit.encode.protocol import Encoder
 from embedkit.errors import InputError
 from embedkit.evaluation.metrics import RETRIEVAL_METRICS, evaluate_run, parse_metric
-from embedkit.evaluation.runs import exact_search, index_search
+from embedkit.evaluation.runs import exact_search, fuse_runs, index_search, lexical_run
+from embedkit.index.fusion import DEFAULT_ALPHA, DEFAULT_FUSION, FUSION_METHODS
+from embedkit.index.search import FUSION_DEPTH, SEARCH_MODES
 
 
 @dataclass(frozen=True)
@@ -36,6 +38,9 @@ class RetrievalEvaluator:
     With `index` (a folder from `embedkit index`, or an open `embedkit.index.search.SearchIndex`), that
     index is searched instead: it must hold this corpus, embedded by the encoder's model (its
     fingerprint is checked); ties at the k-th place are then as FAISS returns them.
+    `mode`: dense (above), lexical (BM25: the index's own, or one built in memory over the folder's
+    corpus with the default settings of `embedkit.index.lexical`), or hybrid (both sides'
+    `FUSION_DEPTH` candidates fused with `fusion`, as `embedkit search --mode hybrid` does).
     As BEIR's default, a hit whose doc id equals the query id is dropped (`ignore_identical_ids`).
     Queries without relevant documents count as 0 (see `embedkit.evaluation.metrics`).
     """
@@ -53,7 +58,16 @@ class RetrievalEvaluator:
         metrics: Sequence[str] = RETRIEVAL_METRICS,
         batch_size: int = 64,
         progress: bool = False,
+        mode: str = "dense",
+        fusion: str = DEFAULT_FUSION,
+        alpha: float = DEFAULT_ALPHA,
     ) -> None:
+        if mode not in SEARCH_MODES:
+            raise InputError(f"unknown retrieval mode {mode!r}: use {', '.join(SEARCH_MODES)}")
+        if fusion not in FUSION_METHODS:
+            raise InputError(f"unknown fusion {fusion!r}: use {', '.join(FUSION_METHODS)}")
+        self.mode, self.fusion, self.alpha = mode, fusion, alpha
+        self._memory_lexical: Any = None  # the corpus's BM25 index, built once, when needed
         self.beir_dir = Path(beir_dir)
         self.metrics = tuple(metrics)
         self.depth = max(parse_metric(m)[1] for m in self.metrics)  # documents retrieved per query
@@ -65,24 +79,46 @@ class RetrievalEvaluator:
 
     def evaluate(self, encoder: Encoder) -> RetrievalReport:
         query_ids = list(self.data.queries)
-        query_vectors = encoder.encode(
-            [self.data.queries[q] for q in query_ids],
-            batch_size=self.batch_size,
-            normalize=True,
-            progress=self.progress,
-        )
+        query_texts = [self.data.queries[q] for q in query_ids]
         exclude = query_ids if self.ignore_identical_ids else None
+        # hybrid fuses each side's FUSION_DEPTH candidates; a single side retrieves the metrics' depth
+        depth = max(self.depth, FUSION_DEPTH) if self.mode == "hybrid" else self.depth
+        query_vectors = None
+        if self.mode != "lexical":
+            query_vectors = encoder.encode(
+                query_texts, batch_size=self.batch_size, normalize=True, progress=self.progress
+            )
+        dense: dict[str, dict[str, float]] = {}
+        lexical: dict[str, dict[str, float]] = {}
         if self.index is None:
             doc_ids, texts = self.data.document_texts()
-            doc_vectors = encoder.encode(
-                texts, batch_size=self.batch_size, normalize=True, progress=self.progress
-            )
-            run = exact_search(query_vectors, doc_vectors, doc_ids, self.depth, query_ids, exclude)
+            if query_vectors is not None:
+                doc_vectors = encoder.encode(
+                    texts, batch_size=self.batch_size, normalize=True, progress=self.progress
+                )
+                dense = exact_search(query_vectors, doc_vectors, doc_ids, depth, query_ids, exclude)
+            if self.mode != "dense":
+                rankings = self._corpus_lexical().search(query_texts, depth + (exclude is not None))
+                lexical = lexical_run(rankings, doc_ids, query_ids, depth, exclude)
             documents, search = len(doc_ids), "exact"
         else:
-            run, documents, search = self._search_index(encoder, query_vectors, query_ids, exclude)
+            dense, lexical, documents, search = self._search_index(
+                encoder, query_vectors, query_texts, query_ids, exclude, depth
+            )
+        if self.mode == "dense":
+            run = dense
+        elif self.mode == "lexical":
+            run = lexical
+        else:
+            run = fuse_runs(dense, lexical, self.depth, self.fusion, self.alpha)
         result = evaluate_run(run, self.data.qrels, self.metrics)
         return RetrievalReport(result.metrics, result.per_query, len(query_ids), documents, search)
+
+    def _corpus_lexical(self) -> Any:
+        """A BM25 index of this folder's corpus in memory (rows in `document_texts` order), built once."""
+        if self._memory_lexical is None:
+            self._memory_lexical = MemoryLexical(self.data)
+        return self._memory_lexical
 
     def __call__(self, encoder: Encoder) -> dict[str, float]:
         return self.evaluate(encoder).metrics
@@ -92,9 +128,15 @@ class RetrievalEvaluator:
         return {"beir_dir": str(self.beir_dir), "queries": queries, "metric": self.primary_metric}
 
     def _search_index(
-        self, encoder: Encoder, query_vectors: np.ndarray, query_ids: list[str], exclude: list[str] | None
-    ) -> tuple[dict[str, dict[str, float]], int, str]:
-        """Search `self.index` (a folder, or an open `SearchIndex`) after checking its model."""
+        self,
+        encoder: Encoder,
+        query_vectors: np.ndarray | None,
+        query_texts: list[str],
+        query_ids: list[str],
+        exclude: list[str] | None,
+        depth: int,
+    ) -> tuple[dict[str, dict[str, float]], dict[str, dict[str, float]], int, str]:
+        """Search `self.index` (a folder, or an open `SearchIndex`) after checking its model and corpus."""
         if hasattr(self.index, "search"):
             index, opened = self.index, False
             index.check_encoder(encoder)
@@ -104,18 +146,30 @@ class RetrievalEvaluator:
             index, opened = open_index_for(self.index, encoder), True
         try:
             self._check_corpus(index)
-            run = index_search(index, query_vectors, query_ids, self.depth, exclude)
+            dense: dict[str, dict[str, float]] = {}
+            lexical: dict[str, dict[str, float]] = {}
+            if query_vectors is not None:
+                dense = index_search(index, query_vectors, query_ids, depth, exclude)
+            if self.mode != "dense":
+                if not index.has_lexical:
+                    raise InputError(
+                        f"the index {index.path} has no lexical side: evaluate it with --mode dense, "
+                        "or rebuild it with `embedkit index ... --overwrite`"
+                    )
+                rankings = index.store.search_lexical(query_texts, depth + (exclude is not None))
+                rows = list({row for ranking in rankings for row, _ in ranking})
+                ids = index.store.ids_of_rows(rows)
+                lexical = lexical_run(rankings, ids, query_ids, depth, exclude)
             documents, search = len(index), str(index.path)
         finally:
             if opened:
                 index.close()
-        found = {doc for hits in run.values() for doc in hits}
+        found = {doc for run in (dense, lexical) for hits in run.values() for doc in hits}
         if found and found.isdisjoint(self.data.corpus):
             raise InputError(
                 f"the index {search} holds none of {self.beir_dir}'s documents: built from another corpus?"
             )
-        return run, documents, search
-
+        return dense, lexical, documents, search
 
     def _check_corpus(self, index: Any) -> None:
         """The index must hold exactly this folder's corpus: its recorded fingerprint must match."""
@@ -145,3 +199,23 @@ def evaluate_retrieval(
     )
     return evaluator(encoder)
 
+
+
+class MemoryLexical:
+    """A BM25 index of a BEIR corpus in an in-memory SQLite database (no index folder needed)."""
+
+    def __init__(self, data: BeirData) -> None:
+        import sqlite3
+
+        from embedkit.data.corpus import Document
+        from embedkit.index.lexical import add_documents, create_lexical
+
+        self.db = sqlite3.connect(":memory:")
+        self.settings = create_lexical(self.db)
+        documents = [Document(i, d["text"], d["title"]) for i, d in data.corpus.items()]
+        add_documents(self.db, 0, documents)
+
+    def search(self, queries: list[str], k: int) -> list[list[tuple[int, float]]]:
+        from embedkit.index.lexical import search_lexical
+
+        return search_lexical(self.db, queries, k, self.settings)

@@ -109,3 +109,47 @@ def index_search(
             hits = [(doc, s) for doc, s in hits if doc != exclude[i]]
         run[query_id] = dict(hits[:k])
     return run
+
+
+def lexical_run(
+    rankings: Sequence[Sequence[tuple[int, float]]],
+    doc_ids_of_rows: Any,  # row -> doc id: a list, or a mapping
+    query_ids: Sequence[str],
+    k: int,
+    exclude: Sequence[str] | None = None,
+) -> dict[str, dict[str, float]]:
+    """A run from BM25 rankings of rows (`embedkit.index.lexical.search_lexical`), own ids dropped."""
+    run: dict[str, dict[str, float]] = {}
+    for i, query_id in enumerate(query_ids):
+        hits = [(doc_ids_of_rows[row], score) for row, score in rankings[i]]
+        if exclude is not None:
+            hits = [(doc, s) for doc, s in hits if doc != exclude[i]]
+        run[query_id] = dict(hits[:k])
+    return run
+
+
+def fuse_runs(
+    dense: dict[str, dict[str, float]],
+    lexical: dict[str, dict[str, float]],
+    k: int,
+    method: str,
+    alpha: float,
+) -> dict[str, dict[str, float]]:
+    """Each query's dense and lexical hits fused (`embedkit.index.fusion.fuse`), as a run of fused scores."""
+    from embedkit.index.fusion import fuse
+
+    run: dict[str, dict[str, float]] = {}
+    for query_id in dense.keys() | lexical.keys():
+        ranked_dense = sorted(dense.get(query_id, {}).items(), key=lambda hit: -hit[1])
+        ranked_lexical = sorted(lexical.get(query_id, {}).items(), key=lambda hit: -hit[1])
+        names = list(dict.fromkeys(doc for doc, _ in ranked_dense + ranked_lexical))
+        number = {doc: i for i, doc in enumerate(names)}  # fusion works on integer rows
+        fused = fuse(
+            [(number[d], s) for d, s in ranked_dense],
+            [(number[d], s) for d, s in ranked_lexical],
+            k,
+            method=method,
+            alpha=alpha,
+        )
+        run[query_id] = {names[hit.row]: hit.score for hit in fused}
+    return run

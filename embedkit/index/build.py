@@ -91,6 +91,7 @@ def build_index(
     device: str = "auto",  # where the model runs, when `model` is not an open encoder
     precision: str | None = None,  # ONNX precision, likewise
     progress: bool = False,
+    lexical: bool = True,  # a new index also gets a BM25 index of title + text (hybrid search)
 ) -> IndexReport:
     """Embed `corpus` and build the index folder `out`, or with `append` add to it.
 
@@ -98,6 +99,8 @@ def build_index(
     own model). A new index needs an absent or empty `out`, or `overwrite` to replace an index. An
     append keeps the index's kind and model (a given model must have the same fingerprint, or be its
     ONNX export). Document ids must be unique: an id already present is an `InputError`.
+    A new index holds a BM25 lexical index beside the vectors unless `lexical` is False; an append
+    keeps whatever the index has, both sides in one step.
     """
     out = Path(out)
     options = options or CorpusOptions()
@@ -130,6 +133,8 @@ def build_index(
     with new_version(out) as tmp:
         if old is None:
             index, store = new_faiss_index(chosen, encoder.dim, params), DocStore.create(tmp / DOCS_FILE)
+            if lexical:
+                store.enable_lexical()
         else:
             for name in (INDEX_FILE, DOCS_FILE):
                 shutil.copy2(index_files_dir(out) / name, tmp / name)
@@ -154,6 +159,7 @@ def build_index(
             "kind": chosen,
             "kind_reason": old["kind_reason"] if old else reason,
             "params": params,
+            "lexical": store.lexical.to_json() if store.lexical is not None else None,
             "count": int(index.ntotal),
             "corpus_fingerprint": combined(old.get("corpus_fingerprint"), corpus_fingerprint)
             if old

@@ -4,7 +4,10 @@ One table, `documents(row INTEGER PRIMARY KEY, id TEXT UNIQUE, title, text, meta
 vector's position in the FAISS index (FAISS returns int64 positions; this table turns them into
 document ids and texts), `metadata` is the corpus's extra fields as JSON. Search reads only the rows
 it returns, so the corpus is never loaded into memory. Document ids are unique: adding an id that
-is already present is an `InputError` (the whole build or append is then abandoned, see `index.py`).
+is already present is an `InputError` (the whole build or append is then abandoned, see `build.py`).
+
+An index built with a lexical side also holds the BM25 tables of `embedkit.index.lexical` in the same
+file, written in the same transaction as the documents, so the two never drift apart.
 """
 
 from __future__ import annotations
@@ -17,6 +20,15 @@ from pathlib import Path
 
 from embedkit.data.corpus import Document
 from embedkit.errors import InputError
+from embedkit.index.lexical import (
+    LexicalSettings,
+    add_documents,
+    create_lexical,
+    has_lexical,
+    index_document_table,
+    read_settings,
+    search_lexical,
+)
 
 _SCHEMA = """
 CREATE TABLE documents (
@@ -37,6 +49,25 @@ class DocStore:
     def __init__(self, connection: sqlite3.Connection, path: Path) -> None:
         self._db = connection
         self.path = path
+        self.lexical: LexicalSettings | None = None  # the BM25 index's settings, when it has one
+        try:
+            if has_lexical(connection):
+                self.lexical = read_settings(connection)
+        except sqlite3.DatabaseError as exc:
+            raise InputError(f"corrupt document store {path}: {exc}") from None
+
+    def enable_lexical(self, settings: LexicalSettings | None = None) -> LexicalSettings:
+        """Give this (new, empty) store a BM25 index; `add` then keeps it in step with the documents."""
+        self.lexical = create_lexical(self._db, settings)
+        if self.next_row():
+            index_document_table(self._db)
+        return self.lexical
+
+    def search_lexical(self, queries: Sequence[str], k: int) -> list[list[tuple[int, float]]]:
+        """Each query's best `k` (row, BM25 score), on this one connection; `InputError` without BM25."""
+        if self.lexical is None:
+            raise InputError(f"{self.path.parent} has no lexical index")
+        return search_lexical(self._db, queries, k, self.lexical)
 
     @classmethod
     def create(cls, path: str | Path) -> DocStore:
@@ -98,6 +129,8 @@ class DocStore:
         ]
         try:
             self._db.executemany("INSERT INTO documents VALUES (?, ?, ?, ?, ?)", records)
+            if self.lexical is not None:  # the same transaction: both commit, or neither
+                add_documents(self._db, first_row, documents)
         except sqlite3.IntegrityError:
             raise InputError(
                 f"duplicate document id {self._first_duplicate(first_row, documents)!r}: "

@@ -47,3 +47,10 @@ def validate_index_meta(meta: Any, path: Path) -> None:
             raise _fail(path, key, "a string", meta[key])
     if "max_seq_length" in meta:
         _int(meta, "max_seq_length", path, 1)
+    if meta.get("lexical") is not None:
+        from embedkit.index.lexical import LexicalSettings
+
+        try:
+            LexicalSettings.from_json(meta["lexical"])
+        except (InputError, TypeError) as exc:
+            raise _fail(path, "lexical", f"lexical settings or null ({exc})", meta["lexical"]) from None

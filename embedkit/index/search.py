@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -12,6 +12,7 @@ import numpy as np
 from embedkit.encode.batching import l2_normalize
 from embedkit.errors import InputError
 from embedkit.index.docstore import DocStore
+from embedkit.index.fusion import DEFAULT_ALPHA, DEFAULT_FUSION, fuse
 from embedkit.index.kinds import GpuPlacement
 
 if TYPE_CHECKING:
@@ -29,16 +30,25 @@ from embedkit.index.folder import (
 from embedkit.index.integrity import check_scores, load_consistent
 from embedkit.versioned import verify_checksums
 
+SEARCH_MODES = ("dense", "lexical", "hybrid")
+# Each side's candidates before fusion: BEIR's evaluation depth, or k when k is larger.
+FUSION_DEPTH = 100
+
 
 @dataclass(frozen=True)
 class Hit:
-    """One search result: the document's id, its cosine similarity, its FAISS row."""
+    """One search result: the document's id, its score, its FAISS row, and each side's own score.
+
+    `score` is the ranking's score: the cosine similarity (dense), BM25 (lexical), or the fused
+    score (hybrid). `dense_score` and `lexical_score` are None where that side did not find it.
+    """
 
     id: str
     score: float
     row: int
     document: Document | None = None  # filled by `search_text`
-
+    dense_score: float | None = None
+    lexical_score: float | None = None
 
 
 # --- searching -----------------------------------------------------------------------------------
@@ -147,22 +157,78 @@ class SearchIndex:
                 f"the index {self.path} was built with ({self.meta['model']})"
             )
 
+    @property
+    def has_lexical(self) -> bool:
+        return self.store.lexical is not None
+
+    def default_mode(self) -> str:
+        """hybrid where the index has a lexical side (the measured best), else dense."""
+        return "hybrid" if self.has_lexical else "dense"
+
     def search_text(
-        self, queries: str | Sequence[str], k: int = 10, encoder: Encoder | None = None
+        self,
+        queries: str | Sequence[str],
+        k: int = 10,
+        encoder: Encoder | None = None,
+        *,
+        mode: str | None = None,  # dense, lexical or hybrid; None: `default_mode()`
+        fusion: str = DEFAULT_FUSION,  # rrf, zscore or minmax (embedkit.index.fusion)
+        alpha: float = DEFAULT_ALPHA,  # the dense weight of zscore / minmax
+        depth: int | None = None,  # candidates per side before fusion (default: max(k, 100))
     ) -> list[list[Hit]]:
-        """Embed `queries` with the index's model (or `encoder`) and return hits with their documents."""
+        """Hits with their documents for each query, best first.
+
+        dense: the index's model (or `encoder`) and FAISS; lexical: BM25 over title + text; hybrid:
+        both, fused. A query with no lexical terms (stopwords, punctuation) is searched dense only.
+        """
         items = [queries] if isinstance(queries, str) else list(queries)
-        if encoder is None:
-            encoder = self.encoder()
-        elif encoder is not self._encoder:
-            self.check_encoder(encoder)
-        vectors = encoder.encode(items, normalize=True).reshape(len(items), -1)
-        scores, rows = self._search_rows(vectors, k)  # (Q, k) each
-        found = rows[rows >= 0].tolist()
+        mode = mode or self.default_mode()
+        if mode not in SEARCH_MODES:
+            raise InputError(f"unknown search mode {mode!r}: use {', '.join(SEARCH_MODES)}")
+        if k < 1:
+            raise InputError(f"k must be at least 1, got {k}")
+        if mode != "dense" and not self.has_lexical:
+            raise InputError(
+                f"the index {self.path} has no lexical side (built before embedkit had one, or with "
+                "--no-lexical): search it with --mode dense, or rebuild it with `embedkit index ... "
+                "--overwrite`"
+            )
+        depth = max(k, depth or FUSION_DEPTH) if mode == "hybrid" else k
+        lexical = self.store.search_lexical(items, depth) if mode != "dense" else [[] for _ in items]
+        need_dense = mode != "lexical" or any(not found for found in lexical)
+        dense: list[list[tuple[int, float]]] = [[] for _ in items]
+        if need_dense:
+            if encoder is None:
+                encoder = self.encoder()
+            elif encoder is not self._encoder:
+                self.check_encoder(encoder)
+            vectors = encoder.encode(items, normalize=True).reshape(len(items), -1)
+            scores, rows = self._search_rows(vectors, depth)  # (Q, depth) each
+            dense = [
+                [(int(r), float(v)) for r, v in zip(row, vals, strict=True) if r >= 0]
+                for row, vals in zip(rows.tolist(), scores.tolist(), strict=True)
+            ]
+        ranked = [self._rank(mode, d, x, k, fusion, alpha) for d, x in zip(dense, lexical, strict=True)]
+        found = sorted({h.row for hits in ranked for h in hits})
         docs = dict(zip(found, self.store.by_rows(found), strict=True))
+        return [[replace(h, id=docs[h.row].id, document=docs[h.row]) for h in hits] for hits in ranked]
+
+    @staticmethod
+    def _rank(
+        mode: str,
+        dense: list[tuple[int, float]],
+        lexical: list[tuple[int, float]],
+        k: int,
+        fusion: str,
+        alpha: float,
+    ) -> list[Hit]:
+        if mode == "dense" or not lexical:  # no lexical terms: the dense ranking stands
+            return [Hit("", s, r, dense_score=s) for r, s in dense[:k]]
+        if mode == "lexical":
+            return [Hit("", s, r, lexical_score=s) for r, s in lexical[:k]]
         return [
-            [Hit(docs[r].id, float(scores[q, j]), r, docs[r]) for j, r in enumerate(row) if r >= 0]
-            for q, row in enumerate(rows.tolist())
+            Hit("", f.score, f.row, dense_score=f.dense_score, lexical_score=f.lexical_score)
+            for f in fuse(dense, lexical, k, method=fusion, alpha=alpha)
         ]
 
     def get_documents(self, ids: Sequence[str]) -> list[Document | None]:

@@ -95,7 +95,7 @@ def test_append_through_the_cli(built, runner, tmp_path):
     assert "appended 1 documents" in result.stdout and "now holds 5" in result.stdout
     query = "heat transfer at mach number five"
     result = runner.invoke(app, ["search", str(index_dir), query, "-k", "5", "--json"])
-    scores = {h["id"]: h["score"] for h in json.loads(result.stdout)["hits"]}
+    scores = {h["id"]: h["dense_score"] for h in json.loads(result.stdout)["hits"]}
     assert scores["t1"] == pytest.approx(1.0, abs=1e-5)  # the new document is found by its own text
 
 

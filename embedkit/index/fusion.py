@@ -1,0 +1,159 @@
+"""Fusion of one query's dense and lexical rankings into one ranking (hybrid search).
+
+Inputs, for one query: the dense candidates and the lexical candidates, each a list of (row,
+score) best first (FAISS inner products; BM25 scores from `embedkit.index.lexical`). Output: a list of
+`FusedHit(row, score, dense_score, lexical_score)`, best first, at most `k` long; `dense_score` /
+`lexical_score` are the side's raw score, None where that side did not return the row.
+
+Methods
+- `rrf`: reciprocal-rank fusion (Cormack, Clarke & Buettcher 2009, "Reciprocal Rank Fusion
+  outperforms Condorcet and Individual Rank Learning Methods"): score = sum over the sides that
+  returned the row of 1 / (rrf_k + rank), rank counted from 1, rrf_k = 60 as in the paper. A side
+  that did not return the row adds 0. Uses ranks only, so it needs no calibration between BM25's
+  unbounded scores and cosine similarities, and has no weight to tune.
+- `zscore`: alpha * z(dense) + (1 - alpha) * z(lexical), each side's scores standardised over that
+  side's own candidates for this query (mean 0, population standard deviation 1). `alpha` is the
+  dense weight.
+- `minmax`: the same with (s - min) / (max - min) over the side's candidates, in [0, 1].
+
+Missing sides in the weighted methods: a row one side did not return gets, for that side, the
+normalised score of that side's lowest candidate, i.e. it counts as no better than the worst
+document the side did return (it ranked below them all); this never rewards being missed. A side
+with no candidates (a query with no lexical terms), or whose candidates all score the same,
+carries no ranking information and contributes 0 to every row, so the other side's order stands.
+
+Default: `zscore` at alpha 0.5, equal weight for both sides, untuned. On Cranfield (MiniLM-L6 +
+BM25, depth 100; `benchmarks/hybrid.py`) every fusion beat both sides (nDCG@10 0.555-0.567 against
+dense 0.506 and BM25 0.521), z-score 0.5 most; on STS-B retrieval it kept the dense Recall@1 where
+RRF lost 3 points. Bruch, Gai & Ingber (2023, "An Analysis of Fusion Functions for Hybrid
+Retrieval") also find a convex combination of normalised scores at least as good as RRF.
+
+Determinism: rows repeated within one side keep their first (best) entry; negative rows (FAISS's
+padding when an approximate index finds fewer than asked) are dropped; equal fused scores are
+ordered by row, ascending. Sums are formed in a fixed order (dense term, then lexical term), so a
+row's fused score does not depend on the order of the input lists beyond its ranks.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from typing import NamedTuple
+
+from embedkit.errors import InputError
+
+FUSION_METHODS = ("rrf", "zscore", "minmax")
+# Equal-weight z-score: best of the fusions on Cranfield (nDCG@10 0.567 against RRF 0.557) and the one
+# that kept dense STS-B Recall@1 (benchmarks/README.md); its weight is not tuned to either.
+DEFAULT_FUSION = "zscore"
+RRF_K = 60  # Cormack et al. 2009
+DEFAULT_ALPHA = 0.5  # equal weight: no preference without a judged sample of the user's queries
+
+Ranking = Sequence[tuple[int, float]]
+
+
+class FusedHit(NamedTuple):
+    row: int
+    score: float  # the fused score: higher is better
+    dense_score: float | None  # the dense side's raw score, None if it did not return the row
+    lexical_score: float | None  # likewise for the lexical side
+
+
+def fuse(
+    dense: Ranking,
+    lexical: Ranking,
+    k: int,
+    method: str = DEFAULT_FUSION,
+    *,
+    alpha: float = DEFAULT_ALPHA,
+    rrf_k: float = RRF_K,
+) -> list[FusedHit]:
+    """Fuse one query's two rankings with `method` (zscore, rrf or minmax); the best `k` rows."""
+    if method == "rrf":
+        return rrf(dense, lexical, k, rrf_k=rrf_k)
+    if method in ("zscore", "minmax"):
+        return weighted(dense, lexical, k, alpha=alpha, normalization=method)
+    raise InputError(f"unknown fusion method {method!r}: use {', '.join(FUSION_METHODS)}")
+
+
+def rrf(dense: Ranking, lexical: Ranking, k: int, *, rrf_k: float = RRF_K) -> list[FusedHit]:
+    """Reciprocal-rank fusion: sum of 1 / (rrf_k + rank) over the sides that returned the row."""
+    _check_k(k)
+    if not (math.isfinite(rrf_k) and rrf_k >= 0):
+        raise InputError(f"rrf_k must be a finite number >= 0, got {rrf_k}")
+    sides = _clean(dense), _clean(lexical)
+    rows = _union(*sides)
+    ranks = [{row: rank for rank, row in enumerate(side, start=1)} for side in sides]
+
+    def contribution(side: int, row: int) -> float:
+        rank = ranks[side].get(row)
+        return 0.0 if rank is None else 1.0 / (rrf_k + rank)
+
+    fused = {row: contribution(0, row) + contribution(1, row) for row in rows}
+    return _top(fused, sides, k)
+
+
+def weighted(
+    dense: Ranking,
+    lexical: Ranking,
+    k: int,
+    *,
+    alpha: float = DEFAULT_ALPHA,
+    normalization: str = "zscore",
+) -> list[FusedHit]:
+    """alpha * norm(dense) + (1 - alpha) * norm(lexical), normalised per query and side."""
+    _check_k(k)
+    if not (0.0 <= alpha <= 1.0):
+        raise InputError(f"alpha (the dense weight) must be in [0, 1], got {alpha}")
+    if normalization not in ("zscore", "minmax"):
+        raise InputError(f"unknown normalization {normalization!r}: use zscore or minmax")
+    sides = _clean(dense), _clean(lexical)
+    normalised = [_normalise(side, normalization) for side in sides]
+    floors = [min(values.values(), default=0.0) for values in normalised]
+    fused = {
+        row: alpha * normalised[0].get(row, floors[0]) + (1.0 - alpha) * normalised[1].get(row, floors[1])
+        for row in _union(*sides)
+    }
+    return _top(fused, sides, k)
+
+
+def _check_k(k: int) -> None:
+    if k < 1:
+        raise InputError(f"k must be at least 1, got {k}")
+
+
+def _clean(ranking: Ranking) -> dict[int, float]:
+    """row -> score in the given order; first entry of a repeated row; no negative rows."""
+    side: dict[int, float] = {}
+    for row, score in ranking:
+        row, score = int(row), float(score)
+        if math.isnan(score):
+            raise InputError(f"score of row {row} is NaN")
+        if row >= 0 and row not in side:
+            side[row] = score
+    return side
+
+
+def _union(dense: dict[int, float], lexical: dict[int, float]) -> list[int]:
+    return list(dict.fromkeys([*dense, *lexical]))
+
+
+def _normalise(side: dict[int, float], normalization: str) -> dict[int, float]:
+    values = list(side.values())
+    if not values:
+        return {}
+    if normalization == "zscore":
+        mean = math.fsum(values) / len(values)
+        std = math.sqrt(math.fsum((v - mean) ** 2 for v in values) / len(values))
+        if std == 0.0:
+            return dict.fromkeys(side, 0.0)
+        return {row: (score - mean) / std for row, score in side.items()}
+    low, high = min(values), max(values)
+    if high == low:
+        return dict.fromkeys(side, 0.0)
+    return {row: (score - low) / (high - low) for row, score in side.items()}
+
+
+def _top(fused: dict[int, float], sides: tuple[dict[int, float], dict[int, float]], k: int) -> list[FusedHit]:
+    best = sorted(fused.items(), key=lambda item: (-item[1], item[0]))[:k]
+    return [FusedHit(row, score, sides[0].get(row), sides[1].get(row)) for row, score in best]
