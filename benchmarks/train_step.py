@@ -1,4 +1,4 @@
-"""Seconds per training step of simcse vs micse (and the ablations), with where the time goes.
+"""Seconds per training step of simcse vs micse, the ablations, infocse and micse + aux; where the time goes.
 
     .venv/bin/python benchmarks/train_step.py --steps 10 --warmup 3
     .venv/bin/python benchmarks/train_step.py --device cuda --dtype bf16 --model-size bert-base
@@ -9,7 +9,8 @@ default); the methods take turns step by step, so a change in machine load hits 
 alike, and the ratios compare medians from the same run. Sections are timed with a device sync
 at their edges: `forward` (the [x; x] pass with pooling and head), `momentum_forward` (the
 momentum encoder's pass on x), `momentum_update` (its EMA update and the enqueue), `info_nce`,
-`ami` (forward only: its backward is inside `backward`), `backward` (backward, clipping and the
+`ami` (forward only: its backward is inside `backward`), `aux_mlm` (InfoCSE's auxiliary network, forward
+only: masking, frozen lower layers, extra layers, head), `backward` (backward, clipping and the
 optimizer step). Peak memory is measured per method on its own: CUDA's peak allocation, or on
 CPU the peak resident memory of a subprocess that runs two steps of that method alone. Prints
 one JSON line.
@@ -52,7 +53,10 @@ VARIANTS = {
     "ami-simcse": ("ami-simcse", "eager"),
     "moco-simcse": ("moco-simcse", "sdpa"),
     "micse": ("micse", "eager"),
+    "infocse": ("infocse", "sdpa"),  # simcse + InfoCSE's auxiliary MLM term (lambda 1e-5)
+    "micse-aux": ("micse", "eager"),  # micse + the same term (AUX_WEIGHTS)
 }
+AUX_WEIGHTS = {"micse-aux": 1e-5}  # aux_mlm_weight of the variants that add the term to a method
 
 
 def base_model(size: str, workdir: Path) -> Path:
@@ -125,6 +129,8 @@ def timed_sections(model: ContrastiveModel, timer: SectionTimer) -> Iterator[Non
     ]
     if model.momentum is not None:
         patches.append((model.momentum, "forward", "momentum_forward"))
+    if model.aux is not None:
+        patches.append((model.aux, "forward", "aux_mlm"))
     saved = []
     for owner, attribute, name in patches:
         original = getattr(owner, attribute)
@@ -147,9 +153,16 @@ class Runner:
         self, name: str, base: Path, device: torch.device, dtype: torch.dtype | None, total: int
     ) -> None:
         method, attention = VARIANTS[name]
-        self.config = TrainConfig(base_model=str(base), method=method, attn_implementation=attention)
+        self.config = TrainConfig(
+            base_model=str(base),
+            method=method,
+            attn_implementation=attention,
+            aux_mlm_weight=AUX_WEIGHTS.get(name),
+        )
         torch.manual_seed(0)
         self.model = ContrastiveModel.from_folder(base, self.config).to(device)
+        if self.model.aux is not None:  # untrained auxiliary weights: the same arithmetic as stage 1's
+            self.model.aux.generator = torch.Generator(device=device).manual_seed(0)
         self.optimizer = make_optimizer(self.model, self.config)
         self.scheduler = make_scheduler(self.optimizer, total, self.config.warmup_ratio)
         self.generator = torch.Generator(device=device).manual_seed(0)

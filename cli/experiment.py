@@ -55,7 +55,10 @@ def experiment(
         str, typer.Option("--seeds", help="Number of seeds (3 = seeds 0,1,2), or a comma-separated list.")
     ] = "3",
     methods: Annotated[
-        str, typer.Option("--methods", help="Comma-separated: simcse, ami-simcse, moco-simcse, micse.")
+        str,
+        typer.Option(
+            "--methods", help="Comma-separated: simcse, ami-simcse, moco-simcse, micse, infocse (README)."
+        ),
     ] = "simcse,micse",
     eval_sts: Annotated[
         list[Path] | None, typer.Option("--eval-sts", help="STS file to score (repeatable), e.g. STS-B dev.")

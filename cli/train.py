@@ -12,7 +12,10 @@ from embedkit.cli.options import WaitOption
 from embedkit.training.config import TrainConfig  # stdlib only: no torch
 
 DEFAULTS = TrainConfig()
-METHOD_HELP = "micse (AMI + momentum queue), simcse, ami-simcse or moco-simcse: miCSE's Table 3."
+METHOD_HELP = (
+    "micse (AMI + momentum queue), simcse, ami-simcse or moco-simcse: miCSE's Table 3; "
+    "infocse: simcse + InfoCSE's auxiliary MLM term."
+)
 
 
 def register(app: typer.Typer) -> None:
@@ -40,6 +43,18 @@ def train(
         float,
         typer.Option("--reconstruction-weight", min=0.0, help="Weight of InforMin-CL's L2 term (default 0)."),
     ] = DEFAULTS.reconstruction_weight,
+    aux_mlm_weight: Annotated[
+        float | None,
+        typer.Option(
+            "--aux-mlm-weight",
+            min=0.0,
+            help="Add InfoCSE's auxiliary MLM term with this weight to any method (infocse: 1e-5).",
+        ),
+    ] = None,
+    aux_from: Annotated[
+        Path | None,
+        typer.Option("--aux-from", help="Reuse this stage-1 folder of the auxiliary MLM network."),
+    ] = None,
     pooling: Annotated[
         str, typer.Option("--pooling", help="auto (the base model's own, else cls), mean or cls.")
     ] = DEFAULTS.pooling,
@@ -147,6 +162,8 @@ def train(
         method=method,
         pooling=pooling,
         reconstruction_weight=reconstruction_weight,
+        aux_mlm_weight=aux_mlm_weight,
+        aux_from=str(aux_from) if aux_from is not None else None,
         learning_rate=lr,
         batch_size=batch_size,
         max_seq_length=max_seq_length,

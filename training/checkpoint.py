@@ -4,10 +4,11 @@
 `--overwrite`); `append_metrics` logs to `OUT/metrics.jsonl`. Checkpoints live in `OUT/checkpoints/`.
 
 A checkpoint `step-000125/` holds everything a killed run needs to continue as if it had not
-stopped: the online backbone, the MLP head and the momentum encoder (`model.safetensors`), the
-queue (`queue.safetensors`), the optimizer (`optimizer.pt`, read back with
-`torch.load(weights_only=True)`), the RNG states of torch and of AMI's sampler
-(`rng.safetensors`), and the step, scheduler, grad-scaler, scores and config (`state.json`).
+stopped: the online backbone, the MLP head, the momentum encoder and InfoCSE's auxiliary network
+(`model.safetensors`), the queue (`queue.safetensors`), the optimizer (`optimizer.pt`, read back
+with `torch.load(weights_only=True)`), the RNG states of torch, of AMI's sampler and of the
+auxiliary network's masking (`rng.safetensors`), and the step, scheduler, grad-scaler, scores and
+config (`state.json`).
 The data order needs no state: epoch e's order is a function of (seed, e).
 
 Every folder is written atomically. A dev-set improvement writes `best-000100/` (backbone
@@ -108,6 +109,7 @@ class TrainingParts:
     scheduler: torch.optim.lr_scheduler.LRScheduler
     scaler: torch.amp.GradScaler | None  # fp16 autocast only
     generator: torch.Generator | None  # AMI's sampling RNG, when AMI is on
+    aux_generator: torch.Generator | None = None  # the auxiliary MLM's masking RNG (InfoCSE)
 
 
 def save_checkpoint(out_dir: Path, parts: TrainingParts, state: TrainState, meta: dict[str, Any]) -> Path:
@@ -123,7 +125,7 @@ def save_checkpoint(out_dir: Path, parts: TrainingParts, state: TrainState, meta
             queue_state = model.queue.state_dict()
             save_file({"buffer": queue_state.pop("buffer").contiguous()}, str(tmp / "queue.safetensors"))
         torch.save(optimizer.state_dict(), tmp / "optimizer.pt")
-        save_file(_rng_tensors(generator), str(tmp / "rng.safetensors"))
+        save_file(_rng_tensors(generator, parts.aux_generator), str(tmp / "rng.safetensors"))
         payload = {
             "state": asdict(state),
             "scheduler": scheduler.state_dict(),
@@ -152,7 +154,7 @@ def load_checkpoint(path: Path, parts: TrainingParts) -> TrainState:
     scheduler.load_state_dict(payload["scheduler"])
     if scaler is not None and payload.get("scaler"):
         scaler.load_state_dict(payload["scaler"])
-    _restore_rng(load_file(str(path / "rng.safetensors")), generator)
+    _restore_rng(load_file(str(path / "rng.safetensors")), generator, parts.aux_generator)
     state = TrainState(**payload["state"])
     # Best folders written after this checkpoint belong to the part of the run that is redone.
     _prune(path.parent.parent, keep_step=state.step, keep_best=state.best_step)
@@ -192,17 +194,25 @@ def _prune(out_dir: Path, keep_step: int, keep_best: int | None) -> None:
             shutil.rmtree(path, ignore_errors=True)
 
 
-def _rng_tensors(generator: torch.Generator | None) -> dict[str, torch.Tensor]:
+def _rng_tensors(
+    generator: torch.Generator | None, aux_generator: torch.Generator | None = None
+) -> dict[str, torch.Tensor]:
     tensors = {"torch_cpu": torch.get_rng_state()}
     if torch.cuda.is_available():
         for i, rng in enumerate(torch.cuda.get_rng_state_all()):
             tensors[f"torch_cuda_{i}"] = rng
     if generator is not None:
         tensors["ami_sampler"] = generator.get_state()
+    if aux_generator is not None:
+        tensors["aux_masking"] = aux_generator.get_state()
     return {k: v.contiguous() for k, v in tensors.items()}
 
 
-def _restore_rng(tensors: dict[str, torch.Tensor], generator: torch.Generator | None) -> None:
+def _restore_rng(
+    tensors: dict[str, torch.Tensor],
+    generator: torch.Generator | None,
+    aux_generator: torch.Generator | None = None,
+) -> None:
     torch.set_rng_state(tensors["torch_cpu"])
     if torch.cuda.is_available():
         names = [f"torch_cuda_{i}" for i in range(torch.cuda.device_count())]
@@ -211,6 +221,8 @@ def _restore_rng(tensors: dict[str, torch.Tensor], generator: torch.Generator | 
             torch.cuda.set_rng_state_all(cuda)
     if generator is not None and "ami_sampler" in tensors:
         generator.set_state(tensors["ami_sampler"])
+    if aux_generator is not None and "aux_masking" in tensors:
+        aux_generator.set_state(tensors["aux_masking"])
 
 
 def prepare_out_dir(out: Path, resume: bool, overwrite: bool) -> Path | None:

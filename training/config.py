@@ -2,7 +2,9 @@
 
 Each default says where it comes from. The experiment runner passes `KEY=VALUE` overrides
 (`TrainConfig.from_overrides`), so anything worth tuning is a field here, not a constant in the
-trainer. The four methods are miCSE's Table 3 ablations (Klein & Nabi, ACL 2023).
+trainer. Four methods are miCSE's Table 3 ablations (Klein & Nabi, ACL 2023); `infocse` is SimCSE
+plus InfoCSE's auxiliary MLM term (Wu et al., EMNLP 2022 Findings), which `aux_mlm_weight` adds to
+any method (`training/infocse.py`).
 """
 
 from __future__ import annotations
@@ -24,7 +26,10 @@ METHODS: dict[str, tuple[bool, bool]] = {
     "ami-simcse": (True, False),  # + AMI (miCSE Table 3)
     "moco-simcse": (False, True),  # + momentum queue of negatives (miCSE Table 3)
     "micse": (True, True),  # both: the full miCSE objective (Eq. 5)
+    "infocse": (False, False),  # SimCSE + InfoCSE's auxiliary MLM term (Wu et al. 2022; AUX_METHODS)
 }
+AUX_METHODS = frozenset({"infocse"})  # methods whose auxiliary MLM term is on by default
+INFOCSE_WEIGHT = 1e-5  # lambda of InfoCSE's joint loss: the paper's Table 8 and the authors' scripts
 POOLINGS = ("auto", "mean", "cls")
 PRECISIONS = ("auto", "fp32", "bf16", "fp16")
 ATTENTIONS = ("auto", "eager", "sdpa")
@@ -36,7 +41,7 @@ class TrainConfig:
 
     # --- model and objective ---
     base_model: str | None = None  # a local HF folder; None = bundled all-MiniLM-L6-v2 (the issue)
-    method: str = "micse"  # miCSE Table 3: micse | simcse | ami-simcse | moco-simcse
+    method: str = "micse"  # miCSE Table 3: micse | simcse | ami-simcse | moco-simcse; or infocse
     pooling: str = "auto"  # auto = the base folder's 1_Pooling (mean for MiniLM), else cls (SimCSE)
     temperature: float = 0.05  # tau of InfoNCE: SimCSE Sec. 3 and miCSE Sec. 4
     ami_weight: float = 2.5e-3  # lambda of Eq. 5: this project's default (see training/ami.py)
@@ -46,6 +51,25 @@ class TrainConfig:
     momentum_dropout: float = 0.3  # dropout inside the momentum encoder: miCSE Sec. 3.1
     queue_size: int = 384  # FIFO of momentum keys used as negatives: miCSE Sec. 3.1
     reconstruction_weight: float = 0.0  # InforMin-CL's L2 term between the views; off as in miCSE
+    # --- InfoCSE's auxiliary MLM network (training/infocse.py, training/aux_stage1.py) ---
+    # lambda x MLM loss; None = INFOCSE_WEIGHT (1e-5) for infocse, off for the others; > 0 adds the term
+    # to any method (e.g. micse + aux); 0 with infocse computes the term and weights it 0.
+    aux_mlm_weight: float | None = None
+    # Mask rate: 0.4, the authors' BERT-base script (infocse-bert-base.sh; 0.3 in their BERT-large one);
+    # tokens are masked 80/10/10 ([MASK]/random/kept) as BERT (Devlin et al. 2019, Sec. 3.1).
+    aux_mask_rate: float = 0.4
+    # Frozen lower layers that extract the token features: None = half the depth, InfoCSE's 6 of
+    # BERT-base's 12 (its scripts' skip_from 6), so 3 of all-MiniLM-L6-v2's 6.
+    aux_lower_layers: int | None = None
+    aux_layers: int = 2  # extra transformer layers on top: InfoCSE's (and Condenser's) 2
+    # Stage 1 trains the extra layers and the MLM head with MLM alone (encoder frozen). InfoCSE starts
+    # from Condenser's pre-trained head (Gao & Callan 2021); here a short run on the training corpus
+    # (plus aux_stage1_corpus), cached by base, data and these settings. 50 steps: this project's CPU
+    # budget (about as long as the contrastive epoch at n = 4,000); lr 1e-4: Condenser's. 0 = none.
+    aux_stage1_steps: int = 50
+    aux_stage1_lr: float = 1e-4
+    aux_stage1_corpus: str | None = None  # extra sentences for stage 1 only (a file or BEIR folder)
+    aux_from: str | None = None  # a stage-1 folder to reuse instead of training or the cache
     # "auto" = eager when AMI needs attention maps (sdpa returns none), else sdpa; see benchmarks/
     attn_implementation: str = "auto"
 
@@ -109,6 +133,17 @@ class TrainConfig:
         return METHODS[self.method][1]
 
     @property
+    def aux_weight(self) -> float:
+        """The effective lambda of the auxiliary MLM term."""
+        if self.aux_mlm_weight is not None:
+            return self.aux_mlm_weight
+        return INFOCSE_WEIGHT if self.method in AUX_METHODS else 0.0
+
+    @property
+    def uses_aux(self) -> bool:
+        return self.method in AUX_METHODS or self.aux_weight > 0
+
+    @property
     def needs_attentions(self) -> bool:
         return self.uses_ami
 
@@ -131,12 +166,22 @@ class TrainConfig:
             value = getattr(self, name)
             if not (math.isfinite(value) and value >= 0):
                 raise InputError(f"{name} must be a finite number >= 0, got {value}")
+        if self.aux_mlm_weight is not None and not (
+            math.isfinite(self.aux_mlm_weight) and self.aux_mlm_weight >= 0
+        ):
+            raise InputError(f"aux_mlm_weight must be a finite number >= 0, got {self.aux_mlm_weight}")
+        if not 0 < self.aux_mask_rate < 1:
+            raise InputError(f"aux_mask_rate must be in (0, 1), got {self.aux_mask_rate}")
+        if not (math.isfinite(self.aux_stage1_lr) and self.aux_stage1_lr > 0):
+            raise InputError(f"aux_stage1_lr must be a positive finite number, got {self.aux_stage1_lr}")
+        if self.aux_lower_layers is not None and self.aux_lower_layers < 1:
+            raise InputError(f"aux_lower_layers must be at least 1, got {self.aux_lower_layers}")
         if not 0 <= self.momentum_dropout < 1 or self.warmup_ratio >= 1:
             raise InputError("momentum_dropout and warmup_ratio must be in [0, 1)")
         minimums = {"batch_size": 2, "max_seq_length": 3, "epochs": 1, "ami_samples": 3, "queue_size": 1}
         minimums |= {"positive_max_length": 3}
         minimums |= {"eval_steps": 1, "eval_batch_size": 1, "save_steps": 1, "log_steps": 1}
-        minimums |= {"dev_pseudo": 0}
+        minimums |= {"dev_pseudo": 0, "aux_layers": 1, "aux_stage1_steps": 0}
         for name, minimum in minimums.items():
             if getattr(self, name) < minimum:
                 raise InputError(f"{name} must be at least {minimum}, got {getattr(self, name)}")
@@ -226,4 +271,4 @@ def _parse_value(name: str, raw: str, hint: Any) -> Any:
         raise InputError(f"{name}={raw!r} is not a valid {kind}") from None
 
 
-__all__ = ["ATTENTIONS", "METHODS", "POOLINGS", "PRECISIONS", "TrainConfig"]
+__all__ = ["ATTENTIONS", "AUX_METHODS", "INFOCSE_WEIGHT", "METHODS", "POOLINGS", "PRECISIONS", "TrainConfig"]

@@ -9,7 +9,9 @@ pure loss functions of `losses` and `ami`:
 3. InfoNCE (tau = 0.05) over in-batch negatives plus the momentum queue;
 4. AMI between W1 and W2 (float32), and optionally InforMin-CL's L2 reconstruction term;
 5. the momentum encoder embeds x (no grad, its own dropout 0.3, the shared head); after the
-   optimizer step it moves by EMA and those keys enter the queue (`after_step`).
+   optimizer step it moves by EMA and those keys enter the queue (`after_step`);
+6. with `aux_weight` (InfoCSE), lambda x the auxiliary MLM loss, which reaches the encoder only
+   through the pooled vectors of both views (`infocse.AuxMLM`).
 
 The optimizer (AdamW), its linear warm-up/decay schedule and the update are at the end.
 """
@@ -30,7 +32,7 @@ from torch import nn
 from embedkit.encode.model_folder import pooling_from_folder
 from embedkit.encode.torch_backend import load_backbone, pool
 from embedkit.errors import InputError
-from embedkit.training import ami, losses
+from embedkit.training import ami, infocse, losses
 from embedkit.training.config import TrainConfig
 from embedkit.training.momentum import EmbeddingQueue, MomentumEncoder
 
@@ -89,6 +91,7 @@ class ContrastiveModel(nn.Module):
             # The momentum copy returns no attention maps, so it may use the faster kernel.
             _set_attention(self.momentum.encoder, "sdpa")
         self.queue = EmbeddingQueue(self.dim, config.queue_size) if config.uses_queue else None
+        self.aux: infocse.AuxMLM | None = None  # InfoCSE's auxiliary MLM network (`from_folder`)
 
     @classmethod
     def from_folder(cls, path: Path, config: TrainConfig) -> ContrastiveModel:
@@ -100,7 +103,10 @@ class ContrastiveModel(nn.Module):
             backbone = load_backbone(path, attn_implementation=attention)
         except SafetensorError as exc:  # a damaged weights file is bad input, not a crash
             raise InputError(f"cannot load a model from {path}: {exc}") from None
-        return cls(backbone, resolve_pooling(config.pooling, path), config)
+        model = cls(backbone, resolve_pooling(config.pooling, path), config)
+        if config.uses_aux:
+            model.aux = infocse.build_aux(backbone, path, config)
+        return model
 
     def to(self, *args: object, **kwargs: object) -> ContrastiveModel:  # type: ignore[override]
         super().to(*args, **kwargs)
@@ -130,17 +136,21 @@ class ContrastiveModel(nn.Module):
         config = self.config
         if "positive" in batch:
             anchor, positive = self.model_inputs(batch["anchor"]), self.model_inputs(batch["positive"])
-            e1, e2 = self._project(anchor), self._project(positive)  # (B, D) each
+            anchor_vectors = self._sentence_vectors(anchor)  # (B, D), before the head
+            e1, e2 = self.head(anchor_vectors), self.head(self._sentence_vectors(positive))
             out, key_inputs = None, positive
+            aux_vectors, aux_inputs = anchor_vectors, anchor  # InfoCSE reconstructs the anchors
         else:
             inputs = self.model_inputs(batch)
             size = inputs["input_ids"].shape[0]
             # (2B, T): one forward pass gives two views with independent dropout masks
             doubled = {k: torch.cat([v, v]) for k, v in inputs.items()}
             out = self.backbone(**doubled, output_attentions=config.needs_attentions)
-            pooled = self.head(pool(out.last_hidden_state, doubled["attention_mask"], self.pooling))
+            sentences = pool(out.last_hidden_state, doubled["attention_mask"], self.pooling)  # (2B, D)
+            pooled = self.head(sentences)
             e1, e2 = pooled[:size], pooled[size:]  # (B, D) each
             key_inputs = inputs
+            aux_vectors, aux_inputs = sentences, doubled
 
         keys = None
         if self.momentum is not None:
@@ -164,13 +174,19 @@ class ContrastiveModel(nn.Module):
             )
         if config.reconstruction_weight > 0:
             terms["reconstruction"] = config.reconstruction_weight * losses.reconstruction_loss(e1, e2)
+        if self.aux is not None:  # InfoCSE: the vectors before the MLP head, both views
+            terms["aux_mlm"] = config.aux_weight * self.aux(aux_vectors, aux_inputs)
         total = sum(terms.values(), torch.zeros((), device=e1.device))
         return StepOutput(total, {k: v.detach() for k, v in terms.items()}, keys)
 
-    def _project(self, inputs: dict[str, torch.Tensor]) -> torch.Tensor:
-        """Training vectors (B, D) of one text per example: backbone, pooling, head; dropout on."""
+    def _sentence_vectors(self, inputs: dict[str, torch.Tensor]) -> torch.Tensor:
+        """Pooled vectors (B, D) of one text per example, before the head; dropout on in training."""
         hidden = self.backbone(**inputs).last_hidden_state
-        return self.head(pool(hidden, inputs["attention_mask"], self.pooling))
+        return pool(hidden, inputs["attention_mask"], self.pooling)
+
+    def _project(self, inputs: dict[str, torch.Tensor]) -> torch.Tensor:
+        """Training vectors (B, D) of one text per example: backbone, pooling, head."""
+        return self.head(self._sentence_vectors(inputs))
 
     def after_step(self, keys: torch.Tensor | None) -> None:
         """After the optimizer step: EMA-update the momentum encoder, then enqueue this step's keys."""

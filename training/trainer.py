@@ -31,6 +31,7 @@ from embedkit.encode.model_folder import model_fingerprint, read_model_spec
 from embedkit.errors import InputError, RunFailure
 from embedkit.evaluation.evaluator import Evaluator
 from embedkit.locking import locked
+from embedkit.training import aux_stage1
 from embedkit.training import checkpoint as ckpt
 from embedkit.training.checkpoint_selection import InferenceEncoder, dev_evaluator, dev_label, dev_score
 from embedkit.training.config import TrainConfig
@@ -177,6 +178,7 @@ def train(
     run_dir = ckpt.overwrite_run_dir(out) if overwrite and resume_from is None and _busy(out) else out
     if resume_from is not None:
         ckpt.check_resumable(resume_from, config, sample.fingerprint, base_fingerprint)
+    aux_sentences = aux_stage1.stage1_sentences(config, sample.anchors) if resume_from is None else None
 
     # 2. Model (the head's init is seeded), tokenized data, optimizer, schedule, RNGs.
     torch.manual_seed(config.seed)
@@ -194,7 +196,10 @@ def train(
     scheduler = make_scheduler(optimizer, total, config.warmup_ratio)
     scaler = torch.amp.GradScaler(device.type) if dtype == torch.float16 else None
     generator = torch.Generator(device=device).manual_seed(config.seed) if config.uses_ami else None
-    parts = ckpt.TrainingParts(model, optimizer, scheduler, scaler, generator)
+    if model.aux is not None:  # InfoCSE's masking RNG
+        model.aux.generator = torch.Generator(device=device).manual_seed(config.seed)
+    aux_generator = model.aux.generator if model.aux is not None else None
+    parts = ckpt.TrainingParts(model, optimizer, scheduler, scaler, generator, aux_generator)
     meta = {
         "config": config.to_dict(),
         "data_fingerprint": sample.fingerprint,
@@ -219,6 +224,10 @@ def train(
             ckpt.remove_checkpoints(run_dir)
             metrics.unlink(missing_ok=True)
         state = ckpt.TrainState()
+        if model.aux is not None:  # stage 1 (or its cache) before the first step; own RNG streams
+            meta["aux_stage1"] = aux_stage1.prepare_aux(
+                model, config, aux_sentences, base_fingerprint, spec.path, device, dtype, display.note
+            )
         start = {"event": "start", "step": 0, "steps": total, "sentences": len(sample)}
         ckpt.append_metrics(metrics, {**start, **meta})
         if dev is not None:

@@ -167,3 +167,19 @@ def test_crop_on_a_sentence_per_line_file_exits_2(tmp_path: Path, tiny_bert: Pat
     assert result.exit_code == 2
     assert "--views crop needs documents of at least 20 words" in result.output
     assert not (tmp_path / "out").exists()
+
+
+@pytest.mark.usefixtures("one_thread")
+def test_infocse_reconstructs_the_anchors_of_document_views(
+    tiny_bert: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("EMBEDKIT_CACHE_DIR", str(tmp_path / "cache"))
+    corpus = tmp_path / "docs.jsonl"
+    corpus.write_text("".join(json.dumps({"_id": str(i), "text": d}) + "\n" for i, d in enumerate(DOCUMENTS)))
+    config = TrainConfig(
+        base_model=str(tiny_bert), method="infocse", views="ict", batch_size=8, max_steps=2,
+        limit=32, device="cpu", positive_max_length=24, aux_stage1_steps=2, aux_mlm_weight=1.0,
+    )  # fmt: skip
+    train(corpus, tmp_path / "out", config, progress=False)
+    records = [json.loads(line) for line in (tmp_path / "out" / "metrics.jsonl").read_text().splitlines()]
+    assert any(r.get("aux_mlm", 0) > 0 for r in records)
