@@ -20,9 +20,9 @@ app = typer.Typer(
 
 
 def _register() -> None:
-    from embedkit.cli import embed, evaluate, experiment, export, index, search, train
+    from embedkit.cli import embed, evaluate, experiment, export, index, search, serve, train
 
-    for module in (train, export, embed, index, search, evaluate, experiment):
+    for module in (train, export, embed, index, search, serve, evaluate, experiment):
         module.register(app)
 
 
