@@ -6,6 +6,7 @@ import json
 from pathlib import Path
 
 import pytest
+from fixture_text import AERO_WORDS, SENTENCES  # noqa: F401 (re-exported for tests)
 
 SHARED_DATA = Path(__file__).resolve().parents[1].parent / "shared" / "data"
 
@@ -128,42 +129,6 @@ def minilm() -> Path:
     from embedkit.encode.model_folder import default_base_model_path
 
     return default_base_model_path()
-
-
-SENTENCES = [
-    "the wing flow is high",
-    "a man is playing guitar on the beach",
-    "shock wave and boundary layer",
-    "heat transfer at mach number five",
-    "the cat eats food",
-    "legal contract of the court",
-    "a girl plays soccer",
-    "drag and lift of a small body",
-    "pressure, temperature and stress!",
-    "one two three",
-    "patient disease drug test",
-    "the engine load is large",
-]
-
-
-# Domain words from which the pseudo-query tests compose multi-sentence documents.
-AERO_WORDS = [
-    "wing",
-    "flow",
-    "air",
-    "pressure",
-    "boundary",
-    "layer",
-    "shock",
-    "wave",
-    "heat",
-    "transfer",
-    "mach",
-    "number",
-    "body",
-    "drag",
-    "lift",
-]
 
 
 @pytest.fixture

@@ -7,7 +7,7 @@ import json
 from pathlib import Path
 
 import numpy as np
-from conftest import SENTENCES
+from fixture_text import SENTENCES
 
 DOCS = list(SENTENCES)  # the shared fixture sentences: documents of a tiny BEIR set
 QUERIES = {"q1": "wing flow and lift", "q2": "a man plays guitar", "3": "heat transfer", "q4": "the court"}

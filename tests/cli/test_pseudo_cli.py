@@ -9,7 +9,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 import typer
-from conftest import AERO_WORDS
+from fixture_text import AERO_WORDS
 from typer.testing import CliRunner
 
 from embedkit.cli.pseudo import register_into

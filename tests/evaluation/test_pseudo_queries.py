@@ -7,7 +7,7 @@ import re
 
 import numpy as np
 import pytest
-from conftest import AERO_WORDS
+from fixture_text import AERO_WORDS
 
 from embedkit.data.corpus import Document, load_sentences, split_into_sentences
 from embedkit.errors import InputError

@@ -7,7 +7,7 @@ import shutil
 from pathlib import Path
 
 import pytest
-from conftest import SENTENCES as SHARED_SENTENCES
+from fixture_text import SENTENCES as SHARED_SENTENCES
 from runtime_helpers import is_png
 from typer.testing import CliRunner
 

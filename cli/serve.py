@@ -1,0 +1,100 @@
+"""`embedkit serve`: an HTTP server for embeddings (OpenAI-compatible) and search, with dynamic batching.
+
+The command checks and prints; `embedkit.serve.server.run_server` does the work. Exit 0 after a
+SIGTERM or Ctrl-C once the requests in flight are answered, 2 for bad input (a model or index
+that does not load, a port in use), 1 when stopped by a second signal.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+from embedkit.cli.common import handle_errors
+from embedkit.cli.embed import DeviceOption, PrecisionOption
+from embedkit.serve import settings
+
+
+def register(app: typer.Typer) -> None:
+    app.command("serve")(serve)
+
+
+@handle_errors
+def serve(
+    model_dir: Annotated[
+        str | None,
+        typer.Argument(
+            help="Model folder (ONNX export or torch); default: the index's model with --index, "
+            "else the bundled all-MiniLM-L6-v2."
+        ),
+    ] = None,
+    index_dir: Annotated[
+        Path | None, typer.Option("--index", help="Index folder (`embedkit index`) to serve at /search.")
+    ] = None,
+    host: Annotated[
+        str, typer.Option("--host", help="Address to listen on (0.0.0.0: every interface; set a key then).")
+    ] = "127.0.0.1",
+    port: Annotated[int, typer.Option("--port", min=0, max=65535, help="Port (0: any free one).")] = 8000,
+    device: DeviceOption = "auto",
+    precision: PrecisionOption = None,
+    api_key: Annotated[
+        str | None,
+        typer.Option(
+            "--api-key",
+            envvar="EMBEDKIT_API_KEY",
+            show_envvar=True,
+            help="Require 'Authorization: Bearer KEY' on every route but /health.",
+        ),
+    ] = None,
+    max_batch_tokens: Annotated[
+        int,
+        typer.Option("--max-batch-tokens", min=1, help="Tokens in one batch (summed over its texts)."),
+    ] = settings.DEFAULT_MAX_BATCH_TOKENS,
+    max_wait_ms: Annotated[
+        float,
+        typer.Option("--max-wait-ms", min=0, help="How long a batch that is not full waits for more texts."),
+    ] = settings.DEFAULT_MAX_WAIT_MS,
+    workers: Annotated[
+        int,
+        typer.Option(
+            "--workers", min=1, help="Inference threads on the one loaded model (1 on a CPU; 2 on a GPU)."
+        ),
+    ] = 1,
+    max_texts: Annotated[
+        int, typer.Option("--max-texts", min=1, help="Texts (or queries) in one request; more is a 413.")
+    ] = settings.DEFAULT_MAX_TEXTS,
+    max_body_mb: Annotated[
+        float, typer.Option("--max-body-mb", min=0.001, help="Request body size limit in MiB; more is a 413.")
+    ] = settings.DEFAULT_MAX_BODY_BYTES / 2**20,
+    access_log: Annotated[bool, typer.Option("--access-log", help="Log every request on stderr.")] = False,
+) -> None:
+    """Serve MODEL_DIR (or --index's model) over HTTP: POST /v1/embeddings (OpenAI API), POST /search,
+    GET /health, /v1/models, /metrics. Stops on SIGTERM or Ctrl-C after answering the requests in flight."""
+    from embedkit.serve.server import run_server
+
+    config = settings.ServeConfig(
+        model=model_dir,
+        index=str(index_dir) if index_dir is not None else None,
+        host=host,
+        port=port,
+        device=device,
+        precision=precision,
+        api_key=api_key or None,
+        max_batch_tokens=max_batch_tokens,
+        max_wait_ms=max_wait_ms,
+        workers=workers,
+        max_texts=max_texts,
+        max_queue_texts=max(settings.DEFAULT_MAX_QUEUE_TEXTS, max_texts),
+        max_body_bytes=int(max_body_mb * 2**20),
+        access_log=access_log,
+    )
+    config.check()
+    if not config.loopback and config.api_key is None:
+        typer.echo(
+            f"warning: listening on {host} without an API key: anyone who can reach this port can use the "
+            "server (set --api-key or EMBEDKIT_API_KEY)",
+            err=True,
+        )
+    run_server(config, echo=typer.echo)

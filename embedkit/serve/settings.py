@@ -1,0 +1,89 @@
+"""What `embedkit serve` is asked to do, and its defaults; standard library only (the CLI imports it).
+
+Defaults and where they come from:
+- `max_batch_tokens` 4096 (tokens summed over a batch's texts, as text-embeddings-inference's
+  `--max-batch-tokens` counts them; about 160 Wikipedia sentences) and `max_wait_ms` 5 (infinity's
+  `batch_delay`): `benchmarks/serve.py --tune` on the exported all-MiniLM-L6-v2 (2 shared CPU cores)
+  found no setting from 1024 to 8192 tokens or 0 to 10 ms better beyond the machine's noise
+  (benchmarks/README.md); a larger budget only makes one batch's latency longer on a CPU. The wait
+  lets concurrent clients that were answered together come back into one batch.
+- `max_texts` 2048: the OpenAI embeddings API's limit on inputs per request.
+- `max_body_bytes` 8 MiB: 2048 texts of 4,000 characters; larger bodies are refused while reading.
+- `max_queue_texts` 16384: texts waiting for a batch, beyond which a request is refused with 503
+  (on two CPU cores, a minute of work: a client would time out before its turn anyway).
+- `workers` 1: inference threads, each running whole batches on the one loaded model (ONNX
+  Runtime's `run` is thread-safe). On a CPU one batch already uses every core (its intra-op
+  threads); a second worker on a GPU overlaps one batch's tokenization and copies with the next
+  one's compute.
+"""
+
+from __future__ import annotations
+
+import ipaddress
+from dataclasses import dataclass
+
+from embedkit.errors import InputError
+
+DEFAULT_MAX_BATCH_TOKENS = 4096
+DEFAULT_MAX_WAIT_MS = 5.0
+DEFAULT_MAX_TEXTS = 2048
+DEFAULT_MAX_BODY_BYTES = 8 * 2**20
+DEFAULT_MAX_QUEUE_TEXTS = 16384
+DEFAULT_MAX_K = 1000
+PRECISIONS = ("fp32", "fp16", "int8")
+
+
+@dataclass(frozen=True)
+class ServeConfig:
+    """One server's settings; `check()` turns bad values into an `InputError`."""
+
+    model: str | None = None  # model folder; None: the index's model, else the bundled one
+    index: str | None = None  # index folder for /search
+    host: str = "127.0.0.1"
+    port: int = 8000  # 0: any free port (the URL printed on start says which)
+    device: str = "auto"
+    precision: str | None = None  # ONNX precision; None: the export's default for the device
+    api_key: str | None = None  # required as `Authorization: Bearer KEY` on every route but /health
+    max_batch_tokens: int = DEFAULT_MAX_BATCH_TOKENS
+    max_wait_ms: float = DEFAULT_MAX_WAIT_MS
+    workers: int = 1
+    max_texts: int = DEFAULT_MAX_TEXTS  # texts (or queries) in one request
+    max_body_bytes: int = DEFAULT_MAX_BODY_BYTES
+    max_queue_texts: int = DEFAULT_MAX_QUEUE_TEXTS
+    max_k: int = DEFAULT_MAX_K
+    access_log: bool = False
+
+    def check(self) -> None:
+        if not 0 <= self.port <= 65535:
+            raise InputError(f"--port must be 0 to 65535, got {self.port}")
+        if self.device not in ("auto", "cpu", "cuda") and not (
+            self.device.startswith("cuda:") and self.device[5:].isdigit()
+        ):
+            raise InputError(f"unknown device {self.device!r}: use auto, cpu, cuda or cuda:N")
+        if self.precision is not None and self.precision not in PRECISIONS:
+            raise InputError(f"unknown precision {self.precision!r}: use {', '.join(PRECISIONS)}")
+        if self.api_key is not None and (not self.api_key.strip() or self.api_key != self.api_key.strip()):
+            raise InputError("the API key is empty or has surrounding spaces")
+        positive = ("max_batch_tokens", "workers", "max_texts", "max_body_bytes", "max_queue_texts", "max_k")
+        for name in positive:
+            if getattr(self, name) < 1:
+                raise InputError(f"--{name.replace('_', '-')} must be at least 1, got {getattr(self, name)}")
+        if self.max_wait_ms < 0:
+            raise InputError(f"--max-wait-ms must be 0 or more, got {self.max_wait_ms}")
+        if self.max_queue_texts < self.max_texts:
+            raise InputError("the queue limit must hold at least one request of --max-texts texts")
+
+    @property
+    def loopback(self) -> bool:
+        """Whether `host` is reachable from this machine only."""
+        if self.host == "localhost":
+            return True
+        try:
+            return ipaddress.ip_address(self.host).is_loopback
+        except ValueError:  # a host name: assume it is reachable from elsewhere
+            return False
+
+    @property
+    def url(self) -> str:
+        host = f"[{self.host}]" if ":" in self.host else self.host
+        return f"http://{host}:{self.port}"

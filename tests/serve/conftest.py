@@ -1,0 +1,35 @@
+"""Fixtures of the server tests: a tiny exported ONNX model, an index over it, a running server."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+pytest.importorskip("onnxruntime")
+pytest.importorskip("uvicorn")
+pytest.importorskip("starlette")
+
+from serve_helpers import CORPUS  # noqa: E402
+
+
+@pytest.fixture(scope="session")
+def tiny_onnx(tiny_bert: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The tiny random BERT exported to ONNX (fp32; max_seq_length 64, normalized in the graph)."""
+    from embedkit.export import export_model
+
+    return export_model(
+        tiny_bert, tmp_path_factory.mktemp("serve-onnx") / "tiny-onnx", progress=False
+    ).out_dir
+
+
+@pytest.fixture(scope="session")
+def tiny_index(tiny_onnx: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A flat index of `CORPUS` (titles, texts, a metadata field) built with the tiny ONNX model."""
+    from embedkit import build_index
+
+    folder = tmp_path_factory.mktemp("serve-index")
+    corpus = folder / "corpus.jsonl"
+    corpus.write_text("".join(json.dumps(record) + "\n" for record in CORPUS), encoding="utf-8")
+    return build_index(corpus, folder / "index", model=tiny_onnx, device="cpu").path
