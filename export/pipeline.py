@@ -39,6 +39,7 @@ from embedkit.export.parity import (
     read_calibration,
     row_cosines,
 )
+from embedkit.locking import locked
 
 # The tracer's opsets (14 to 20) export and run. Measured with onnxruntime 1.32: 14 to 17 fuse
 # fully (6 Attention on MiniLM-L6); from 18 the optimizer fuses no Attention (only LayerNorm).
@@ -78,6 +79,7 @@ class _Checks:
     fp32_sts: float | None = None
 
 
+@locked("out_dir")  # one writer per export folder, as for indexes and training runs
 def export_model(
     model_dir: str | Path | None,
     out_dir: str | Path,

@@ -246,3 +246,23 @@ def test_minilm_exports_fully_fused_and_passes_every_gate(tmp_path: Path, minilm
     assert all(r.passed for r in result.reports)
     int8 = result.metadata["parity"]["int8"]
     assert int8["mean_cosine"] >= 0.98 and int8["min_cosine"] >= 0.95
+
+
+def test_a_second_writer_of_one_export_folder_fails_fast(tmp_path: Path, tiny_bert: Path):
+    import subprocess
+    import sys
+
+    out = tmp_path / "onnx"
+    holder = subprocess.Popen(
+        [sys.executable, "-c", "import sys, time\nfrom embedkit.locking import write_lock\n"
+         "with write_lock(sys.argv[1]):\n    print('held', flush=True)\n    time.sleep(60)", str(out)],
+        stdout=subprocess.PIPE, text=True,
+    )  # fmt: skip
+    try:
+        assert holder.stdout.readline().strip() == "held"
+        with pytest.raises(InputError, match="is being written by process"):
+            export_model(tiny_bert, out, progress=False)
+        assert not (out / "model.onnx").exists()
+    finally:
+        holder.kill()
+        holder.wait()
