@@ -13,7 +13,7 @@ from typing import Annotated
 import typer
 
 from embedkit.cli.common import handle_errors
-from embedkit.cli.embed import DeviceOption, PrecisionOption
+from embedkit.cli.options import DeviceOption, PrecisionOption
 from embedkit.serve import settings
 
 

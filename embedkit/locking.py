@@ -72,7 +72,8 @@ def write_lock(target: str | os.PathLike[str], *, wait: bool | None = None) -> I
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
     except OSError as exc:
-        raise InputError(f"cannot create {path.parent}: {exc.strerror}") from None
+        reason = f"{path.parent} is not writable ({exc.strerror})"
+        raise InputError(f"cannot write to {target}: {reason}") from None
     while True:
         try:
             fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o666)

@@ -151,7 +151,7 @@ def test_bad_corpora_exit_2(runner, tiny_bert, tmp_path):
 
 
 def test_search_errors_exit_2(built, runner, tiny_bert, tmp_path, tmp_path_factory):
-    from fixture_text import make_tiny_bert
+    from tiny_models import make_tiny_bert
 
     folder, _ = built
     index_dir = folder / "idx"

@@ -209,7 +209,7 @@ def test_corrupt_store_and_metadata(small_index):
 
 
 def test_encoder_of_another_model_is_refused(small_index, tmp_path_factory):
-    from fixture_text import make_tiny_bert
+    from tiny_models import make_tiny_bert
 
     from embedkit.index import check_model_for, read_index_meta
 

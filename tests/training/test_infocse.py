@@ -14,7 +14,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
-from fixture_text import make_tiny_bert
+from tiny_models import make_tiny_bert
 
 from embedkit.encode.batching import TokenBatcher
 from embedkit.encode.torch_backend import pool
