@@ -3,8 +3,9 @@
 The scheme of text-embeddings-inference and infinity: each request's texts join one FIFO queue
 with their token counts; a scheduler forms a batch whenever a worker thread is free, taking texts
 in arrival order while the batch's tokens stay within `max_batch_tokens`. A free worker starts a
-batch that is not full only once its oldest text has waited `max_wait_ms`, so that requests
-arriving together share a batch. The batch runs in a worker thread (ONNX Runtime and torch release
+batch that is not full only once its oldest text has waited `max_wait_ms` and the last batch
+ended `max_wait_ms` ago, so that requests arriving together, and the clients just answered, share
+a batch. The batch runs in a worker thread (ONNX Runtime and torch release
 the GIL, so the event loop keeps answering), and its vectors are scattered back to their requests
 in each request's order.
 
@@ -121,6 +122,7 @@ class DynamicBatcher:
         self.on_batch = on_batch
         self._queue: deque[_Item] = deque()
         self._running = 0  # texts in batches that are running
+        self._finished = -float("inf")  # when the last batch finished (perf_counter)
         self._closing = False
         self._tasks: set[asyncio.Task] = set()
         self._scheduler: asyncio.Task | None = None
@@ -225,7 +227,11 @@ class DynamicBatcher:
                 await self._arrived.wait()
                 continue
             count, full = self._plan()
-            left = self._queue[0].arrived + self.max_wait - time.perf_counter()
+            # Wait from the later of the oldest text's arrival and the last batch's end: the
+            # clients just answered then come back into this batch, instead of the queue settling
+            # into two half-size batches that alternate (one runs while the other's clients return).
+            since = max(self._queue[0].arrived, self._finished)
+            left = since + self.max_wait - time.perf_counter()
             if full or left <= 0 or self._closing:
                 break
             self._arrived.clear()
@@ -262,6 +268,7 @@ class DynamicBatcher:
             self._scatter(batch, vectors)
         finally:
             self._running -= len(batch)
+            self._finished = time.perf_counter()
             self._slots.release()
         if self.on_batch is not None:
             self.on_batch(

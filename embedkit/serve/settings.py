@@ -52,6 +52,7 @@ class ServeConfig:
     max_queue_texts: int = DEFAULT_MAX_QUEUE_TEXTS
     max_k: int = DEFAULT_MAX_K
     access_log: bool = False
+    ort_spinning: bool = False  # let ONNX Runtime's CPU threads busy-wait (see engine.stop_spinning)
 
     def check(self) -> None:
         if not 0 <= self.port <= 65535:
