@@ -12,7 +12,7 @@ in each request's order.
 Inside a batch, texts are sorted by length and cut into groups that pad little
 (`length_groups`): a padded model computes every position of the longest text for every text,
 and on 32 random Wikipedia sentences one padded call ran at half the rate of the same texts in
-length groups (all-MiniLM-L6-v2, ONNX, 2 CPU cores; benchmarks/README.md).
+length groups (all-MiniLM-L6-v2, ONNX, 2 CPU cores; `MAX_PADDING`, benchmarks/README.md).
 
 The class knows nothing of HTTP or tokenizers: it takes texts with their token counts and a
 `run_batch(texts, tokens) -> float32 [n, dim]` function, so it is tested on its own.
@@ -41,9 +41,10 @@ class BatcherClosed(Exception):
     """The batcher is shutting down and takes no new texts."""
 
 
-# Padding allowed in one length group, as a fraction of its real tokens. Measured on groups of
-# 32 random Wikipedia sentences: 10%, 25% and 50% all ran at 85-100% of the offline rate
-# (length-sorted batches of 64), one padded call at 50%; 25% keeps calls few (5 per 32 texts).
+# Padding allowed in one length group, as a fraction of its real tokens. `benchmarks/serve.py
+# --grouping` (all-MiniLM-L6-v2, ONNX, 2 shared CPU cores): random batches of 32 Wikipedia
+# sentences ran at 18 sentences/s as one padded call, 35 / 33-35 / 30-31 in groups padded at most
+# 10% / 25% / 50%, and 36 as length-sorted batches of 64; 25% needs about 5 calls per 32 texts.
 MAX_PADDING = 0.25
 
 

@@ -97,11 +97,12 @@ class ServedModel:
 def stop_spinning(encoder: Any) -> None:
     """Reopen an ONNX model on the CPU with ONNX Runtime's intra-op threads not spinning.
 
-    By default the threads busy-wait for the next run after each one. An offline `encode` loses
-    little by it, but a server shares the cores with its event loop (and often other processes),
-    and runs many small batches: on 2 shared CPU cores, length groups of 24 sentences ran at 41
-    instead of 31 sentences/s without spinning, single sentences at 47 instead of 26-32
-    (benchmarks/README.md). `OnnxEncoder` takes no such option, so its session is replaced.
+    By default the threads busy-wait for the next run after each one. An offline `encode` of large
+    batches loses little by it, but a server runs many small length groups and shares the cores
+    with its event loop (and often other processes): `benchmarks/serve.py` on 2 shared CPU cores
+    served 40 instead of 25 sentences/s to 8 single-sentence clients without spinning, and 36
+    instead of 23 to 32 (benchmarks/README.md). `OnnxEncoder` takes no such option, so its session
+    is replaced (`--ort-spinning` keeps it).
     """
     if getattr(encoder, "backend", None) != "onnx" or str(encoder.device) != "cpu":
         return
