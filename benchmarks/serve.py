@@ -2,6 +2,7 @@
 
     .venv/bin/python benchmarks/serve.py --model MODEL_ONNX [--duration 10] [--json out.json]
     .venv/bin/python benchmarks/serve.py --model MODEL_ONNX --tune        # batching settings grid
+    .venv/bin/python benchmarks/serve.py --model MODEL_ONNX --grouping    # padded batch vs length groups
     .venv/bin/python benchmarks/serve.py --model MODEL_ONNX --url http://127.0.0.1:7997 --name infinity
 
 Sentences: the Wikipedia sample of ../shared/data (shuffled, seed 0). For each concurrency (1, 8,
@@ -59,6 +60,41 @@ def offline_rate(
         encoder.encode(texts)
         done += len(texts)
     return done / (time.perf_counter() - start), done / (time.process_time() - cpu)
+
+
+def grouping(model: str, texts: list[str], precision: str | None, size: int = 32) -> None:
+    """Texts/s of random batches of `size` run as one padded call, and in length groups
+    (`embedkit.serve.batching.length_groups`), against length-sorted batches of 64."""
+    from embedkit import load_encoder
+    from embedkit.serve.batching import length_groups
+
+    encoder = load_encoder(model, device="cpu", precision=precision)
+    lengths = [len(e.ids) for e in encoder.batcher.tokenizer.encode_batch(texts)]
+    batches = [list(range(i, min(i + size, len(texts)))) for i in range(0, len(texts), size)]
+    encoder.encode(texts[:64])
+
+    def rate(run) -> float:
+        start = time.perf_counter()
+        run()
+        return len(texts) / (time.perf_counter() - start)
+
+    def grouped(max_padding: float) -> None:
+        for batch in batches:
+            for group in length_groups([lengths[i] for i in batch], max_padding):
+                encoder.encode([texts[batch[i]] for i in group], batch_size=len(group))
+
+    for repeat in range(2):
+        figures = {
+            "sorted, batches of 64": rate(lambda: encoder.encode(texts, batch_size=64)),
+            f"random {size}, one padded call": rate(
+                lambda: [encoder.encode([texts[i] for i in b], batch_size=len(b)) for b in batches]
+            ),
+            **{
+                f"random {size}, groups padded <= {p:.0%}": rate(lambda p=p: grouped(p))
+                for p in (0.1, 0.25, 0.5)
+            },
+        }
+        print(f"pass {repeat + 1}: " + " | ".join(f"{k} {v:.1f}" for k, v in figures.items()), flush=True)
 
 
 def cpu_seconds(pid: int | None) -> float | None:
@@ -250,12 +286,18 @@ def main() -> None:
     parser.add_argument("--serve-option", action="append", default=[], help="extra `embedkit serve` option")
     parser.add_argument("--tune", action="store_true", help="grid of --max-wait-ms and --max-batch-tokens")
     parser.add_argument("--no-offline", action="store_true")
+    parser.add_argument(
+        "--grouping", action="store_true", help="only: padded calls vs length groups, offline"
+    )
     parser.add_argument("--json", type=Path, default=None)
     args = parser.parse_args()
     texts = sentences(args.sentences)
     concurrency = [int(c) for c in args.concurrency.split(",")]
     sizes = [int(s) for s in args.sizes.split(",")]
     precision = ["--precision", args.precision] if args.precision else []
+    if args.grouping:
+        grouping(args.model, texts[: min(len(texts), 512)], args.precision)
+        return
     report: dict = {"model": args.model, "sentences": len(texts), "duration_s": args.duration, "runs": []}
 
     offline = [] if args.no_offline else [offline_rate(args.model, texts, args.precision)]
@@ -263,7 +305,7 @@ def main() -> None:
         print(f"offline encode: {offline[0][0]:.1f} texts/s, {offline[0][1]:.1f} texts/CPU-s", flush=True)
 
     if args.tune:
-        settings = [(w, 4096) for w in (0, 2, 5, 10)] + [(5, t) for t in (1024, 2048, 8192)]
+        settings = [(w, 4096) for w in (0, 2, 5, 10)] + [(5, t) for t in (1024, 2048, 8192, 16384)]
     else:
         settings = [(None, None)]
     for wait, tokens in settings:

@@ -69,6 +69,9 @@ def serve(
         float, typer.Option("--max-body-mb", min=0.001, help="Request body size limit in MiB; more is a 413.")
     ] = settings.DEFAULT_MAX_BODY_BYTES / 2**20,
     access_log: Annotated[bool, typer.Option("--access-log", help="Log every request on stderr.")] = False,
+    ort_spinning: Annotated[
+        bool, typer.Option("--ort-spinning", hidden=True, help="Let ONNX Runtime's CPU threads busy-wait.")
+    ] = False,
 ) -> None:
     """Serve MODEL_DIR (or --index's model) over HTTP: POST /v1/embeddings (OpenAI API), POST /search,
     GET /health, /v1/models, /metrics. Stops on SIGTERM or Ctrl-C after answering the requests in flight."""
@@ -89,6 +92,7 @@ def serve(
         max_queue_texts=max(settings.DEFAULT_MAX_QUEUE_TEXTS, max_texts),
         max_body_bytes=int(max_body_mb * 2**20),
         access_log=access_log,
+        ort_spinning=ort_spinning,
     )
     config.check()
     if not config.loopback and config.api_key is None:

@@ -3,15 +3,16 @@
 The scheme of text-embeddings-inference and infinity: each request's texts join one FIFO queue
 with their token counts; a scheduler forms a batch whenever a worker thread is free, taking texts
 in arrival order while the batch's tokens stay within `max_batch_tokens`. A free worker starts a
-batch that is not full only once its oldest text has waited `max_wait_ms`, so that requests
-arriving together share a batch. The batch runs in a worker thread (ONNX Runtime and torch release
+batch that is not full only once its oldest text has waited `max_wait_ms` and the last batch
+ended `max_wait_ms` ago, so that requests arriving together, and the clients just answered, share
+a batch. The batch runs in a worker thread (ONNX Runtime and torch release
 the GIL, so the event loop keeps answering), and its vectors are scattered back to their requests
 in each request's order.
 
 Inside a batch, texts are sorted by length and cut into groups that pad little
 (`length_groups`): a padded model computes every position of the longest text for every text,
 and on 32 random Wikipedia sentences one padded call ran at half the rate of the same texts in
-length groups (all-MiniLM-L6-v2, ONNX, 2 CPU cores; benchmarks/README.md).
+length groups (all-MiniLM-L6-v2, ONNX, 2 CPU cores; `MAX_PADDING`, benchmarks/README.md).
 
 The class knows nothing of HTTP or tokenizers: it takes texts with their token counts and a
 `run_batch(texts, tokens) -> float32 [n, dim]` function, so it is tested on its own.
@@ -40,9 +41,10 @@ class BatcherClosed(Exception):
     """The batcher is shutting down and takes no new texts."""
 
 
-# Padding allowed in one length group, as a fraction of its real tokens. Measured on groups of
-# 32 random Wikipedia sentences: 10%, 25% and 50% all ran at 85-100% of the offline rate
-# (length-sorted batches of 64), one padded call at 50%; 25% keeps calls few (5 per 32 texts).
+# Padding allowed in one length group, as a fraction of its real tokens. `benchmarks/serve.py
+# --grouping` (all-MiniLM-L6-v2, ONNX, 2 shared CPU cores): random batches of 32 Wikipedia
+# sentences ran at 18 sentences/s as one padded call, 35 / 33-35 / 30-31 in groups padded at most
+# 10% / 25% / 50%, and 36 as length-sorted batches of 64; 25% needs about 5 calls per 32 texts.
 MAX_PADDING = 0.25
 
 
@@ -121,6 +123,7 @@ class DynamicBatcher:
         self.on_batch = on_batch
         self._queue: deque[_Item] = deque()
         self._running = 0  # texts in batches that are running
+        self._finished = -float("inf")  # when the last batch finished (perf_counter)
         self._closing = False
         self._tasks: set[asyncio.Task] = set()
         self._scheduler: asyncio.Task | None = None
@@ -225,7 +228,11 @@ class DynamicBatcher:
                 await self._arrived.wait()
                 continue
             count, full = self._plan()
-            left = self._queue[0].arrived + self.max_wait - time.perf_counter()
+            # Wait from the later of the oldest text's arrival and the last batch's end: the
+            # clients just answered then come back into this batch, instead of the queue settling
+            # into two half-size batches that alternate (one runs while the other's clients return).
+            since = max(self._queue[0].arrived, self._finished)
+            left = since + self.max_wait - time.perf_counter()
             if full or left <= 0 or self._closing:
                 break
             self._arrived.clear()
@@ -262,6 +269,7 @@ class DynamicBatcher:
             self._scatter(batch, vectors)
         finally:
             self._running -= len(batch)
+            self._finished = time.perf_counter()
             self._slots.release()
         if self.on_batch is not None:
             self.on_batch(

@@ -63,10 +63,16 @@ class ServedModel:
         from embedkit import SearchIndex, load_encoder
 
         if config.index is None:
-            return cls(load_encoder(config.model, device=config.device, precision=config.precision))
+            encoder = load_encoder(config.model, device=config.device, precision=config.precision)
+            if not config.ort_spinning:
+                stop_spinning(encoder)
+            return cls(encoder)
         index = SearchIndex.load(config.index)
         try:
-            return cls(index.encoder(config.model, device=config.device, precision=config.precision), index)
+            encoder = index.encoder(config.model, device=config.device, precision=config.precision)
+            if not config.ort_spinning:
+                stop_spinning(encoder)
+            return cls(encoder, index)
         except BaseException:
             index.close()
             raise
@@ -86,6 +92,30 @@ class ServedModel:
 
     def describe(self) -> str:
         return f"{self.name} ({self.backend}, {self.device}, {self.precision}, {self.dim}-d)"
+
+
+def stop_spinning(encoder: Any) -> None:
+    """Reopen an ONNX model on the CPU with ONNX Runtime's intra-op threads not spinning.
+
+    By default the threads busy-wait for the next run after each one. An offline `encode` of large
+    batches loses little by it, but a server runs many small length groups and shares the cores
+    with its event loop (and often other processes): `benchmarks/serve.py` on 2 shared CPU cores
+    served 40 instead of 25 sentences/s to 8 single-sentence clients without spinning, and 36
+    instead of 23 to 32 (benchmarks/README.md). `OnnxEncoder` takes no such option, so its session
+    is replaced (`--ort-spinning` keeps it).
+    """
+    if getattr(encoder, "backend", None) != "onnx" or str(encoder.device) != "cpu":
+        return
+    import onnxruntime as ort
+
+    from embedkit.encode.onnx_backend import precision_files, session_options
+
+    options = session_options()
+    options.add_session_config_entry("session.intra_op.allow_spinning", "0")
+    file = encoder.path / precision_files(encoder.metadata)[encoder.precision]
+    encoder.session = ort.InferenceSession(
+        str(file), sess_options=options, providers=["CPUExecutionProvider"]
+    )
 
 
 class Engine:

@@ -3,10 +3,12 @@
 Defaults and where they come from:
 - `max_batch_tokens` 4096 (tokens summed over a batch's texts, as text-embeddings-inference's
   `--max-batch-tokens` counts them; about 160 Wikipedia sentences) and `max_wait_ms` 5 (infinity's
-  `batch_delay`): `benchmarks/serve.py --tune` on the exported all-MiniLM-L6-v2 (2 shared CPU cores)
-  found no setting from 1024 to 8192 tokens or 0 to 10 ms better beyond the machine's noise
-  (benchmarks/README.md); a larger budget only makes one batch's latency longer on a CPU. The wait
-  lets concurrent clients that were answered together come back into one batch.
+  `batch_delay`): `benchmarks/serve.py --tune` on the exported all-MiniLM-L6-v2 (2 shared CPU
+  cores) found no setting better beyond the machine's noise: 32 single-sentence clients got 74-86%
+  of the offline rate with every wait from 0 to 10 ms and budget from 1,024 to 16,384 tokens, and
+  the defaults 74% and 84% in two runs (benchmarks/README.md). On a CPU a larger budget only makes
+  one batch's latency longer. The wait lets concurrent clients that were answered together come
+  back into one batch.
 - `max_texts` 2048: the OpenAI embeddings API's limit on inputs per request.
 - `max_body_bytes` 8 MiB: 2048 texts of 4,000 characters; larger bodies are refused while reading.
 - `max_queue_texts` 16384: texts waiting for a batch, beyond which a request is refused with 503
@@ -52,6 +54,7 @@ class ServeConfig:
     max_queue_texts: int = DEFAULT_MAX_QUEUE_TEXTS
     max_k: int = DEFAULT_MAX_K
     access_log: bool = False
+    ort_spinning: bool = False  # let ONNX Runtime's CPU threads busy-wait (see engine.stop_spinning)
 
     def check(self) -> None:
         if not 0 <= self.port <= 65535:

@@ -1,4 +1,4 @@
-"""Fixtures of the server tests: a tiny exported ONNX model, an index over it, a running server."""
+"""Fixtures of the server tests: a tiny exported ONNX model and an index built with it."""
 
 from __future__ import annotations
 
@@ -6,17 +6,13 @@ import json
 from pathlib import Path
 
 import pytest
-
-pytest.importorskip("onnxruntime")
-pytest.importorskip("uvicorn")
-pytest.importorskip("starlette")
-
-from serve_helpers import CORPUS  # noqa: E402
+from serve_helpers import CORPUS
 
 
 @pytest.fixture(scope="session")
 def tiny_onnx(tiny_bert: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
     """The tiny random BERT exported to ONNX (fp32; max_seq_length 64, normalized in the graph)."""
+    pytest.importorskip("onnxruntime")
     from embedkit.export import export_model
 
     return export_model(

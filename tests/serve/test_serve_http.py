@@ -9,6 +9,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+pytest.importorskip("uvicorn")
+pytest.importorskip("starlette")
 httpx = pytest.importorskip("httpx")
 openai = pytest.importorskip("openai")
 parser = pytest.importorskip("prometheus_client.parser")

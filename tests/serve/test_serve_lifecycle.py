@@ -12,6 +12,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+pytest.importorskip("uvicorn")
+pytest.importorskip("starlette")
 httpx = pytest.importorskip("httpx")
 
 from serve_helpers import Server  # noqa: E402
