@@ -24,7 +24,6 @@ The two reference settings (all-MiniLM-L6-v2; see `embedkit experiment --help`):
 from __future__ import annotations
 
 import dataclasses
-import hashlib
 import json
 import shutil
 import time
@@ -51,6 +50,7 @@ from embedkit.evaluation.pseudo_queries import (
 from embedkit.locking import locked
 from embedkit.report.tables import BASE_METHOD, ExperimentTable, RunRecord, aggregate
 from embedkit.training.config import METHODS, TrainConfig
+from embedkit.training.experiment_manifest import MANIFEST, check_manifest, settings_key  # noqa: F401
 from embedkit.training.model import resolve_pooling
 from embedkit.training.trainer import steps_per_epoch, train
 from embedkit.training.views import sample_pairs
@@ -58,7 +58,6 @@ from embedkit.training.views import sample_pairs
 # TrainConfig fields the experiment sets for each run; a --train-option for them is refused.
 RESERVED = {"method": "--methods", "seed": "--seeds", "limit": "--sizes", "limit_seed": "--seeds"}
 RETRIEVAL_TABLE_METRIC = "ndcg@10"  # BEIR's headline metric; the run files keep all the others
-MANIFEST = "experiment.json"
 
 Notify = Callable[[str], None]
 
@@ -191,47 +190,6 @@ def prepare_pool(corpus: str | Path, config: ExperimentConfig) -> tuple[list[str
     sentences = load_sentences([d.full_text for d in documents], split_sentences=split).sentences
     kept, _ = pseudo.exclude(sentences)
     return kept, pseudo
-
-
-def settings_key(settings: dict[str, Any]) -> str:
-    return hashlib.sha256(json.dumps(settings, sort_keys=True).encode()).hexdigest()[:16]
-
-
-def check_manifest(out_dir: Path, settings: dict[str, Any]) -> str:
-    """Write `experiment.json`, or check that the one there has the same settings; return their key.
-
-    An experiment written before a training setting existed stays resumable while that setting
-    holds its default (which is, by design, the behaviour from before it existed); its runs keep
-    the key they were recorded under.
-    """
-    key = settings_key(settings)
-    path = out_dir / MANIFEST
-    if path.is_file():
-        old = read_json(path)
-        if old.get("key") == key:
-            return key
-        changed = changed_settings(old.get("settings", {}), settings)
-        if changed or not isinstance(old.get("key"), str):
-            raise InputError(
-                f"{out_dir} holds an experiment with other settings (changed: {', '.join(changed) or '?'}): "
-                "use another --out, or delete it to start over"
-            )
-        return old["key"]
-    write_json_atomic(path, {"key": key, "settings": settings})
-    return key
-
-
-def changed_settings(previous: dict[str, Any], current: dict[str, Any]) -> list[str]:
-    """Top-level settings that differ; a training field absent from `previous` counts at its default."""
-    defaults = TrainConfig().to_dict()
-    changed = []
-    for name in sorted(set(previous) | set(current)):
-        before, now = previous.get(name), current.get(name)
-        if name == "train" and isinstance(before, dict) and isinstance(now, dict):
-            now = {k: v for k, v in now.items() if k in before or v != defaults.get(k)}
-        if before != now:
-            changed.append(name)
-    return changed
 
 
 @locked("out_dir")

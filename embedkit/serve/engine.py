@@ -10,7 +10,6 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import functools
-import inspect
 from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
@@ -18,6 +17,8 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from embedkit.encode.batching import l2_normalize
+from embedkit.encode.protocol import EncoderBase
 from embedkit.errors import InputError
 from embedkit.serve.batching import DynamicBatcher, length_groups
 from embedkit.serve.metrics import Metrics
@@ -193,26 +194,19 @@ class Engine:
     async def search(self, queries: list[str], k: int, mode: str | None = None) -> tuple[list[list], int]:
         """Each query's hits (`SearchIndex.search_text`), and how many queries were truncated.
 
-        `mode` other than dense is passed to `search_text` where it takes one (hybrid search);
-        otherwise it is an `InputError`.
+        `mode` (dense, lexical, hybrid; None: the index's default) goes to `search_text`, which
+        refuses lexical and hybrid on an index without a lexical side (`InputError`).
         """
         assert self.model is not None and self.model.index is not None
         index = self.model.index
-        options: dict[str, Any] = {}
-        if mode not in (None, "dense"):
-            if "mode" not in inspect.signature(index.search_text).parameters:
-                raise InputError(
-                    f"search mode {mode!r} is not available: this index searches dense vectors only"
-                )
-            options["mode"] = mode
         loop = asyncio.get_running_loop()
         encoder = BatchedEncoder(self, loop)
-        search = functools.partial(index.search_text, queries, k, encoder=encoder, **options)
+        search = functools.partial(index.search_text, queries, k, encoder=encoder, mode=mode)
         hits = await loop.run_in_executor(self._index_thread, search)
         return hits, encoder.truncated
 
 
-class BatchedEncoder:
+class BatchedEncoder(EncoderBase):
     """The served encoder as `search_text` sees it, except that `encode` goes through the batcher.
 
     Called on the index thread: it hands the texts to the event loop and waits for their vectors,
@@ -229,15 +223,10 @@ class BatchedEncoder:
     def __getattr__(self, name: str) -> Any:
         return getattr(self._encoder, name)  # path, dim, fingerprint, max_seq_length, ...
 
-    def encode(
-        self,
-        texts: str | Sequence[str],
-        batch_size: int = 64,
-        normalize: bool | None = None,
-        progress: bool = False,
+    def encode_texts(
+        self, texts: list[str], batch_size: int, normalize: bool | None, progress: bool
     ) -> np.ndarray:
-        single = isinstance(texts, str)
-        items = [texts] if single else list(texts)
+        items = texts
         if not items:
             return np.empty((0, self._encoder.dim), dtype=np.float32)
         result = asyncio.run_coroutine_threadsafe(self._engine.embed(items), self._loop).result()
@@ -246,8 +235,8 @@ class BatchedEncoder:
         # As the encoder's own encode(normalize=True) does: only a model that does not normalize
         # gets normalized here, so that scores equal `embedkit search`'s to the last bit.
         if normalize and not getattr(self._encoder, "normalize_default", False):
-            vectors = vectors / np.maximum(np.linalg.norm(vectors, axis=1, keepdims=True), 1e-12)
-        return vectors[0] if single else vectors
+            vectors = l2_normalize(vectors)
+        return vectors
 
 
 def hit_record(rank: int, hit: Any) -> dict[str, Any]:
