@@ -3,6 +3,7 @@
     .venv/bin/python benchmarks/train_step.py --steps 10 --warmup 3
     .venv/bin/python benchmarks/train_step.py --device cuda --dtype bf16 --model-size bert-base
     (--model-size minilm-random: MiniLM's shape with random weights, for machines without the weights)
+    torchrun --nproc-per-node 1 benchmarks/train_step.py ...   (works too: one process, no process group)
 
 Every method trains its own copy of the model on the same batches (batch 64, length 32 by
 default); the methods take turns step by step, so a change in machine load hits all of them

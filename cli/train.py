@@ -2,13 +2,15 @@
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
-from typing import Annotated
+from typing import Annotated, Any
 
 import typer
 
-from embedkit.cli.common import check_io, handle_errors
+from embedkit.cli.common import check_io, fail, handle_errors
 from embedkit.cli.options import WaitOption
+from embedkit.errors import EmbedkitError, InputError
 from embedkit.training.config import TrainConfig  # stdlib only: no torch
 
 DEFAULTS = TrainConfig()
@@ -24,6 +26,7 @@ def register(app: typer.Typer) -> None:
 
 @handle_errors
 def train(
+    ctx: typer.Context,
     corpus: Annotated[
         Path,
         typer.Argument(
@@ -148,11 +151,21 @@ def train(
     ] = None,
     quiet: Annotated[bool, typer.Option("--quiet", "-q", help="No progress bar.")] = False,
     wait: WaitOption = False,
+    nproc: Annotated[
+        int,
+        typer.Option(
+            "--nproc",
+            min=1,
+            help="Train with N processes on this machine (one per GPU, else CPU processes with gloo), "
+            "through torchrun and DistributedDataParallel; each takes 1/N of every --batch-size batch.",
+        ),
+    ] = 1,
 ) -> None:
     """Train a sentence encoder on CORPUS (a few thousand unlabeled sentences) and save it to --out.
 
     The output folder loads with sentence-transformers, `embedkit embed/index` and `embedkit export`.
-    Metrics go to OUT/metrics.jsonl; a killed run continues with --resume.
+    Metrics go to OUT/metrics.jsonl; a killed run continues with --resume. Several GPUs: --nproc N,
+    or `torchrun --nproc-per-node N -m embedkit.cli train ...`.
     """
     from rich.console import Console
 
@@ -185,13 +198,33 @@ def train(
         save_steps=save_steps,
     ).with_overrides(options or [])
     config.validate()
+    rank = _torchrun_rank()
+    if nproc > 1:
+        if rank is not None:
+            raise InputError("--nproc starts the processes itself: leave it out under torchrun")
+        if config.batch_size % nproc:
+            raise InputError(
+                f"--batch-size {config.batch_size} does not divide by --nproc {nproc}: "
+                "each process takes an equal slice of every batch"
+            )
+        from embedkit.training.launch import launch
+
+        launch(nproc, _rank_argv(ctx))  # rank 0 prints what a single process prints
+        return
 
     from transformers.utils import logging as hf_logging
 
     from embedkit.training.trainer import train as run_training
 
     hf_logging.disable_progress_bar()  # the weight-loading bars would bury ours
-    result = run_training(corpus, out, config, progress=not quiet, resume=resume, overwrite=overwrite)
+    try:
+        result = run_training(corpus, out, config, progress=not quiet, resume=resume, overwrite=overwrite)
+    except EmbedkitError as exc:
+        if rank is None:
+            raise
+        raise _rank_failure(rank, exc) from None
+    if rank:  # rank 0 reports for all
+        return
 
     console = Console()
     console.print(
@@ -210,3 +243,49 @@ def train(
                 "[bold yellow]warning:[/] the trained model is WORSE than the untrained base model on the "
                 "dev set; keep using the base, or train with a lower --lr or fewer --max-steps"
             )
+
+
+def _torchrun_rank() -> int | None:
+    """This process's rank when torchrun started several; None for a single process."""
+    try:
+        world, rank = int(os.environ.get("WORLD_SIZE", "1")), int(os.environ.get("RANK", "0"))
+    except ValueError:
+        return None
+    return rank if world > 1 else None
+
+
+def _rank_failure(rank: int, exc: EmbedkitError) -> Exception:
+    """How a rank reports its failure: to `embedkit train --nproc` (a file), or one line of its own.
+
+    Under plain torchrun, rank 0 reports bad input for all (every rank checks the same input).
+    """
+    from embedkit.training.launch import RANK_ERRORS_ENV, write_rank_error
+
+    folder = os.environ.get(RANK_ERRORS_ENV)
+    if folder:
+        write_rank_error(Path(folder), rank, exc)
+        return typer.Exit(exc.exit_code)
+    if rank == 0:
+        return exc
+    if isinstance(exc, InputError):
+        return typer.Exit(exc.exit_code)
+    return fail(f"rank {rank}: {str(exc).splitlines()[0] if str(exc) else type(exc).__name__}", exc.exit_code)
+
+
+def _rank_argv(ctx: typer.Context) -> list[str]:
+    """This command line again, less --nproc: what each rank runs (`python -m embedkit.cli train ...`)."""
+    positional: list[str] = []
+    options: list[str] = []
+    for param in ctx.command.params:
+        value: Any = ctx.params.get(param.name or "")
+        if param.name == "nproc" or value is None:
+            continue
+        if param.param_type_name == "argument":
+            positional.append(str(value))
+        elif getattr(param, "is_flag", False):
+            options += [param.opts[0]] if value else []
+        else:
+            for item in value if getattr(param, "multiple", False) else [value]:
+                options += [param.opts[0], str(item)]
+    return [*positional, *options]
+

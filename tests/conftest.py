@@ -17,6 +17,12 @@ def tiny_bert(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 
 @pytest.fixture(scope="session")
+def still_bert(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The tiny BERT without dropout: training on it is a deterministic function of the data."""
+    return make_tiny_bert(tmp_path_factory.mktemp("still-bert"), dropout=0.0)
+
+
+@pytest.fixture(scope="session")
 def tiny_bert_no_types(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """A tiny random DistilBERT: no token_type_ids input, cls pooling, no Normalize module."""
     return make_tiny_bert(

@@ -28,10 +28,12 @@ def make_tiny_bert(
     hidden_size: int = 32,
     max_position_embeddings: int = 64,
     seed: int = 0,
+    dropout: float | None = None,
 ) -> Path:
     """Write a random BERT in Hugging Face + sentence-transformers layout to `path`.
 
-    `architecture="distilbert"` gives the same shape of model without token_type_ids.
+    `architecture="distilbert"` gives the same shape of model without token_type_ids; `dropout`
+    sets every dropout probability (None: the config's defaults, 0.1), 0 for deterministic training.
     """
     import torch
     from transformers import BertConfig, BertModel, BertTokenizerFast, DistilBertConfig, DistilBertModel
@@ -53,6 +55,7 @@ def make_tiny_bert(
             n_heads=num_attention_heads,
             hidden_dim=hidden_size * 2,
             max_position_embeddings=max_position_embeddings,
+            **({} if dropout is None else {"dropout": dropout, "attention_dropout": dropout}),
         )
         DistilBertModel(config).eval().save_pretrained(str(path))
         tokenizer_config = json.loads((path / "tokenizer_config.json").read_text())
@@ -66,6 +69,11 @@ def make_tiny_bert(
             num_attention_heads=num_attention_heads,
             intermediate_size=hidden_size * 2,
             max_position_embeddings=max_position_embeddings,
+            **(
+                {}
+                if dropout is None
+                else {"hidden_dropout_prob": dropout, "attention_probs_dropout_prob": dropout}
+            ),
         )
         BertModel(config).eval().save_pretrained(str(path))
 

@@ -23,8 +23,12 @@ correlation matrix is formed.
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import TYPE_CHECKING
 
 import torch
+
+if TYPE_CHECKING:
+    from embedkit.training.distributed import BatchShard
 
 # rho^2 is clamped to at most 1 - 1e-6 so that identical views give a finite I (at most
 # -1/2 log(1e-6) ~= 6.9 nats) and a finite gradient instead of log(0).
@@ -125,6 +129,7 @@ def sample_slice_entries(
     valid: torch.Tensor,
     num_samples: int = 150,
     generator: torch.Generator | None = None,
+    shard: BatchShard | None = None,
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """Sample entries uniformly without replacement among the valid ones of every (sentence, slice).
 
@@ -132,6 +137,9 @@ def sample_slice_entries(
         valid: (B, S, N) bool, the candidate entries (`ami_valid_entries`).
         num_samples: m, the sample size per slice; 150 as in the authors' code.
         generator: a torch.Generator for reproducible draws (best on ``valid``'s device).
+        shard: with several ranks, the rows of the global batch that ``valid`` holds: the random keys
+            are drawn for the whole global batch and this rank keeps its rows, so each rank samples
+            what a single process samples for those sentences (`distributed.BatchShard.draw`).
 
     Returns:
         ``indices`` (B, S, m') long and ``sample_mask`` (B, S, m') bool with m' = min(m, N). A slice
@@ -148,7 +156,11 @@ def sample_slice_entries(
     # without replacement of the valid entries, for every slice at once.
     # Drawn where the generator lives (a CPU generator also serves CUDA tensors, at a copy's cost).
     source = valid.device if generator is None else generator.device
-    keys = torch.rand(valid.shape, generator=generator, device=source).to(valid.device)
+
+    def uniform(shape: tuple[int, ...]) -> torch.Tensor:
+        return torch.rand(shape, generator=generator, device=source)
+
+    keys = (uniform(valid.shape) if shard is None else shard.draw(uniform, valid.shape)).to(valid.device)
     keys.masked_fill_(~valid, float("inf"))
     drawn, indices = torch.topk(keys, m, dim=-1, largest=False, sorted=False)
     return indices, drawn <= 1.0  # rand is in [0, 1); only the invalid keys are +inf
@@ -162,6 +174,7 @@ def attention_mutual_information(
     num_samples: int = 150,
     generator: torch.Generator | None = None,
     indices: tuple[torch.Tensor, torch.Tensor] | None = None,
+    shard: BatchShard | None = None,
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """Per (sentence, slice) mutual information between the two views' attention: miCSE Algorithm 1.
 
@@ -189,7 +202,7 @@ def attention_mutual_information(
     pairs2 = [_pair_view(attn2[j]) for j in chosen]
     valid = _valid_from_pairs(pairs1, pairs2, attention_mask)  # (B, S, N)
     if indices is None:
-        idx, sample_mask = sample_slice_entries(valid, num_samples, generator)
+        idx, sample_mask = sample_slice_entries(valid, num_samples, generator, shard)
     else:
         idx, sample_mask = indices
         if idx.shape != sample_mask.shape or idx.shape[:2] != valid.shape[:2]:
@@ -225,6 +238,36 @@ def attention_mutual_information(
     return mi, slice_valid.transpose(0, 1).reshape(batch, num_slices)
 
 
+def ami_sum_and_count(
+    attn1: Sequence[torch.Tensor],
+    attn2: Sequence[torch.Tensor],
+    attention_mask: torch.Tensor,
+    weight: float = 2.5e-3,
+    layers: Sequence[int] | None = None,
+    num_samples: int = 150,
+    generator: torch.Generator | None = None,
+    shard: BatchShard | None = None,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """``-weight`` x the sum of I over the valid (sentence, slice) pairs, and how many there are.
+
+    `ami_loss` is their ratio. Split over ranks, each rank returns its rows' sum and count, and the
+    ratio of the totals is the single-process loss (the trainer all-reduces the count). Arguments
+    are those of `attention_mutual_information`.
+    """
+    mi, slice_valid = attention_mutual_information(
+        attn1,
+        attn2,
+        attention_mask,
+        layers=layers,
+        num_samples=num_samples,
+        generator=generator,
+        shard=shard,
+    )
+    # A masked sum instead of mi[slice_valid]: no host sync.
+    kept = slice_valid.float()
+    return -weight * (mi * kept).sum(), kept.sum()
+
+
 def ami_loss(
     attn1: Sequence[torch.Tensor],
     attn2: Sequence[torch.Tensor],
@@ -250,9 +293,8 @@ def ami_loss(
         >>> out2 = model(**batch, output_attentions=True)  # second dropout view
         >>> loss = ami_loss(out1.attentions, out2.attentions, batch["attention_mask"])
     """
-    mi, slice_valid = attention_mutual_information(
-        attn1, attn2, attention_mask, layers=layers, num_samples=num_samples, generator=generator
+    total, count = ami_sum_and_count(
+        attn1, attn2, attention_mask, weight, layers=layers, num_samples=num_samples, generator=generator
     )
-    # A masked mean instead of mi[slice_valid].mean(): no host sync, and no NaN when none is valid.
-    kept = slice_valid.float()
-    return -weight * (mi * kept).sum() / kept.sum().clamp(min=1.0)
+    # no NaN when no slice is valid
+    return total / count.clamp(min=1.0)

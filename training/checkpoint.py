@@ -11,6 +11,11 @@ auxiliary network's masking (`rng.safetensors`), and the step, scheduler, grad-s
 config (`state.json`).
 The data order needs no state: epoch e's order is a function of (seed, e).
 
+With several ranks, rank 0 writes the checkpoint, which holds the unwrapped model (no DDP prefix)
+and, besides rank 0's torch RNG under the single-process names, every rank's torch RNG (`rankR_*`);
+AMI's and the masking generators are the same on every rank. Any number of ranks resumes from it: a
+rank whose RNG it does not hold is seeded from (seed, rank, step) (`distributed.rank_seed`).
+
 Every folder is written atomically. A dev-set improvement writes `best-000100/` (backbone
 weights only, what the final model is made of). After a checkpoint is written, older ones and
 best folders that it does not point to are deleted; on resume, best folders newer than the
@@ -112,8 +117,17 @@ class TrainingParts:
     aux_generator: torch.Generator | None = None  # the auxiliary MLM's masking RNG (InfoCSE)
 
 
-def save_checkpoint(out_dir: Path, parts: TrainingParts, state: TrainState, meta: dict[str, Any]) -> Path:
-    """Write `step-N` atomically, then delete the checkpoints and best folders it supersedes."""
+def save_checkpoint(
+    out_dir: Path,
+    parts: TrainingParts,
+    state: TrainState,
+    meta: dict[str, Any],
+    rank_rng: list[dict[str, torch.Tensor]] | None = None,
+) -> Path:
+    """Write `step-N` atomically, then delete the checkpoints and best folders it supersedes.
+
+    `rank_rng`: with several ranks, every rank's torch RNG states (`distributed.gather_rng_states`).
+    """
     model, optimizer, scheduler = parts.model, parts.optimizer, parts.scheduler
     scaler, generator = parts.scaler, parts.generator
     check_finite(model, state.step)
@@ -125,7 +139,7 @@ def save_checkpoint(out_dir: Path, parts: TrainingParts, state: TrainState, meta
             queue_state = model.queue.state_dict()
             save_file({"buffer": queue_state.pop("buffer").contiguous()}, str(tmp / "queue.safetensors"))
         torch.save(optimizer.state_dict(), tmp / "optimizer.pt")
-        save_file(_rng_tensors(generator, parts.aux_generator), str(tmp / "rng.safetensors"))
+        save_file(_rng_tensors(generator, parts.aux_generator, rank_rng), str(tmp / "rng.safetensors"))
         payload = {
             "state": asdict(state),
             "scheduler": scheduler.state_dict(),
@@ -138,8 +152,15 @@ def save_checkpoint(out_dir: Path, parts: TrainingParts, state: TrainState, meta
     return target
 
 
-def load_checkpoint(path: Path, parts: TrainingParts) -> TrainState:
-    """Restore everything `save_checkpoint` wrote (check `check_resumable` first)."""
+def load_checkpoint(
+    path: Path, parts: TrainingParts, rank: int | None = None, prune: bool = True
+) -> TrainState:
+    """Restore everything `save_checkpoint` wrote (check `check_resumable` first).
+
+    `rank`: this process's rank when several train together (its own torch RNG is restored where
+    the checkpoint holds it, see `has_rank_rng`); `prune`: delete what the resumed run will redo
+    (rank 0 only, so that the ranks do not race).
+    """
     model, optimizer, scheduler = parts.model, parts.optimizer, parts.scheduler
     scaler, generator = parts.scaler, parts.generator
     payload = read_json(path / "state.json")
@@ -154,11 +175,21 @@ def load_checkpoint(path: Path, parts: TrainingParts) -> TrainState:
     scheduler.load_state_dict(payload["scheduler"])
     if scaler is not None and payload.get("scaler"):
         scaler.load_state_dict(payload["scaler"])
-    _restore_rng(load_file(str(path / "rng.safetensors")), generator, parts.aux_generator)
+    _restore_rng(load_file(str(path / "rng.safetensors")), generator, parts.aux_generator, rank)
     state = TrainState(**payload["state"])
     # Best folders written after this checkpoint belong to the part of the run that is redone.
-    _prune(path.parent.parent, keep_step=state.step, keep_best=state.best_step)
+    if prune:
+        _prune(path.parent.parent, keep_step=state.step, keep_best=state.best_step)
     return state
+
+
+def has_rank_rng(path: Path, rank: int) -> bool:
+    """Whether the checkpoint holds the torch RNG of `rank` (rank 0's is always there)."""
+    from safetensors import safe_open
+
+    with safe_open(str(path / "rng.safetensors"), framework="pt") as handle:
+        names = set(handle.keys())
+    return rank == 0 or f"rank{rank}_torch_cpu" in names
 
 
 def check_resumable(path: Path, config: TrainConfig, data_fingerprint: str, base_fingerprint: str) -> None:
@@ -195,12 +226,19 @@ def _prune(out_dir: Path, keep_step: int, keep_best: int | None) -> None:
 
 
 def _rng_tensors(
-    generator: torch.Generator | None, aux_generator: torch.Generator | None = None
+    generator: torch.Generator | None,
+    aux_generator: torch.Generator | None = None,
+    rank_rng: list[dict[str, torch.Tensor]] | None = None,
 ) -> dict[str, torch.Tensor]:
-    tensors = {"torch_cpu": torch.get_rng_state()}
-    if torch.cuda.is_available():
-        for i, rng in enumerate(torch.cuda.get_rng_state_all()):
-            tensors[f"torch_cuda_{i}"] = rng
+    if rank_rng is None:
+        tensors = {"torch_cpu": torch.get_rng_state()}
+        if torch.cuda.is_available():
+            for i, rng in enumerate(torch.cuda.get_rng_state_all()):
+                tensors[f"torch_cuda_{i}"] = rng
+    else:  # rank 0's stream also under the single-process name, for a resume on one process
+        tensors = {"torch_cpu": rank_rng[0]["torch_cpu"].clone()}
+        for rank, states in enumerate(rank_rng):
+            tensors.update({f"rank{rank}_{name}": state for name, state in states.items()})
     if generator is not None:
         tensors["ami_sampler"] = generator.get_state()
     if aux_generator is not None:
@@ -212,17 +250,36 @@ def _restore_rng(
     tensors: dict[str, torch.Tensor],
     generator: torch.Generator | None,
     aux_generator: torch.Generator | None = None,
+    rank: int | None = None,
 ) -> None:
-    torch.set_rng_state(tensors["torch_cpu"])
-    if torch.cuda.is_available():
-        names = [f"torch_cuda_{i}" for i in range(torch.cuda.device_count())]
-        cuda = [tensors[name] for name in names if name in tensors]
-        if len(cuda) == len(names):
-            torch.cuda.set_rng_state_all(cuda)
+    own = f"rank{rank if rank is not None else 0}_torch_"
+    if rank is not None and f"{own}cpu" in tensors:  # this rank's streams, saved by a run on several ranks
+        torch.set_rng_state(tensors[f"{own}cpu"])
+        if torch.cuda.is_available() and f"{own}cuda" in tensors:
+            torch.cuda.set_rng_state(tensors[f"{own}cuda"])  # the current device: this rank's
+    elif rank is None or rank == 0:
+        torch.set_rng_state(tensors["torch_cpu"])
+        if torch.cuda.is_available():
+            _restore_cuda_rng(tensors, every_device=rank is None)
     if generator is not None and "ami_sampler" in tensors:
         generator.set_state(tensors["ami_sampler"])
     if aux_generator is not None and "aux_masking" in tensors:
         aux_generator.set_state(tensors["aux_masking"])
+
+
+def _restore_cuda_rng(tensors: dict[str, torch.Tensor], every_device: bool) -> None:
+    """A single-process checkpoint's CUDA streams: every device's, or only the current device's."""
+    if not every_device:
+        name = f"torch_cuda_{torch.cuda.current_device()}"
+        if name in tensors:
+            torch.cuda.set_rng_state(tensors[name])
+        return
+    names = [f"torch_cuda_{i}" for i in range(torch.cuda.device_count())]
+    cuda = [tensors[name] for name in names if name in tensors]
+    if len(cuda) == len(names):
+        torch.cuda.set_rng_state_all(cuda)
+    elif "rank0_torch_cuda" in tensors:  # a checkpoint of several ranks: rank 0's stream
+        torch.cuda.set_rng_state(tensors["rank0_torch_cuda"])
 
 
 def prepare_out_dir(out: Path, resume: bool, overwrite: bool) -> Path | None:
@@ -242,12 +299,15 @@ def prepare_out_dir(out: Path, resume: bool, overwrite: bool) -> Path | None:
     return None
 
 
-def overwrite_run_dir(out: Path) -> Path:
-    """Where a run that will replace the non-empty `out` keeps its checkpoints: a fresh hidden sibling.
+def overwrite_run_path(out: Path) -> Path:
+    """Where a run that will replace the non-empty `out` keeps its checkpoints: a hidden sibling."""
+    return out.parent / f".{out.name}.overwrite-run"
 
-    The caller holds `out`'s write lock, so a folder already there is a killed run's: it is removed.
-    """
-    run_dir = out.parent / f".{out.name}.overwrite-run"
+
+def overwrite_run_dir(out: Path) -> Path:
+    """`overwrite_run_path`, emptied: the caller holds `out`'s write lock, so a folder already there
+    is a killed run's."""
+    run_dir = overwrite_run_path(out)
     shutil.rmtree(run_dir, ignore_errors=True)
     return run_dir
 

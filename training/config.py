@@ -101,6 +101,9 @@ class TrainConfig:
     # --- runtime ---
     device: str = "auto"  # auto | cpu | cuda: CUDA when torch sees one
     precision: str = "auto"  # auto = bf16 autocast on CUDA if supported, else fp16 + GradScaler; fp32 on CPU
+    # With several ranks (torchrun): seconds a rank waits for the others at a collective, rank 0's dev
+    # evaluations and checkpoints included, before the job fails instead of hanging (torch's 30 min).
+    dist_timeout: float = 1800.0
 
     # --- model selection, logging, checkpoints ---
     dev_sts: str | None = None  # a sentence1/sentence2/score TSV scored by Spearman (SimCSE: STS-B dev)
@@ -115,7 +118,7 @@ class TrainConfig:
 
     # Fields that may differ when a run is resumed: they change no number the run computes.
     RESUMABLE_CHANGES: typing.ClassVar[frozenset[str]] = frozenset(
-        {"device", "eval_batch_size", "save_steps", "log_steps"}
+        {"device", "eval_batch_size", "save_steps", "log_steps", "dist_timeout"}
     )
 
     @property
@@ -156,7 +159,7 @@ class TrainConfig:
         _one_of("attn_implementation", self.attn_implementation, ATTENTIONS)
         if self.uses_ami and self.attn_implementation == "sdpa":
             raise InputError(f"method {self.method} needs attention maps: set attn_implementation to eager")
-        for name in ("learning_rate", "temperature", "momentum_decay"):
+        for name in ("learning_rate", "temperature", "momentum_decay", "dist_timeout"):
             value = getattr(self, name)
             if not (math.isfinite(value) and value > 0):
                 raise InputError(f"{name} must be a positive finite number, got {value}")

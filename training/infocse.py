@@ -32,14 +32,18 @@ from __future__ import annotations
 
 import contextlib
 import copy
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import torch
 from torch import nn
 from torch.nn import functional as F
 
 from embedkit.errors import InputError
+
+if TYPE_CHECKING:
+    from embedkit.training.distributed import BatchShard
 
 IGNORE = -100  # label of the positions that are not predicted (PyTorch's cross-entropy default)
 
@@ -66,18 +70,24 @@ def mask_tokens(
     vocab_size: int,
     rate: float,
     generator: torch.Generator | None,
+    shard: BatchShard | None = None,
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """BERT's masking: pick each real, non-special token with probability `rate`; of those, 80%
     become the mask token, 10% a uniformly random token, 10% stay (Devlin et al. 2019, Sec. 3.1).
 
     Returns (masked input ids, labels): labels hold the original id at picked positions, else -100.
-    Padding and special tokens are never picked.
+    Padding and special tokens are never picked. With `shard` (several ranks), the draws are made
+    for the whole global batch and this rank keeps its rows, as a single process would mask them.
     """
     device = input_ids.device
+
+    def draw(make: Callable[[torch.Size], torch.Tensor]) -> torch.Tensor:
+        return make(input_ids.shape) if shard is None else shard.draw(make, input_ids.shape)
+
     candidates = attention_mask.bool() & ~torch.isin(input_ids, special_ids.to(device))
-    picked = (torch.rand(input_ids.shape, generator=generator, device=device) < rate) & candidates
-    how = torch.rand(input_ids.shape, generator=generator, device=device)
-    random_ids = torch.randint(vocab_size, input_ids.shape, generator=generator, device=device)
+    picked = (draw(lambda s: torch.rand(s, generator=generator, device=device)) < rate) & candidates
+    how = draw(lambda s: torch.rand(s, generator=generator, device=device))
+    random_ids = draw(lambda s: torch.randint(vocab_size, s, generator=generator, device=device))
     masked = torch.where(picked & (how < 0.8), torch.full_like(input_ids, mask_id), input_ids)
     masked = torch.where(picked & (how >= 0.8) & (how < 0.9), random_ids, masked)
     labels = torch.where(picked, input_ids, torch.full_like(input_ids, IGNORE))
@@ -145,7 +155,9 @@ class AuxMLM(nn.Module):
         """The stage-1 result: the extra layers and the head (the frozen part comes from the base)."""
         return {k: v for k, v in self.state_dict().items() if not k.startswith("frozen.")}
 
-    def mask(self, batch: dict[str, torch.Tensor]) -> tuple[torch.Tensor, torch.Tensor]:
+    def mask(
+        self, batch: dict[str, torch.Tensor], shard: BatchShard | None = None
+    ) -> tuple[torch.Tensor, torch.Tensor]:
         return mask_tokens(
             batch["input_ids"],
             batch["attention_mask"],
@@ -154,12 +166,39 @@ class AuxMLM(nn.Module):
             self.vocab_size,
             self.rate,
             self.generator,
+            shard,
         )
 
     def features(self, masked_inputs: dict[str, torch.Tensor]) -> torch.Tensor:
         """(B, T, H) token features of the masked sentence from the frozen lower layers (detached)."""
         with torch.no_grad():
             return self.frozen(**masked_inputs).last_hidden_state.detach()
+
+    def loss_sum(
+        self,
+        sentence: torch.Tensor,
+        features: torch.Tensor,
+        attention_mask: torch.Tensor,
+        labels: torch.Tensor,
+        rank: int = 0,
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        """The cross-entropy summed over the masked positions, and their count; the gradient flows
+        into `sentence` only. With no masked position the sum is a 0 that still reaches every
+        trainable weight (DDP expects a gradient for each). `rank` varies the extra layers' dropout."""
+        from transformers.masking_utils import create_bidirectional_mask
+
+        hidden = torch.cat([sentence.unsqueeze(1).to(features.dtype), features[:, 1:]], dim=1)
+        mask = create_bidirectional_mask(
+            config=self.attn_config, inputs_embeds=hidden, attention_mask=attention_mask
+        )
+        with self._own_dropout(hidden.device, rank):
+            for layer in self.layers:
+                out = layer(hidden, mask)
+                hidden = out[0] if isinstance(out, tuple) else out
+        picked = labels != IGNORE
+        states = self.norm(self.act(self.dense(hidden[picked])))  # (M, H)
+        logits = F.linear(states, self.frozen.embeddings.word_embeddings.weight, self.bias)
+        return F.cross_entropy(logits.float(), labels[picked], reduction="sum"), picked.sum()
 
     def loss(
         self,
@@ -168,41 +207,37 @@ class AuxMLM(nn.Module):
         attention_mask: torch.Tensor,
         labels: torch.Tensor,
     ) -> torch.Tensor:
-        """Mean cross-entropy over the masked positions; the gradient flows into `sentence` only."""
-        from transformers.masking_utils import create_bidirectional_mask
+        """Mean cross-entropy over the masked positions (0 when none is); gradient into `sentence` only."""
+        total, count = self.loss_sum(sentence, features, attention_mask, labels)
+        return total / count.clamp(min=1)
 
-        hidden = torch.cat([sentence.unsqueeze(1).to(features.dtype), features[:, 1:]], dim=1)
-        mask = create_bidirectional_mask(
-            config=self.attn_config, inputs_embeds=hidden, attention_mask=attention_mask
-        )
-        with self._own_dropout(hidden.device):
-            for layer in self.layers:
-                out = layer(hidden, mask)
-                hidden = out[0] if isinstance(out, tuple) else out
-        picked = labels != IGNORE
-        if not bool(picked.any()):
-            return hidden.sum() * 0.0  # no token was masked: a zero that keeps the graph
-        states = self.norm(self.act(self.dense(hidden[picked])))  # (M, H)
-        logits = F.linear(states, self.frozen.embeddings.word_embeddings.weight, self.bias)
-        return F.cross_entropy(logits.float(), labels[picked])
+    def sum_and_count(
+        self, sentence: torch.Tensor, batch: dict[str, torch.Tensor], shard: BatchShard | None = None
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        """Mask `batch` (this rank's rows of the global masking with `shard`), extract the frozen
+        features, and return `loss_sum` given `sentence` (B, H)."""
+        masked, labels = self.mask(batch, shard)
+        inputs = {k: v for k, v in batch.items() if k != "input_ids"} | {"input_ids": masked}
+        rank = shard.rank if shard is not None else 0
+        return self.loss_sum(sentence, self.features(inputs), batch["attention_mask"], labels, rank)
 
     def forward(self, sentence: torch.Tensor, batch: dict[str, torch.Tensor]) -> torch.Tensor:
         """Mask `batch`, extract the frozen features, and return the MLM loss given `sentence` (B, H)."""
-        masked, labels = self.mask(batch)
-        inputs = {k: v for k, v in batch.items() if k != "input_ids"} | {"input_ids": masked}
-        return self.loss(sentence, self.features(inputs), batch["attention_mask"], labels)
+        total, count = self.sum_and_count(sentence, batch)
+        return total / count.clamp(min=1)
 
     @contextlib.contextmanager
-    def _own_dropout(self, device: torch.device) -> Iterator[None]:
+    def _own_dropout(self, device: torch.device, rank: int = 0) -> Iterator[None]:
         """Draw the extra layers' dropout masks from a stream seeded by the masking generator, so the
-        global RNG (the encoder's dropout) advances exactly as without this term."""
+        global RNG (the encoder's dropout) advances exactly as without this term; with several ranks
+        the rank is added to the seed, so that they do not repeat each other's masks."""
         if not self.training or self.generator is None:
             yield
             return
         seed = int(torch.randint(1 << 62, (1,), generator=self.generator, device=self.generator.device))
         devices = [device.index or torch.cuda.current_device()] if device.type == "cuda" else []
         with torch.random.fork_rng(devices=devices):
-            torch.manual_seed(seed)
+            torch.manual_seed(seed + rank)
             yield
 
 

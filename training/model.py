@@ -13,6 +13,11 @@ pure loss functions of `losses` and `ami`:
 6. with `aux_weight` (InfoCSE), lambda x the auxiliary MLM loss, which reaches the encoder only
    through the pooled vectors of both views (`infocse.AuxMLM`).
 
+With several ranks (`distributed`), each runs this step on its slice of the global batch: the views'
+vectors and the momentum keys are gathered, the per-sentence terms are each rank's share of the
+batch mean, and the loss to backpropagate is scaled so that DDP's average is the single-process
+gradient.
+
 The optimizer (AdamW), its linear warm-up/decay schedule and the update are at the end.
 """
 
@@ -34,6 +39,7 @@ from embedkit.encode.torch_backend import load_backbone, pool
 from embedkit.errors import InputError
 from embedkit.training import ami, infocse, losses
 from embedkit.training.config import TrainConfig
+from embedkit.training.distributed import BatchShard
 from embedkit.training.momentum import EmbeddingQueue, MomentumEncoder
 
 
@@ -58,9 +64,10 @@ class MLPHead(nn.Module):
 class StepOutput:
     """The loss terms of one step and the momentum keys to enqueue after it."""
 
-    loss: torch.Tensor  # the total, what backward() runs on
-    terms: dict[str, torch.Tensor]  # each weighted term, detached (info_nce, ami, reconstruction)
-    keys: torch.Tensor | None  # (B, D) momentum keys, or None without a queue
+    loss: torch.Tensor  # what backward() runs on: the total, or with N ranks N x this rank's share
+    terms: dict[str, torch.Tensor]  # each weighted term of the whole batch, detached (info_nce, ami, ...)
+    keys: torch.Tensor | None  # (B, D) momentum keys of the whole batch, or None without a queue
+    total: torch.Tensor  # the sum of `terms`: the loss of the whole batch, detached
 
 
 def resolve_pooling(pooling: str, base_path: Path) -> str:
@@ -125,13 +132,26 @@ class ContrastiveModel(nn.Module):
         hidden = self.backbone(**inputs).last_hidden_state
         return pool(hidden, inputs["attention_mask"], self.pooling)
 
-    def step(self, batch: dict[str, Any], generator: torch.Generator | None) -> StepOutput:
+    def forward(
+        self, batch: dict[str, Any], generator: torch.Generator | None, shard: BatchShard | None = None
+    ) -> dict[str, Any]:
+        """`step`'s output as a dict (`StepOutput(**out)`), for DistributedDataParallel.
+
+        DDP runs a wrapped module through its forward and finds the loss among the tensors of the
+        output to hook its gradient synchronisation in; a dataclass would hide them.
+        """
+        return dict(vars(self.step(batch, generator, shard)))
+
+    def step(
+        self, batch: dict[str, Any], generator: torch.Generator | None, shard: BatchShard | None = None
+    ) -> StepOutput:
         """The miCSE objective on one batch; run it in train mode, under autocast if any.
 
         `batch` is the backbone inputs (B, T) of one text per example, whose two views differ by
         their dropout masks (the paper), or `{"anchor": ..., "positive": ...}` for two texts per
         example (the document views of `training.views`); the momentum keys then come from the
-        positives, as MoCo and Contriever take them.
+        positives, as MoCo and Contriever take them. With several ranks, `batch` is this rank's
+        slice of the global batch that `shard` describes (see `distributed`).
         """
         config = self.config
         if "positive" in batch:
@@ -151,19 +171,23 @@ class ContrastiveModel(nn.Module):
             e1, e2 = pooled[:size], pooled[size:]  # (B, D) each
             key_inputs = inputs
             aux_vectors, aux_inputs = sentences, doubled
+        shard = shard or BatchShard.whole(e1.shape[0])
 
         keys = None
         if self.momentum is not None:
             with torch.no_grad():
                 hidden = self.momentum(**key_inputs)  # (B, T, D)
                 keys = self.head(pool(hidden, key_inputs["attention_mask"], self.pooling)).float()
+                keys = shard.gather(keys)  # every rank's keys, so every rank holds the same queue
+        if shard.world_size > 1:  # the negatives of the whole batch; the gradient flows through ours
+            e1, e2 = shard.gather_with_grad(torch.cat([e1, e2], dim=-1)).chunk(2, dim=-1)
 
         queued = self.queue.keys() if self.queue is not None and len(self.queue) else None
         terms = {"info_nce": losses.info_nce(e1, e2, queue=queued, temperature=config.temperature)}
         if config.uses_ami and out is not None:
             attn1 = [a[:size] for a in out.attentions]  # per layer (B, H, T, T)
             attn2 = [a[size:] for a in out.attentions]
-            terms["ami"] = ami.ami_loss(
+            ami_sum, ami_count = ami.ami_sum_and_count(
                 attn1,
                 attn2,
                 inputs["attention_mask"],
@@ -171,13 +195,27 @@ class ContrastiveModel(nn.Module):
                 layers=self.ami_layers,
                 num_samples=config.ami_samples,
                 generator=generator,
+                shard=shard,
             )
+            # this rank's share of the batch mean (the whole mean for one rank)
+            terms["ami"] = ami_sum / shard.all_sum(ami_count).clamp(min=1.0)
         if config.reconstruction_weight > 0:
             terms["reconstruction"] = config.reconstruction_weight * losses.reconstruction_loss(e1, e2)
         if self.aux is not None:  # InfoCSE: the vectors before the MLP head, both views
-            terms["aux_mlm"] = config.aux_weight * self.aux(aux_vectors, aux_inputs)
-        total = sum(terms.values(), torch.zeros((), device=e1.device))
-        return StepOutput(total, {k: v.detach() for k, v in terms.items()}, keys)
+            aux_shard = shard if out is None else shard.doubled()
+            mlm_sum, mlm_count = self.aux.sum_and_count(aux_vectors, aux_inputs, aux_shard)
+            terms["aux_mlm"] = config.aux_weight * (mlm_sum / shard.all_sum(mlm_count).clamp(min=1))
+        zero = torch.zeros((), device=e1.device)
+        loss = sum(terms.values(), zero)
+        reported = {k: v.detach() for k, v in terms.items()}
+        if shard.world_size > 1:
+            shares = [k for k in ("ami", "aux_mlm") if k in reported]  # per-sentence terms: sum the shares
+            if shares:
+                summed = shard.all_sum(torch.stack([reported[k] for k in shares]))
+                reported.update(zip(shares, summed, strict=True))
+            # DDP averages the ranks' gradients, while the batch gradient is their sum
+            loss = loss * shard.world_size
+        return StepOutput(loss, reported, keys, sum(reported.values(), zero))
 
     def _sentence_vectors(self, inputs: dict[str, torch.Tensor]) -> torch.Tensor:
         """Pooled vectors (B, D) of one text per example, before the head; dropout on in training."""

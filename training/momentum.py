@@ -9,6 +9,7 @@ the caller; the head is shared with the online network, not averaged.
 from __future__ import annotations
 
 import copy
+from typing import NamedTuple
 
 import torch
 from torch import nn
@@ -34,30 +35,71 @@ def ema_update(target: nn.Module, online: nn.Module, decay: float = 0.995) -> No
     as position ids) are copied, not averaged. Both modules must have the same parameter names and
     shapes (the target is a copy of the online module).
     """
-    if not 0.0 <= decay <= 1.0:
-        raise ValueError(f"the momentum decay must lie in [0, 1], got {decay}")
+    _check_decay(decay)
+    pairs = match_tensors(target, online)
+    sources = [
+        o.to(dtype=t.dtype, device=t.device) for t, o in zip(pairs.targets, pairs.sources, strict=True)
+    ]
+    _apply_ema(pairs.targets, sources, pairs.target_buffers, pairs.source_buffers, decay)
+
+
+class TensorPairs(NamedTuple):
+    """A target module's parameters and buffers beside the online module's of the same names."""
+
+    targets: list[torch.Tensor]
+    sources: list[torch.Tensor]
+    target_buffers: list[torch.Tensor]
+    source_buffers: list[torch.Tensor]
+
+    @property
+    def same_kind(self) -> bool:
+        """Every parameter pair on one device with one dtype: the online tensors serve as they are
+        (buffers are copied, which converts)."""
+        pairs = zip(self.targets, self.sources, strict=True)
+        return all(t.dtype == o.dtype and t.device == o.device for t, o in pairs)
+
+
+def match_tensors(target: nn.Module, online: nn.Module) -> TensorPairs:
+    """Pair the parameters (and buffers) of `target` and `online` by name; `ValueError` on a mismatch."""
     target_params = dict(target.named_parameters())
     online_params = dict(online.named_parameters())
     if target_params.keys() != online_params.keys():
         raise ValueError(
             "ema_update needs two modules with the same parameters (the target is a copy of the online)"
         )
-    targets, sources = [], []
     for name, t in target_params.items():
         o = online_params[name]
         if t.shape != o.shape:
             raise ValueError(
                 f"parameter {name} has shape {tuple(t.shape)} in the target but {tuple(o.shape)} online"
             )
-        targets.append(t)
-        sources.append(o.detach().to(dtype=t.dtype, device=t.device))
-    # lerp: t + (1 - decay) * (o - t), the same average; the foreach form is a few fused kernels
-    # on a GPU instead of one launch per parameter.
-    torch._foreach_lerp_(targets, sources, 1.0 - decay)
     online_buffers = dict(online.named_buffers())
-    for name, t in target.named_buffers():
-        if name in online_buffers:
-            t.copy_(online_buffers[name])
+    buffers = [(t, online_buffers[name]) for name, t in target.named_buffers() if name in online_buffers]
+    return TensorPairs(
+        list(target_params.values()),
+        [online_params[name].detach() for name in target_params],
+        [t for t, _ in buffers],
+        [o for _, o in buffers],
+    )
+
+
+def _apply_ema(
+    targets: list[torch.Tensor],
+    sources: list[torch.Tensor],
+    target_buffers: list[torch.Tensor],
+    source_buffers: list[torch.Tensor],
+    decay: float,
+) -> None:
+    # lerp: t + (1 - decay) * (o - t), the same average; the foreach forms are a few fused kernels
+    # on a GPU instead of one launch per tensor.
+    torch._foreach_lerp_(targets, sources, 1.0 - decay)
+    if target_buffers:
+        torch._foreach_copy_(target_buffers, source_buffers)
+
+
+def _check_decay(decay: float) -> None:
+    if not 0.0 <= decay <= 1.0:
+        raise ValueError(f"the momentum decay must lie in [0, 1], got {decay}")
 
 
 def set_dropout(module: nn.Module, p: float) -> None:
@@ -98,14 +140,14 @@ class MomentumEncoder(nn.Module):
 
     def __init__(self, online_backbone: nn.Module, decay: float = 0.995, dropout: float = 0.3) -> None:
         super().__init__()
-        if not 0.0 <= decay <= 1.0:
-            raise ValueError(f"the momentum decay must lie in [0, 1], got {decay}")
+        _check_decay(decay)
         self.decay = decay
         self.dropout_p = dropout
         self.encoder = copy.deepcopy(online_backbone)
         self.encoder.requires_grad_(False)
         set_dropout(self.encoder, dropout)
         self.encoder.train()
+        self._pairs: tuple[nn.Module, TensorPairs] | None = None  # (online module, its matched tensors)
 
     def train(self, mode: bool = True) -> MomentumEncoder:
         """Keep the copy in train mode whatever the parent asks: its dropout is always on."""
@@ -115,8 +157,21 @@ class MomentumEncoder(nn.Module):
 
     @torch.no_grad()
     def update(self, online_backbone: nn.Module) -> None:
-        """One EMA step towards the online backbone (call it after each optimizer step)."""
-        ema_update(self.encoder, online_backbone, self.decay)
+        """One EMA step towards the online backbone (call it after each optimizer step): `ema_update`.
+
+        The two modules' tensors are matched by name on the first call and kept, so that a step is
+        two fused foreach calls; walking the module trees and checking ~100 parameters each step costs
+        more host time than the update itself where a GPU runs it. The online weights are the same
+        tensors from step to step (the optimizer and `load_state_dict` write into them in place).
+        """
+        if self._pairs is None or self._pairs[0] is not online_backbone:
+            pairs = match_tensors(self.encoder, online_backbone)
+            if not pairs.same_kind:  # a copy per step is needed: nothing to keep
+                ema_update(self.encoder, online_backbone, self.decay)
+                return
+            self._pairs = (online_backbone, pairs)
+        pairs = self._pairs[1]
+        _apply_ema(pairs.targets, pairs.sources, pairs.target_buffers, pairs.source_buffers, self.decay)
 
     @torch.no_grad()
     def forward(self, **inputs: torch.Tensor) -> torch.Tensor:

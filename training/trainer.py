@@ -9,6 +9,10 @@ which replaces `OUT` atomically, so the checkpoints disappear with the unfinishe
 With `overwrite` of a non-empty `OUT`, the run lives beside it (`ckpt.overwrite_run_dir`) until the
 new model replaces `OUT`: a failed or killed run leaves the old folder as it was. One writer at a
 time trains into `OUT` (`embedkit.locking`).
+
+Under torchrun (`distributed`) every rank runs this function: each embeds its slice of every global
+batch through DistributedDataParallel, and rank 0 alone holds the lock, evaluates, logs, writes the
+checkpoints and the model folder while the others wait at a barrier.
 """
 
 from __future__ import annotations
@@ -17,7 +21,7 @@ import math
 import shutil
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -26,18 +30,23 @@ import torch
 
 from embedkit.data.corpus import CorpusStats
 from embedkit.encode.batching import TokenBatcher
-from embedkit.encode.devices import torch_device
 from embedkit.encode.model_folder import model_fingerprint, read_model_spec
 from embedkit.errors import InputError, RunFailure
-from embedkit.evaluation.evaluator import Evaluator
-from embedkit.locking import locked
-from embedkit.training import aux_stage1
+from embedkit.locking import write_lock
+from embedkit.training import aux_stage1, distributed
 from embedkit.training import checkpoint as ckpt
 from embedkit.training.checkpoint_selection import InferenceEncoder, dev_evaluator, dev_label, dev_score
 from embedkit.training.config import TrainConfig
-from embedkit.training.model import ContrastiveModel, make_optimizer, make_scheduler, optimizer_step
-from embedkit.training.save import write_model_folder
-from embedkit.training.views import PairStats, TrainingExamples, load_examples
+from embedkit.training.display import TrainDisplay, format_terms
+from embedkit.training.model import (
+    ContrastiveModel,
+    StepOutput,
+    make_optimizer,
+    make_scheduler,
+    optimizer_step,
+)
+from embedkit.training.save import beats_base, finish_run
+from embedkit.training.views import PairStats, load_examples
 
 StepCallback = Callable[[int, dict[str, float]], None]
 
@@ -67,10 +76,11 @@ class TrainResult:
         return self.dev_score < self.base_dev_score
 
 
-def steps_per_epoch(num_sentences: int, batch_size: int) -> int:
-    """Batches per epoch; a last batch of one sentence is dropped (it has no in-batch negative)."""
+def steps_per_epoch(num_sentences: int, batch_size: int, ranks: int = 1) -> int:
+    """Batches per epoch; a last batch of one sentence is dropped (it has no in-batch negative), and
+    so is one with fewer sentences than there are ranks (each rank needs a sentence)."""
     full, rest = divmod(num_sentences, batch_size)
-    return full + (1 if rest >= 2 else 0)
+    return full + (1 if rest >= max(2, ranks) else 0)
 
 
 def epoch_order(num_sentences: int, seed: int, epoch: int) -> np.ndarray:
@@ -94,10 +104,18 @@ def autocast(device: torch.device, dtype: torch.dtype | None) -> torch.autocast:
 
 
 def pad_batch(
-    encodings: Sequence[Any], rows: np.ndarray, pad_id: int, device: torch.device
+    encodings: Sequence[Any],
+    rows: np.ndarray,
+    pad_id: int,
+    device: torch.device,
+    width: int | None = None,
 ) -> dict[str, torch.Tensor]:
-    """Pad the tokenized sentences `rows` to the longest of them, as backbone inputs (B, T)."""
-    width = max(len(encodings[i].ids) for i in rows)
+    """Pad the tokenized sentences `rows` to the longest of them (or to `width`), as backbone inputs (B, T).
+
+    Several ranks pad their slices to the longest sentence of the whole batch, so every rank's
+    tensors (attention maps included) have the single-process width.
+    """
+    width = width or max(len(encodings[i].ids) for i in rows)
     ids = np.full((len(rows), width), pad_id, dtype=np.int64)
     mask = np.zeros((len(rows), width), dtype=np.int64)
     types = np.zeros((len(rows), width), dtype=np.int64)
@@ -108,35 +126,6 @@ def pad_batch(
     return {k: torch.from_numpy(v).to(device) for k, v in arrays.items()}
 
 
-class TrainDisplay:
-    """A rich progress bar with the loss terms, and one-line notes, on stderr (or nothing)."""
-
-    def __init__(self, total: int, enabled: bool) -> None:
-        from rich.console import Console
-
-        self.total, self.enabled, self.progress = total, enabled, None
-        self.console = Console(stderr=True, quiet=not enabled)
-
-    def note(self, text: str) -> None:
-        self.console.print(text, highlight=False)
-
-    def start(self, step: int) -> None:
-        from embedkit.progress import ProgressBar
-
-        if self.enabled:
-            self.progress = ProgressBar(self.total, "training", completed=step, console=self.console)
-            self.progress.start()
-
-    def advance(self, step: int, terms: dict[str, float]) -> None:
-        if self.progress is not None:
-            self.progress.update(completed=step, status=_format(terms))
-
-    def stop(self) -> None:
-        if self.progress is not None:
-            self.progress.stop()
-
-
-@locked("out_dir")
 def train(
     corpus: str | Path | Sequence[str],
     out_dir: str | Path,
@@ -156,29 +145,67 @@ def train(
     Raises `InputError` for bad input, before anything is written, and `RunFailure` when the
     loss stops being finite (the last good checkpoint stays). The trained model may score below
     the untrained base on the dev set: check `worse_than_base` on the result.
+
+    Started by torchrun with WORLD_SIZE > 1, every rank calls this (see `distributed`): `on_step`
+    runs on every rank, and the dev scores of the result are rank 0's (None on the others).
     """
     config = (config or TrainConfig()).validate()
-    out = Path(out_dir).expanduser()
+    context = distributed.setup(config.device, config.dist_timeout)
+    options = {"progress": progress, "resume": resume, "overwrite": overwrite, "on_step": on_step}
+    try:
+        if not context.is_main:  # rank 0 holds the write lock for all of them
+            return _train(corpus, out_dir, config, context, **options)
+        with write_lock(out_dir):
+            return _train(corpus, out_dir, config, context, **options)
+    except Exception as exc:
+        failure = distributed.lost_contact(exc, context)
+        if failure is not None:
+            raise failure from None
+        raise
+    finally:
+        distributed.cleanup(context)
 
-    # 1. Check every input before anything is written.
+
+def _train(
+    corpus: str | Path | Sequence[str],
+    out_dir: str | Path,
+    config: TrainConfig,
+    context: distributed.Context,
+    *,
+    progress: bool,
+    resume: bool,
+    overwrite: bool,
+    on_step: StepCallback | None,
+) -> TrainResult:
+    out = Path(out_dir).expanduser()
+    main = context.is_main
+
+    # 1. Check every input before anything is written (every rank checks, rank 0 writes).
     dev = dev_evaluator(config, corpus)
     # the dev pseudo queries' sentences are held out of training
     sample = load_examples(corpus, config, getattr(dev, "pseudo_set", None))
     if len(sample) < 2:
         raise InputError("contrastive training needs at least 2 distinct sentences")
-    device = torch_device(config.device)
+    if config.batch_size % context.world_size:
+        raise InputError(
+            f"--batch-size {config.batch_size} does not divide by the {context.world_size} ranks: "
+            "each rank takes an equal slice of every batch"
+        )
+    device = context.device
     dtype = resolve_precision(config.precision, device)
     spec = read_model_spec(config.base_model)
     if spec.kind != "torch":
         raise InputError(f"--base {spec.path} is an ONNX folder: training needs the torch model")
     base_fingerprint = model_fingerprint(spec.path)
     resume_from = ckpt.prepare_out_dir(out, resume, overwrite)
-    # A run that replaces a folder trains beside it: until the new model is complete, a failure or a
-    # kill leaves the old folder exactly as it was (its metrics, no checkpoints added).
-    run_dir = ckpt.overwrite_run_dir(out) if overwrite and resume_from is None and _busy(out) else out
     if resume_from is not None:
         ckpt.check_resumable(resume_from, config, sample.fingerprint, base_fingerprint)
     aux_sentences = aux_stage1.stage1_sentences(config, sample.anchors) if resume_from is None else None
+    beside = overwrite and resume_from is None and _busy(out)
+    distributed.barrier(context)  # every rank has looked at OUT before rank 0 changes it
+    # A run that replaces a folder trains beside it: until the new model is complete, a failure or a
+    # kill leaves the old folder exactly as it was (its metrics, no checkpoints added).
+    run_dir = out if not beside else ckpt.overwrite_run_dir(out) if main else ckpt.overwrite_run_path(out)
 
     # 2. Model (the head's init is seeded), tokenized data, optimizer, schedule, RNGs.
     torch.manual_seed(config.seed)
@@ -190,7 +217,7 @@ def train(
     positive_encodings = positive_batcher.tokenizer.encode_batch(sample.positives or [])
     # The dev criterion embeds at the inference length, as a user of the saved folder will.
     dev_encoder = InferenceEncoder(model, TokenBatcher(spec.path, spec.max_seq_length), dtype, spec.path)
-    per_epoch = steps_per_epoch(len(sample), config.batch_size)
+    per_epoch = steps_per_epoch(len(sample), config.batch_size, context.world_size)
     total = int(min(config.epochs * per_epoch, config.max_steps or math.inf))
     optimizer = make_optimizer(model, config)
     scheduler = make_scheduler(optimizer, total, config.warmup_ratio)
@@ -205,36 +232,49 @@ def train(
         "data_fingerprint": sample.fingerprint,
         "base_fingerprint": base_fingerprint,
     }
+    if context.rank > 0:  # its own dropout masks; rank 0 keeps the single-process stream
+        torch.manual_seed(distributed.rank_seed(config.seed, context.rank))
 
     # 3. Resume from the last checkpoint, or start afresh with the base model's dev score.
-    run_dir.mkdir(parents=True, exist_ok=True)
+    if main:
+        run_dir.mkdir(parents=True, exist_ok=True)
     metrics = run_dir / ckpt.METRICS
-    display = TrainDisplay(total, enabled=progress)
-    display.note(f"{config.method}: {sample.stats.describe()}; {total} steps on {device.type}")
+    display = TrainDisplay(total, enabled=progress and main)
+    ranks = f" x {context.world_size} ranks ({context.backend})" if context.distributed else ""
+    display.note(f"{config.method}: {sample.stats.describe()}; {total} steps on {device.type}{ranks}")
     if config.ami_dropped:
         views = config.views
         display.note(f"note: AMI compares dropout views of the same tokens; --views {views} turns it off")
+    world = {"world_size": context.world_size}
     if resume_from is not None:
-        state = ckpt.load_checkpoint(resume_from, parts)
-        ckpt.truncate_metrics(metrics, state.step)
-        ckpt.append_metrics(metrics, {"event": "resume", "step": state.step})
+        rank = context.rank if context.distributed else None
+        state = ckpt.load_checkpoint(resume_from, parts, rank=rank, prune=main)
+        if context.rank > 0 and not ckpt.has_rank_rng(resume_from, context.rank):
+            torch.manual_seed(distributed.rank_seed(config.seed, context.rank, state.step))
+        if main:
+            ckpt.truncate_metrics(metrics, state.step)
+            ckpt.append_metrics(metrics, {"event": "resume", "step": state.step, **world})
         display.note(f"resumed from step {state.step}")
     else:
+        state = ckpt.TrainState()
+    if resume_from is None and main:
         if overwrite:
             ckpt.remove_checkpoints(run_dir)
             metrics.unlink(missing_ok=True)
-        state = ckpt.TrainState()
-        if model.aux is not None:  # stage 1 (or its cache) before the first step; own RNG streams
+        # Stage 1 (or its cache) before the first step, on its own RNG streams; DDP then hands
+        # rank 0's auxiliary weights to the other ranks.
+        if model.aux is not None:
             meta["aux_stage1"] = aux_stage1.prepare_aux(
                 model, config, aux_sentences, base_fingerprint, spec.path, device, dtype, display.note
             )
-        start = {"event": "start", "step": 0, "steps": total, "sentences": len(sample)}
+        start = {"event": "start", "step": 0, "steps": total, "sentences": len(sample), **world}
         ckpt.append_metrics(metrics, {**start, **meta})
         if dev is not None:
             state.base_score = dev_score(dev, dev_encoder)
             record = {"step": 0, f"dev_{dev.primary_metric}": state.base_score, "base": True}
             ckpt.append_metrics(metrics, record)
             display.note(f"base model: {dev_label(dev)} {state.base_score:.4f}")
+    network = distributed.data_parallel(model, context)
 
     # 4. The steps.
     display.start(state.step)
@@ -244,20 +284,22 @@ def train(
             epoch, offset = divmod(state.step, per_epoch)
             order = epoch_order(len(sample), config.seed, epoch)
             rows = order[offset * config.batch_size : (offset + 1) * config.batch_size]
-            batch: dict[str, Any] = pad_batch(encodings, rows, batcher.pad_id, device)
+            shard = distributed.BatchShard.split(len(rows), context)
+            batch = _rank_batch(encodings, rows, shard, batcher.pad_id, device)
             if sample.positives is not None:
-                positive = pad_batch(positive_encodings, rows, positive_batcher.pad_id, device)
+                positive = _rank_batch(positive_encodings, rows, shard, positive_batcher.pad_id, device)
                 batch = {"anchor": batch, "positive": positive}
-            model.train()
+            network.train()
             with autocast(device, dtype):
-                result = model.step(batch, generator)
-            terms = {"loss": result.loss.item(), **{k: v.item() for k, v in result.terms.items()}}
-            if not math.isfinite(terms["loss"]):
-                ckpt.append_metrics(metrics, {"event": "nonfinite", "step": state.step + 1, **terms})
+                result = StepOutput(**network(batch, generator, shard))
+            terms = {"loss": result.total.item(), **{k: v.item() for k, v in result.terms.items()}}
+            if not math.isfinite(terms["loss"]):  # the whole batch's loss: every rank stops here
+                if main:
+                    ckpt.append_metrics(metrics, {"event": "nonfinite", "step": state.step + 1, **terms})
                 last = ckpt.latest_checkpoint(run_dir)
                 kept = f"the last good checkpoint is {last}" if last else "no checkpoint was written yet"
                 raise RunFailure(
-                    f"the loss became {terms['loss']} at step {state.step + 1} ({_format(terms)}); "
+                    f"the loss became {terms['loss']} at step {state.step + 1} ({format_terms(terms)}); "
                     f"training stopped, {kept}; try a lower learning rate"
                 )
             lr = scheduler.get_last_lr()[0]
@@ -265,13 +307,16 @@ def train(
             model.after_step(result.keys)  # momentum EMA, then this step's keys enter the queue
             state.step += 1
             state.last_losses, state.seconds = terms, time.perf_counter() - started
-            if state.step % config.log_steps == 0 or state.step == total:
+            if main and (state.step % config.log_steps == 0 or state.step == total):
                 queued = len(model.queue) if model.queue is not None else 0
                 ckpt.append_metrics(
                     metrics, {"step": state.step, "epoch": epoch, "lr": lr, **terms, "queue": queued}
                 )
             display.advance(state.step, terms)
-            if dev is not None and (state.step % config.eval_steps == 0 or state.step == total):
+            evaluate = dev is not None and (state.step % config.eval_steps == 0 or state.step == total)
+            save = state.step % config.save_steps == 0 or state.step == total
+            rank_rng = distributed.gather_rng_states(context) if save and context.distributed else None
+            if main and evaluate:
                 score = dev_score(dev, dev_encoder)
                 improved = state.best_score is None or score > state.best_score
                 if improved:
@@ -281,8 +326,10 @@ def train(
                 ckpt.append_metrics(metrics, record)
                 best = " (best so far)" if improved else ""
                 display.note(f"step {state.step}: {dev_label(dev)} {score:.4f}{best}")
-            if state.step % config.save_steps == 0 or state.step == total:
-                ckpt.save_checkpoint(run_dir, parts, state, meta)
+            if main and save:
+                ckpt.save_checkpoint(run_dir, parts, state, meta, rank_rng)
+            if evaluate or save:
+                distributed.barrier(context)  # the other ranks wait for rank 0's evaluation and files
             if on_step is not None:
                 on_step(state.step, terms)
     finally:
@@ -290,29 +337,12 @@ def train(
 
     # 5. The model folder, from the best dev checkpoint (else the last weights), replaces `out`.
     # On the user's own judged queries, a run that never beat the base gives the base back.
-    kept_base = bool(config.dev_retrieval) and not _beats(state.best_score, state.base_score)
-    if kept_base:
-        from embedkit.encode.torch_backend import load_backbone
-
-        model.backbone.load_state_dict(load_backbone(spec.path).state_dict())
-        display.note(
-            f"no checkpoint beat the base model on {config.dev_retrieval} ({dev_label(dev)}: best "
-            f"{state.best_score:.4f}, base {state.base_score:.4f}): the output is the base model"
-        )
-    elif state.best_step is not None:
-        ckpt.load_best(run_dir, model, state.best_step)
-    ckpt.append_metrics(metrics, {"event": "done", "step": state.step, "best_step": state.best_step})
-    write_model_folder(
-        out,
-        model.backbone,
-        spec.path,
-        model.pooling,
-        spec.max_seq_length,
-        _model_metadata(config, meta, state, corpus, sample, spec.path, base_fingerprint, dev),
-        extra_files={ckpt.METRICS: metrics},
-    )
-    if run_dir != out:
-        shutil.rmtree(run_dir, ignore_errors=True)
+    kept_base = bool(config.dev_retrieval) and not beats_base(state.best_score, state.base_score)
+    if main:
+        finish_run(out, run_dir, model, config, meta, state, corpus, sample, spec, dev, display.note)
+        if run_dir != out:
+            shutil.rmtree(run_dir, ignore_errors=True)
+    distributed.barrier(context)  # the other ranks return once the model folder is in place
     return TrainResult(
         out,
         config.method,
@@ -329,47 +359,17 @@ def train(
     )
 
 
-def _beats(best: float | None, base: float | None) -> bool:
-    return best is not None and (base is None or best > base)
+def _rank_batch(
+    encodings: Sequence[Any],
+    rows: np.ndarray,
+    shard: distributed.BatchShard,
+    pad_id: int,
+    device: torch.device,
+) -> dict[str, torch.Tensor]:
+    """This rank's slice of the global batch `rows`, padded to the whole batch's longest sentence."""
+    width = max(len(encodings[i].ids) for i in rows)
+    return pad_batch(encodings, shard.take(rows), pad_id, device, width)
 
 
 def _busy(out: Path) -> bool:
     return out.is_dir() and any(out.iterdir())
-
-
-def _model_metadata(
-    config: TrainConfig,
-    meta: dict[str, Any],
-    state: ckpt.TrainState,
-    corpus: str | Path | Sequence[str],
-    sample: TrainingExamples,
-    base_path: Path,
-    base_fingerprint: str,
-    dev: Evaluator | None,
-) -> dict[str, Any]:
-    """What `embedkit.json` records of a run: method, settings, data, base model and dev scores."""
-    source = str(corpus) if isinstance(corpus, (str, Path)) else "a list of texts"
-    return {
-        "method": config.method,
-        "training": {
-            **meta,
-            "steps": state.step,
-            "seconds": round(state.seconds, 3),
-            "final_losses": state.last_losses,
-        },
-        "data": {"source": source, "fingerprint": sample.fingerprint, "stats": asdict(sample.stats)},
-        "base_model": {"path": str(base_path), "fingerprint": base_fingerprint},
-        "dev": None
-        if dev is None
-        else {
-            **dev.describe(),
-            "base_score": state.base_score,
-            "best_score": state.best_score,
-            "best_step": state.best_step,
-            "kept_base": bool(config.dev_retrieval) and not _beats(state.best_score, state.base_score),
-        },
-    }
-
-
-def _format(terms: dict[str, float]) -> str:
-    return " ".join(f"{k} {v:.4f}" for k, v in terms.items())

@@ -129,3 +129,141 @@ def test_worse_than_base_is_said_plainly(
     text = " ".join(result.stdout.split())
     assert "dev Spearman: 0.7000 at step 16 (untrained base: 0.8000)" in text
     assert "WORSE than the untrained base model" in text
+
+
+# --- several processes: `--nproc N` runs torchrun --------------------------------------------------------
+
+
+def test_nproc_hands_each_rank_the_same_command_line(
+    tmp_path: Path, corpus: Path, tiny_bert: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import embedkit.training.launch as launch
+
+    seen: list[tuple[int, list[str]]] = []
+    monkeypatch.setattr(launch, "launch", lambda nproc, argv: seen.append((nproc, argv)))
+    out = tmp_path / "out"
+    args = [str(corpus), "--out", str(out), "--base", str(tiny_bert), "--batch-size", "4", "--lr", "0.001"]
+    args += ["--set", "warmup_ratio=0", "--set", "queue_size=8", "--resume", "--quiet"]
+    result = CliRunner().invoke(app, ["train", *args, "--nproc", "2"])
+    assert result.exit_code == 0, result.output
+    ((nproc, argv),) = seen
+    assert nproc == 2
+    # what the ranks get parses to the same settings, without --nproc
+    assert argv[0] == str(corpus) and "--nproc" not in argv
+    for flag, value in [
+        ("--out", str(out)),
+        ("--base", str(tiny_bert)),
+        ("--batch-size", "4"),
+        ("--lr", "0.001"),
+    ]:
+        assert argv[argv.index(flag) + 1] == value
+    assert [argv[i + 1] for i, a in enumerate(argv) if a == "--set"] == ["warmup_ratio=0", "queue_size=8"]
+    assert "--resume" in argv and "--quiet" in argv and "--overwrite" not in argv
+
+
+def test_nproc_checks_the_batch_and_torchrun(
+    tmp_path: Path, corpus: Path, tiny_bert: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    base = ["train", str(corpus), "--out", str(tmp_path / "out"), "--base", str(tiny_bert), "--quiet"]
+    result = CliRunner().invoke(app, [*base, "--batch-size", "6", "--nproc", "4"])
+    assert result.exit_code == 2
+    assert result.stderr.strip() == (
+        "error: --batch-size 6 does not divide by --nproc 4: each process takes an equal slice of every batch"
+    )
+    monkeypatch.setenv("WORLD_SIZE", "2")
+    monkeypatch.setenv("RANK", "0")
+    result = CliRunner().invoke(app, [*base, "--nproc", "2"])
+    assert result.exit_code == 2 and "leave it out under torchrun" in result.stderr
+    assert not (tmp_path / "out").exists()
+
+
+def test_a_failed_launch_is_explained_by_its_cause() -> None:
+    from embedkit.errors import InputError, RunFailure
+    from embedkit.training.launch import launch_failure
+
+    lost = {"message": "rank 0 lost contact with the other ranks (...)", "exit_code": 1, "lost_contact": True}
+    bad = {"message": "corpus not found: x.txt", "exit_code": 2, "lost_contact": False}
+    nan = {"message": "the loss became nan at step 3", "exit_code": 1, "lost_contact": False}
+    # a rank's own error beats the others' lost contact, and keeps its kind
+    error = launch_failure({0: 1, 1: 2}, {0: lost, 1: bad})
+    assert isinstance(error, InputError) and str(error) == "rank 1: corpus not found: x.txt"
+    error = launch_failure({0: 1}, {0: nan})
+    assert type(error) is RunFailure and str(error) == "the loss became nan at step 3"
+    # a killed rank beats the survivors' lost contact and the ranks torchrun stopped (SIGTERM)
+    error = launch_failure({0: 1, 1: -9, 2: -15}, {0: lost})
+    assert str(error).startswith("rank 1 was killed (SIGKILL) and the others were stopped;")
+    assert "--resume continues" in str(error)
+    # a rank that crashed with a traceback (no message of ours) beats lost contact
+    assert str(launch_failure({0: 1, 1: 1}, {0: lost})).startswith("rank 1 failed (exit code 1")
+    assert str(launch_failure({1: 1}, {0: lost, 1: lost})) == lost["message"]
+
+
+def _children(pid: int) -> list[int]:
+    found = []
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            try:
+                if int((entry / "stat").read_text().rsplit(")", 1)[1].split()[1]) == pid:
+                    found.append(int(entry.name))
+            except (OSError, ValueError, IndexError):
+                continue
+    return found
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(not Path("/proc/self/environ").exists(), reason="finds the ranks through /proc")
+def test_a_killed_rank_ends_the_launch_with_one_line(tmp_path: Path, corpus: Path, still_bert: Path) -> None:
+    import os
+    import signal
+    import time
+
+    from embedkit.training import checkpoint as ckpt
+
+    out = tmp_path / "out"
+    command = [sys.executable, "-m", "embedkit.cli", "train", str(corpus), "--out", str(out)]
+    command += ["--base", str(still_bert), "--method", "simcse", "--batch-size", "4", "--epochs", "1000"]
+    command += ["--max-steps", "0", "--save-steps", "2", "--device", "cpu", "--quiet", "--nproc", "2"]
+    env = {**os.environ, "OMP_NUM_THREADS": "1"}
+    launcher = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
+    try:
+        deadline = time.monotonic() + 120
+        while not list((out / "checkpoints").glob("step-*")):  # running, with a checkpoint to resume
+            assert launcher.poll() is None and time.monotonic() < deadline
+            time.sleep(0.05)
+        ranks = [
+            p
+            for p in _children(launcher.pid)
+            if b"RANK=1" in Path(f"/proc/{p}/environ").read_bytes().split(b"\0")
+        ]
+        assert len(ranks) == 1
+        os.kill(ranks[0], signal.SIGKILL)
+        _, stderr = launcher.communicate(timeout=60)  # no hang
+    finally:
+        launcher.kill()
+    assert launcher.returncode == 1
+    assert stderr.strip().splitlines() == [
+        "error: rank 1 was killed (SIGKILL) and the others were stopped; the last checkpoint stays, "
+        "and --resume continues from it"
+    ]
+    assert ckpt.latest_checkpoint(out) is not None
+
+
+@pytest.mark.slow
+def test_nproc_trains_the_model_one_process_trains(tmp_path: Path, corpus: Path, still_bert: Path) -> None:
+    """The whole CLI path: launcher, torchrun, `python -m embedkit.cli train` on each rank."""
+    import os
+
+    from safetensors.torch import load_file
+
+    args = ["train", str(corpus), "--base", str(still_bert), "--method", "micse", "--batch-size", "4"]
+    args += ["--max-steps", "3", "--lr", "1e-4", "--set", "momentum_dropout=0", "--device", "cpu", "--quiet"]
+    env = {**os.environ, "OMP_NUM_THREADS": "1"}
+    command = [sys.executable, "-m", "embedkit.cli", *args, "--out", str(tmp_path / "two"), "--nproc", "2"]
+    done = subprocess.run(command, capture_output=True, text=True, env=env, timeout=150)
+    assert done.returncode == 0, done.stderr
+    assert "saved" in done.stdout and done.stderr.strip() == ""
+    one = CliRunner().invoke(app, [*args, "--out", str(tmp_path / "one")])
+    assert one.exit_code == 0, one.output
+    expected = load_file(tmp_path / "one" / "model.safetensors")
+    for name, tensor in load_file(tmp_path / "two" / "model.safetensors").items():
+        torch.testing.assert_close(tensor, expected[name], rtol=0, atol=1e-5)

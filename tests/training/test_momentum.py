@@ -186,3 +186,42 @@ def test_queue_state_round_trip_with_weights_only_load() -> None:
     assert restored.keys()[:, 0].tolist() == [2, 3, 9]
     with pytest.raises(ValueError, match="saved queue is size 3 x dim 2"):
         EmbeddingQueue(dim=2, size=4).load_state_dict(queue.state_dict())
+
+
+def test_momentum_update_matches_a_per_parameter_loop_over_steps(tiny_bert: Path) -> None:
+    """The kept tensor lists see the online weights change in place (optimizer steps, a checkpoint
+    load), and a fresh online module is matched anew."""
+    online = load_backbone(tiny_bert)
+    momentum = MomentumEncoder(online, decay=0.9, dropout=0.0)
+    reference = {n: p.detach().clone() for n, p in momentum.encoder.named_parameters()}
+    optimizer = torch.optim.SGD(online.parameters(), lr=0.1)
+    for step in range(3):
+        optimizer.zero_grad()
+        online(**inputs(online, batch=2, length=5, seed=step)).last_hidden_state.square().mean().backward()
+        optimizer.step()
+        if step == 1:
+            online.load_state_dict({k: v + 0.01 for k, v in online.state_dict().items()})
+        momentum.update(online)
+        for name, p in online.named_parameters():  # t = 0.9 t + 0.1 o, one parameter at a time
+            reference[name] = 0.9 * reference[name] + 0.1 * p.detach()
+    for name, p in momentum.encoder.named_parameters():
+        torch.testing.assert_close(p, reference[name], rtol=1e-6, atol=1e-7)
+    other = load_backbone(tiny_bert)
+    with torch.no_grad():
+        other.embeddings.word_embeddings.weight.fill_(1.0)
+        other.embeddings.position_ids.fill_(0)
+    before = momentum.encoder.embeddings.word_embeddings.weight.clone()
+    momentum.update(other)
+    torch.testing.assert_close(momentum.encoder.embeddings.word_embeddings.weight, 0.9 * before + 0.1)
+    assert int(momentum.encoder.embeddings.position_ids.abs().sum()) == 0  # buffers are copied
+
+
+def test_momentum_update_of_another_dtype_converts(tiny_bert: Path) -> None:
+    online = load_backbone(tiny_bert)
+    momentum = MomentumEncoder(online, decay=0.5, dropout=0.0)
+    before = momentum.encoder.embeddings.word_embeddings.weight.clone()
+    half = load_backbone(tiny_bert).to(torch.bfloat16)
+    momentum.update(half)
+    expected = 0.5 * before + 0.5 * half.embeddings.word_embeddings.weight.float()
+    torch.testing.assert_close(momentum.encoder.embeddings.word_embeddings.weight, expected)
+    assert momentum.encoder.embeddings.word_embeddings.weight.dtype == torch.float32
