@@ -1,4 +1,5 @@
-"""`embedkit embed`: embed a corpus of any size to a .npy file, streaming, with its ids beside it."""
+"""`embedkit embed`: embed a corpus of any size to a .npy file, streaming, with its ids beside it;
+or one shard of it (`--shard I/N`), or all of it on a Ray cluster (`--ray`), into part files."""
 
 from __future__ import annotations
 
@@ -30,7 +31,13 @@ def register(app: typer.Typer) -> None:
 def embed(
     corpus: CorpusArgument,
     out: Annotated[
-        Path, typer.Option("--out", "-o", help="Output .npy (float32 [n, dim]); ids go to FILE.ids.txt.")
+        Path,
+        typer.Option(
+            "--out",
+            "-o",
+            help="Output .npy (float32 [n, dim]); ids go to FILE.ids.txt. With --shard or --ray: a folder "
+            "that receives part-I-of-N.npy, .ids.txt and .json.",
+        ),
     ],
     model: ModelOption = None,
     column: ColumnOption = None,
@@ -46,19 +53,67 @@ def embed(
     batch_size: BatchOption = 64,
     chunk_size: ChunkOption = 10_000,
     wait: WaitOption = False,
+    shard: Annotated[
+        str | None,
+        typer.Option(
+            "--shard",
+            metavar="I/N",
+            help="Embed only shard I of N (0-based: 0/4 .. 3/4), documents [I*n/N, (I+1)*n/N), "
+            "into DIR/part-I-of-N.*; `index --from-vectors DIR` builds the index from all N.",
+        ),
+    ] = None,
+    ray: Annotated[
+        bool,
+        typer.Option(
+            "--ray", help="Embed on a Ray cluster, one part per worker (needs the `distributed` extra)."
+        ),
+    ] = False,
+    ray_address: Annotated[
+        str | None,
+        typer.Option(
+            "--ray-address", help="Ray cluster to join, e.g. auto (default: RAY_ADDRESS, else a local one)."
+        ),
+    ] = None,
+    num_workers: Annotated[
+        int | None,
+        typer.Option(
+            "--num-workers", min=1, help="Ray workers = parts (default: one per GPU, else per CPU)."
+        ),
+    ] = None,
+    cpus_per_worker: Annotated[
+        int, typer.Option("--cpus-per-worker", min=1, help="CPUs (and ONNX Runtime threads) per Ray worker.")
+    ] = 1,
 ) -> None:
     """Embed every document of CORPUS into a .npy file, in chunks, in bounded memory.
 
     Row i of the .npy is the corpus's i-th document; line i of FILE.ids.txt is its id. Both files
-    are written atomically: an interrupted run leaves any previous output intact.
+    are written atomically: an interrupted run leaves any previous output intact. With --shard or
+    --ray, --out is a folder of part files which, concatenated in order, are that same output.
     """
     from rich.console import Console
 
     from embedkit.encode.streaming import CorpusOptions, embed_to_file, ids_path_for
 
+    options = CorpusOptions(column=column, id_column=id_column, chunk_size=chunk_size, batch_size=batch_size)
+    if shard is not None or ray or ray_address is not None or num_workers is not None:
+        _embed_parts(
+            corpus,
+            out,
+            model,
+            options,
+            normalize,
+            device,
+            precision,
+            wait,
+            shard,
+            ray,
+            ray_address,
+            num_workers,
+            cpus_per_worker,
+        )
+        return
     ids = ids_path_for(out) if out.suffix == ".npy" else None
     check_io(inputs=[corpus, model], files=[out, ids], wait=wait)
-    options = CorpusOptions(column=column, id_column=id_column, chunk_size=chunk_size, batch_size=batch_size)
     report = embed_to_file(
         corpus,
         out,
@@ -79,3 +134,86 @@ def embed(
             f"{report.truncated:,} documents were longer than the model's maximum length and truncated"
         )
     console.print(f"wrote {report.out} and {report.ids_path}")
+
+
+def _embed_parts(
+    corpus: Path,
+    out: Path,
+    model: str | None,
+    options,
+    normalize: bool | None,
+    device: str,
+    precision: str | None,
+    wait: bool,
+    shard: str | None,
+    ray: bool,
+    ray_address: str | None,
+    num_workers: int | None,
+    cpus_per_worker: int,
+) -> None:
+    """`--shard I/N` (one part, here) or `--ray` (all parts, on a Ray cluster) into the folder `out`."""
+    from rich.console import Console
+
+    from embedkit.encode.parts import Shard, part_paths
+    from embedkit.encode.sharding import check_part_folder
+    from embedkit.errors import InputError
+
+    console = Console(highlight=False)
+    if shard is not None and ray:
+        raise InputError("--shard and --ray exclude each other: Ray splits the corpus itself")
+    if not ray and (ray_address is not None or num_workers is not None):
+        raise InputError("--ray-address and --num-workers need --ray")
+    check_part_folder(out)
+    if shard is not None:
+        from embedkit.encode.sharding import embed_shard
+
+        chosen = Shard.parse(shard)
+        check_io(inputs=[corpus, model], files=part_paths(out, chosen), wait=wait)
+        report = embed_shard(
+            corpus,
+            out,
+            chosen,
+            model,
+            options=options,
+            normalize=normalize,
+            device=device,
+            precision=precision,
+            progress=sys.stderr.isatty(),
+        )
+        console.print(
+            f"embedded {report.shard.name}: {report.count:,} of {report.total:,} documents "
+            f"(from {report.start:,}, {report.dim}-d) on {report.backend}/{report.device} "
+            f"in {report.seconds:.1f} s "
+            f"({report.per_second:,.0f} sent/s)"
+        )
+        if report.truncated:
+            console.print(
+                f"{report.truncated:,} documents were longer than the model's maximum length and truncated"
+            )
+        console.print(f"wrote {report.out} and its .ids.txt and .json")
+        return
+    from embedkit.encode.distributed import embed_with_ray
+
+    check_io(inputs=[corpus, model], folders=[out], wait=wait)
+    result = embed_with_ray(
+        corpus,
+        out,
+        model,
+        options=options,
+        normalize=normalize,
+        device=device,
+        precision=precision,
+        address=ray_address,
+        num_workers=num_workers,
+        cpus_per_worker=cpus_per_worker,
+        progress=sys.stderr.isatty(),
+    )
+    console.print(
+        f"embedded {result.count:,} documents ({result.dim}-d) with {result.workers} Ray worker(s) on "
+        f"{result.device} in {result.seconds:.1f} s ({result.per_second:,.0f} sent/s)"
+    )
+    if result.truncated:
+        console.print(
+            f"{result.truncated:,} documents were longer than the model's maximum length and truncated"
+        )
+    console.print(f"wrote {result.parts} parts to {result.folder}")

@@ -1,4 +1,5 @@
-"""`embedkit index`: embed a corpus into a FAISS index folder with its documents in SQLite."""
+"""`embedkit index`: embed a corpus into a FAISS index folder with its documents in SQLite, or build
+one from part files embedded before (`--from-vectors`)."""
 
 from __future__ import annotations
 
@@ -13,7 +14,6 @@ from embedkit.cli.options import (
     BatchOption,
     ChunkOption,
     ColumnOption,
-    CorpusArgument,
     DeviceOption,
     IdColumnOption,
     PrecisionOption,
@@ -27,17 +27,25 @@ def register(app: typer.Typer) -> None:
 
 @handle_errors
 def index(
-    corpus: CorpusArgument,
     out: Annotated[
         Path, typer.Option("--out", "-o", help="Index folder to create (or to extend with --append).")
     ],
+    corpus: Annotated[
+        Path | None,
+        typer.Argument(
+            metavar="CORPUS",
+            help="Corpus: .txt (one document a line), .jsonl, .csv, .tsv (each may be .gz), or a BEIR "
+            "folder (or --corpus).",
+            show_default=False,
+        ),
+    ] = None,
     model: Annotated[
         str | None,
         typer.Option(
             "--model",
             "-m",
             help="Model folder (torch or ONNX); default: bundled all-MiniLM-L6-v2, or with --append "
-            "the index's own model.",
+            "the index's own model, with --from-vectors the parts' model (same fingerprint if given).",
         ),
     ] = None,
     kind: Annotated[
@@ -70,6 +78,17 @@ def index(
     batch_size: BatchOption = 64,
     chunk_size: ChunkOption = 10_000,
     wait: WaitOption = False,
+    from_vectors: Annotated[
+        Path | None,
+        typer.Option(
+            "--from-vectors",
+            help="Build from the part files in this folder (`embed --shard` or `--ray`), without embedding; "
+            "the corpus supplies the documents, in the same order.",
+        ),
+    ] = None,
+    corpus_option: Annotated[
+        Path | None, typer.Option("--corpus", help="The corpus, as an option (the same as the argument).")
+    ] = None,
 ) -> None:
     """Embed CORPUS (normalized vectors, inner product) into the index folder --out.
 
@@ -77,18 +96,27 @@ def index(
     --no-lexical) and embedkit-index.json (model, fingerprint, kind, parameters, count). It is
     written atomically: a failed or interrupted run leaves the previous index intact. Document ids
     must be unique; with --append, an id already in the index is an error and nothing is added.
+    With --from-vectors DIR the vectors come from DIR's part files (checked: all parts present,
+    none corrupt, the corpus's ids in the same order, one model) and nothing is embedded.
     """
     from rich.console import Console
 
     from embedkit.encode.streaming import CorpusOptions
+    from embedkit.errors import InputError
     from embedkit.index import build_index
 
+    if corpus is not None and corpus_option is not None and corpus != corpus_option:
+        raise InputError(f"two corpora given: {corpus} and --corpus {corpus_option}")
+    corpus = corpus or corpus_option
+    if corpus is None:
+        raise InputError("missing the corpus: give CORPUS (or --corpus CORPUS)")
     if append and overwrite:
-        from embedkit.errors import InputError
-
         raise InputError("--append and --overwrite exclude each other")
-    check_io(inputs=[corpus, model], folders=[out], wait=wait)
     options = CorpusOptions(column=column, id_column=id_column, chunk_size=chunk_size, batch_size=batch_size)
+    if from_vectors is not None:
+        _from_vectors(from_vectors, corpus, out, model, kind, append, overwrite, gpu, lexical, options, wait)
+        return
+    check_io(inputs=[corpus, model], folders=[out], wait=wait)
     report = build_index(
         corpus,
         out,
@@ -115,3 +143,45 @@ def index(
         console.print(
             f"{report.truncated:,} documents were longer than the model's maximum length and truncated"
         )
+
+
+def _from_vectors(
+    folder: Path,
+    corpus: Path,
+    out: Path,
+    model: str | None,
+    kind: str,
+    append: bool,
+    overwrite: bool,
+    gpu: bool,
+    lexical: bool,
+    options,
+    wait: bool,
+) -> None:
+    from rich.console import Console
+
+    from embedkit.errors import InputError
+    from embedkit.index import build_index_from_vectors
+
+    if append:
+        raise InputError("--from-vectors builds a new index: drop --append (or --overwrite to replace one)")
+    check_io(inputs=[corpus, model, folder], folders=[out], wait=wait)
+    report = build_index_from_vectors(
+        folder,
+        corpus,
+        out,
+        model,
+        kind=kind,
+        overwrite=overwrite,
+        gpu=gpu,
+        options=options,
+        progress=sys.stderr.isatty(),
+        lexical=lexical,
+    )
+    console = Console(highlight=False)
+    params = ", ".join(f"{k}={v}" for k, v in report.params.items())
+    console.print(
+        f"indexed {report.added:,} vectors from {folder} ({report.device}) in {report.seconds:.1f} s: "
+        f"{report.path} now holds {report.count:,}"
+    )
+    console.print(f"kind {report.kind}{f' ({params})' if params else ''}: {report.reason}")

@@ -22,6 +22,7 @@ def load_encoder(
     path: str | Path | ModelSpec | None = None,
     device: str = "auto",
     precision: str | None = None,
+    intra_op_threads: int | None = None,
 ) -> Encoder:
     """Open a model folder for embedding, whatever its kind.
 
@@ -30,7 +31,9 @@ def load_encoder(
     CPU), "cpu", or "cuda"/"cuda:N" (an `InputError` when CUDA is not usable, never a silent CPU run).
     `precision`: for ONNX folders, one of fp32, fp16, int8 (None: the export's default); a torch
     folder runs in fp32 only. The bundled model runs as its ONNX form, exported once on first use
-    (`embedkit.encode.default_onnx`).
+    (`embedkit.encode.default_onnx`). `intra_op_threads`: ONNX Runtime's threads per session (None:
+    one per core), so that several encoders on one machine do not oversubscribe it; torch follows
+    its own setting (`OMP_NUM_THREADS`, which Ray sets for its workers).
 
     >>> encoder = load_encoder("runs/my-model-onnx")  # doctest: +SKIP
     >>> encoder.encode(["a sentence", "another"]).shape  # doctest: +SKIP
@@ -47,7 +50,7 @@ def load_encoder(
     if spec.kind == "onnx":
         from embedkit.encode.onnx_backend import OnnxEncoder
 
-        return OnnxEncoder(spec, device=device, precision=precision)
+        return OnnxEncoder(spec, device=device, precision=precision, intra_op_threads=intra_op_threads)
     if precision not in (None, "fp32"):
         raise InputError(
             f"precision {precision} needs an ONNX export; {spec.path} is a torch folder "

@@ -93,15 +93,18 @@ def embed_corpus(
     normalize: bool | None = None,
     progress: bool = False,
     description: str = "embedding",
+    documents: Iterable[Document] | None = None,
 ) -> int:
     """Embed `corpus` chunk by chunk, calling `write(offset, documents, vectors)` for each chunk.
 
     `expected` is the count from `count_documents`; a corpus that changes between the two passes
-    is a `RunFailure` (the caller's atomic write then leaves no partial output).
+    is a `RunFailure` (the caller's atomic write then leaves no partial output). `documents`, when
+    given, are what is embedded instead of the whole corpus (a range of it: one part of a shard).
     """
     done = 0
+    stream = read_corpus(corpus, options) if documents is None else documents
     with ProgressBar(expected, description, enabled=progress, rate_unit="sent/s", transient=True) as bar:
-        for chunk in chunked(read_corpus(corpus, options), options.chunk_size):
+        for chunk in chunked(stream, options.chunk_size):
             if done + len(chunk) > expected:
                 raise RunFailure(
                     f"{corpus} changed while it was read: more than the {expected} documents counted"
@@ -188,7 +191,7 @@ def _write_npy(encoder: Encoder, corpus: str | Path, npy: Path, ids: Path, n: in
 
         def write(offset: int, documents: list[Document], vectors: np.ndarray) -> None:
             matrix[offset : offset + len(documents)] = vectors
-            ids_file.writelines(f"{_one_line_id(doc.id)}\n" for doc in documents)
+            ids_file.writelines(f"{one_line_id(doc.id)}\n" for doc in documents)
 
         embed_corpus(
             encoder, corpus, write, expected=n, options=options, normalize=normalize, progress=progress
@@ -207,7 +210,8 @@ def as_encoder(
     return model
 
 
-def _one_line_id(doc_id: object) -> str:
+def one_line_id(doc_id: object) -> str:
+    """A document's id as its line of an ids file; a line break inside it is an `InputError`."""
     text = str(doc_id)
     if "\n" in text or "\r" in text:
         raise InputError(f"document id {text!r} contains a line break; ids must be one line")

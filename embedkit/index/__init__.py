@@ -1,11 +1,13 @@
 """Vectors to a searchable index folder: FAISS vectors, a SQLite document store, metadata.
 
 `folder` knows the files and checks them, `kinds` the FAISS index kinds, `docstore` the documents,
-`build` writes or appends to a folder atomically, `search` opens one for search.
+`build` writes or appends to a folder atomically, `from_vectors` builds one from part files
+without embedding, `search` opens one for search.
 """
 
 from embedkit.index.build import IndexReport, build_index
 from embedkit.index.folder import DOCS_FILE, INDEX_FILE, META_FILE, check_model_for, read_index_meta
+from embedkit.index.from_vectors import build_index_from_vectors
 from embedkit.index.kinds import (
     AUTO_FLAT_MAX,
     HNSW_EF_CONSTRUCTION,
@@ -37,6 +39,7 @@ __all__ = [
     "IndexReport",
     "SearchIndex",
     "build_index",
+    "build_index_from_vectors",
     "check_model_for",
     "choose_kind",
     "index_params",

@@ -108,7 +108,7 @@ def build_index(
         raise InputError(f"unknown index kind {kind!r}: use {', '.join(KINDS)}")
     old = read_index_meta(out) if append else None
     if old is None:
-        _check_new_target(out, overwrite)
+        check_new_target(out, overwrite)
     elif kind not in ("auto", old["kind"]):
         raise InputError(f"--kind {kind} differs from the index's kind {old['kind']}; an append keeps it")
     else:
@@ -164,7 +164,7 @@ def build_index(
             "corpus_fingerprint": combined(old.get("corpus_fingerprint"), corpus_fingerprint)
             if old
             else corpus_fingerprint,
-            "index_bytes": _write_faiss(index, tmp / INDEX_FILE),
+            "index_bytes": write_faiss(index, tmp / INDEX_FILE),
             "created": old["created"] if old else now,
             "updated": now,
             "sources": [*(old.get("sources", []) if old else []), {"corpus": str(corpus), "added": count}],
@@ -186,7 +186,8 @@ def build_index(
     )
 
 
-def _check_new_target(out: Path, overwrite: bool) -> None:
+def check_new_target(out: Path, overwrite: bool) -> None:
+    """A new index goes to an absent or empty folder, or replaces an index with `overwrite`."""
     if out.exists() and not out.is_dir():
         raise InputError(f"--out {out} is a file; give a folder for the index")
     if not out.is_dir() or not any(p for p in out.iterdir() if not p.name.startswith(".staging-")):
@@ -244,7 +245,7 @@ def _fill(
         buffer_path.unlink()  # the map stays valid until it is freed (POSIX)
 
 
-def _write_faiss(index, path: Path) -> int:
+def write_faiss(index, path: Path) -> int:
+    """Write a CPU index to `path`; its size in bytes (recorded, and checked on load)."""
     _faiss().write_index(index, str(path))
     return path.stat().st_size
-

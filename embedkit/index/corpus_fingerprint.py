@@ -1,41 +1,20 @@
-"""A corpus's fingerprint: which documents an index holds, in 32 hex digits.
+"""A corpus's fingerprint as an index records it (`embedkit.data.fingerprint`), and its readers.
 
-Each document (id, title, text) hashes to a 128-bit number (SHA-256, truncated); the corpus's
-fingerprint is their sum modulo 2**128. A sum does not depend on the order of the documents and
-adds up over appends, so an index built in several parts has the fingerprint of the whole corpus,
-and `eval retrieval --index` can check, without reading the index's documents, that the index
-holds exactly the BEIR folder's corpus (an index of another corpus would give wrong metrics).
+`eval retrieval --index` checks, without reading the index's documents, that the index holds
+exactly the BEIR folder's corpus (an index of another corpus would give wrong metrics).
 """
 
 from __future__ import annotations
 
-import hashlib
-from collections.abc import Iterable
+from embedkit.data.fingerprint import CorpusFingerprint, combined, document_hash
 
-_MOD = 1 << 128
-
-
-def document_hash(doc_id: str, title: str, text: str) -> int:
-    data = "\x00".join((str(doc_id), title or "", text)).encode("utf-8", "surrogatepass")
-    return int.from_bytes(hashlib.sha256(data).digest()[:16], "big")
-
-
-class CorpusFingerprint:
-    """Running fingerprint; `add` documents (anything with id, title, text), read `hex`."""
-
-    def __init__(self, start: str | None = None) -> None:
-        self.total = int(start, 16) if start else 0
-
-    def add(self, documents: Iterable) -> None:
-        for doc in documents:
-            self.total = (self.total + document_hash(doc.id, doc.title, doc.text)) % _MOD
-
-    def add_fields(self, doc_id: str, title: str, text: str) -> None:
-        self.total = (self.total + document_hash(doc_id, title, text)) % _MOD
-
-    @property
-    def hex(self) -> str:
-        return f"{self.total:032x}"
+__all__ = [
+    "CorpusFingerprint",
+    "beir_corpus_fingerprint",
+    "combined",
+    "count_and_fingerprint",
+    "document_hash",
+]
 
 
 def beir_corpus_fingerprint(corpus: dict[str, dict[str, str]]) -> str:
@@ -60,10 +39,3 @@ def count_and_fingerprint(corpus, options) -> tuple[int, str]:
     if count == 0:
         count_documents(corpus, options)  # its one error for an empty corpus
     return count, fingerprint.hex
-
-
-def combined(*fingerprints: str | None) -> str | None:
-    """The fingerprint of the union of disjoint corpora; None if one is unknown (an older index)."""
-    if any(f is None for f in fingerprints):
-        return None
-    return f"{sum(int(f, 16) for f in fingerprints) % _MOD:032x}"  # type: ignore[arg-type]

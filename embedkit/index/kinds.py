@@ -104,12 +104,21 @@ def new_faiss_index(kind: str, dim: int, params: dict[str, Any]):  # -> faiss.In
     raise InputError(f"unknown index kind {kind!r}")
 
 
+def ivf_training_rows(n: int, nlist: int) -> np.ndarray | slice:
+    """Which of `n` vectors train an IVF-PQ index: a fixed-seed sample, sorted (all of them if few).
+
+    50 points per list (faiss warns below 39) and at least `IVF_PQ_MIN_DOCS` for PQ's 256 centroids.
+    The rows depend on `n` and `nlist` alone, so an index built from part files trains on the same
+    vectors as one built from the corpus in one pass.
+    """
+    size = min(n, max(50 * nlist, IVF_PQ_MIN_DOCS))
+    return np.sort(np.random.default_rng(0).choice(n, size, replace=False)) if size < n else slice(None)
+
+
 def train_ivf(index, vectors: np.ndarray, chunk_size: int) -> None:
     """Train an IVF-PQ index on a fixed-seed sample of `vectors` (a memory map), then add them all."""
     n = len(vectors)
-    size = min(n, max(50 * index.nlist, IVF_PQ_MIN_DOCS))
-    rows = np.sort(np.random.default_rng(0).choice(n, size, replace=False)) if size < n else slice(None)
-    index.train(np.ascontiguousarray(vectors[rows]))
+    index.train(np.ascontiguousarray(vectors[ivf_training_rows(n, index.nlist)]))
     for start in range(0, n, chunk_size):
         index.add(np.ascontiguousarray(vectors[start : start + chunk_size]))
 
