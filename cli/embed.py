@@ -129,10 +129,7 @@ def embed(
         f"embedded {report.count:,} documents ({report.dim}-d) on {report.backend}/{report.device} "
         f"in {report.seconds:.1f} s ({report.per_second:,.0f} sent/s)"
     )
-    if report.truncated:
-        console.print(
-            f"{report.truncated:,} documents were longer than the model's maximum length and truncated"
-        )
+    _print_truncated(console, report.truncated)
     console.print(f"wrote {report.out} and {report.ids_path}")
 
 
@@ -186,10 +183,7 @@ def _embed_parts(
             f"in {report.seconds:.1f} s "
             f"({report.per_second:,.0f} sent/s)"
         )
-        if report.truncated:
-            console.print(
-                f"{report.truncated:,} documents were longer than the model's maximum length and truncated"
-            )
+        _print_truncated(console, report.truncated)
         console.print(f"wrote {report.out} and its .ids.txt and .json")
         return
     from embedkit.encode.distributed import embed_with_ray
@@ -212,8 +206,10 @@ def _embed_parts(
         f"embedded {result.count:,} documents ({result.dim}-d) with {result.workers} Ray worker(s) on "
         f"{result.device} in {result.seconds:.1f} s ({result.per_second:,.0f} sent/s)"
     )
-    if result.truncated:
-        console.print(
-            f"{result.truncated:,} documents were longer than the model's maximum length and truncated"
-        )
+    _print_truncated(console, result.truncated)
     console.print(f"wrote {result.parts} parts to {result.folder}")
+
+
+def _print_truncated(console, truncated: int) -> None:
+    if truncated:
+        console.print(f"{truncated:,} documents were longer than the model's maximum length and truncated")
