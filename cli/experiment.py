@@ -67,6 +67,13 @@ def experiment(
         list[Path] | None,
         typer.Option("--eval-retrieval", help="BEIR folder to score by nDCG@10 (repeatable)."),
     ] = None,
+    eval_sts_retrieval: Annotated[
+        list[Path] | None,
+        typer.Option(
+            "--eval-sts-retrieval",
+            help="STS file scored by in-domain retrieval, R@1/5/10 (repeatable; InfoCSE Table 11).",
+        ),
+    ] = None,
     eval_pseudo: Annotated[
         bool,
         typer.Option("--eval-pseudo", help="Label-free retrieval on pseudo queries cut from the corpus."),
@@ -111,7 +118,8 @@ def experiment(
 
     Writes OUT/table.md, OUT/table.csv, OUT/table.json and OUT/plots/*.png.
     """
-    check_io(inputs=[corpus, base, *(eval_sts or []), *(eval_retrieval or [])], folders=[out], wait=wait)
+    evals = [*(eval_sts or []), *(eval_retrieval or []), *(eval_sts_retrieval or [])]
+    check_io(inputs=[corpus, base, *evals], folders=[out], wait=wait)
     from transformers.utils import logging as hf_logging
 
     from embedkit.training.experiment import ExperimentConfig, run_experiment, train_config_from_options
@@ -129,6 +137,7 @@ def experiment(
         methods=parse_methods(methods),
         eval_sts=tuple(str(p) for p in eval_sts or []),
         eval_retrieval=tuple(str(p) for p in eval_retrieval or []),
+        eval_sts_retrieval=tuple(str(p) for p in eval_sts_retrieval or []),
         eval_pseudo=eval_pseudo,
         pseudo_queries=pseudo_queries,
         include_base=not no_base,

@@ -47,6 +47,8 @@ from embedkit.evaluation.pseudo_queries import (
     build_pseudo_queries,
     evaluate_pseudo,
 )
+from embedkit.evaluation.sts_retrieval import RECALL_KS, sts_retrieval_task
+from embedkit.evaluation.sts_retrieval import evaluate_sts_retrieval as score_sts_retrieval
 from embedkit.locking import locked
 from embedkit.report.tables import BASE_METHOD, ExperimentTable, RunRecord, aggregate
 from embedkit.training.config import METHODS, TrainConfig
@@ -71,6 +73,8 @@ class ExperimentConfig:
     methods: tuple[str, ...] = ("simcse", "micse")  # miCSE Table 3's baseline and full method
     eval_sts: tuple[str, ...] = ()  # STS files (sentence1, sentence2, score), e.g. STS-B dev and test
     eval_retrieval: tuple[str, ...] = ()  # BEIR folders, scored by nDCG@10
+    # STS files scored by the seed papers' in-domain retrieval protocol (InfoCSE Table 11, R@1/5/10)
+    eval_sts_retrieval: tuple[str, ...] = ()
     eval_pseudo: bool = False  # label-free retrieval on pseudo queries cut from the corpus
     pseudo_queries: int = DEFAULT_QUERIES  # pseudo queries drawn (fewer if fewer documents qualify)
     pseudo_seed: int = 0  # fixes the pseudo-query draw, the same for every run
@@ -89,8 +93,11 @@ class ExperimentConfig:
             raise InputError(f"unknown method {', '.join(unknown) or '(none)'}: use {', '.join(METHODS)}")
         if len(set(self.methods)) != len(self.methods):
             raise InputError("methods must not repeat")
-        if not (self.eval_sts or self.eval_retrieval or self.eval_pseudo):
-            raise InputError("nothing to evaluate: give --eval-sts, --eval-retrieval or --eval-pseudo")
+        if not (self.eval_sts or self.eval_retrieval or self.eval_pseudo or self.eval_sts_retrieval):
+            raise InputError(
+                "nothing to evaluate: give --eval-sts, --eval-retrieval, --eval-sts-retrieval "
+                "or --eval-pseudo"
+            )
         self.train.validate()
         return self
 
@@ -130,6 +137,9 @@ class Evaluations:
         self.sts = StsEvaluator(list(config.eval_sts), batch_size=batch) if config.eval_sts else None
         names = _unique_names([Path(p) for p in config.eval_retrieval])
         self.retrieval = [(n, RetrievalEvaluator(p, batch_size=batch)) for n, p in names]
+        # read and checked now, so a bad file fails before the first run trains
+        sts_names = _unique_names([Path(p) for p in config.eval_sts_retrieval])
+        self.sts_retrieval = [(n.removesuffix(".tsv"), p, sts_retrieval_task(p)) for n, p in sts_names]
         self.pseudo = pseudo
         self.batch_size = batch
 
@@ -146,6 +156,10 @@ class Evaluations:
             scores = evaluator(encoder)
             metrics[f"{name} {RETRIEVAL_TABLE_METRIC}"] = 100.0 * scores[RETRIEVAL_TABLE_METRIC]
             details[name] = scores
+        for name, _, task in self.sts_retrieval:
+            scores = score_sts_retrieval(encoder, task, batch_size=self.batch_size)
+            metrics.update({f"{name} R@{k}": scores[f"recall@{k}"] for k in RECALL_KS})
+            details[f"{name} retrieval"] = scores
         if self.pseudo is not None:
             scores = evaluate_pseudo(encoder, self.pseudo, batch_size=self.batch_size)
             metrics.update({f"pseudo {m}": 100.0 * scores[m] for m in PSEUDO_METRICS})
@@ -153,11 +167,14 @@ class Evaluations:
         return metrics, details
 
     def describe(self) -> dict[str, Any]:
-        return {
+        described: dict[str, Any] = {
             "sts": [str(p.resolve()) for p in (self.sts.paths if self.sts else [])],
             "retrieval": [str(e.beir_dir.resolve()) for _, e in self.retrieval],
             "pseudo": self.pseudo.fingerprint if self.pseudo else None,
         }
+        if self.sts_retrieval:  # only when asked, so earlier experiment folders keep their key
+            described["sts_retrieval"] = [str(p.resolve()) for _, p, _ in self.sts_retrieval]
+        return described
 
 
 def _unique_names(paths: list[Path]) -> list[tuple[str, Path]]:

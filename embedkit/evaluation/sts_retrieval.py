@@ -47,6 +47,8 @@ class StsRetrievalTask:
 
 def sts_retrieval_task(source: str | Path | Any) -> StsRetrievalTask:
     """The task of an STS file (read with `read_sts`), of `StsData`, or of (s1, s2, score) triples."""
+    if isinstance(source, StsRetrievalTask):
+        return source
     if isinstance(source, (str, Path)):
         from embedkit.data.sts import read_sts
 

@@ -302,3 +302,42 @@ def test_a_run_killed_while_training_continues_from_its_checkpoint(tmp_path, tin
     (record,) = result.records
     assert record.train["steps"] == 2
     assert not model_dir.exists()
+
+
+def test_sts_retrieval_recall_matches_a_brute_force_ranking(tmp_path, tiny_bert) -> None:
+    """The base row's R@k equals a by-hand ranking: every other row by cosine, first row with the target text."""
+    import numpy as np
+
+    from embedkit.encode.torch_backend import TorchEncoder
+    from embedkit.training.model import resolve_pooling
+
+    first = [f"{topic} case {i} is measured" for i, topic in enumerate(TOPICS)]
+    second = [f"the {topic} of sample {i} was recorded" for i, topic in enumerate(TOPICS)]
+    scores = [5.0, 5.0, 3.2, 5.0, 1.0, 5.0]
+    sts = tmp_path / "sts-gold.tsv"
+    rows = ["sentence1\tsentence2\tscore", *(f"{a}\t{b}\t{s}" for a, b, s in zip(first, second, scores, strict=True))]
+    sts.write_text("\n".join(rows) + "\n")
+    config = ExperimentConfig(
+        sizes=(8,),
+        seeds=(0,),
+        methods=("simcse",),
+        eval_sts_retrieval=(str(sts),),
+        train=train_config_from_options([*TRAIN_OPTIONS, f"base_model={tiny_bert}", "device=cpu"]),
+    )
+    result = run_experiment(_corpus(tmp_path / "corpus.jsonl"), tmp_path / "out", config)
+    base = next(r for r in result.records if r.method == "base")
+
+    encoder = TorchEncoder(tiny_bert, device="cpu", pooling=resolve_pooling("auto", tiny_bert))
+    corpus = first + second
+    vectors = np.asarray(encoder.encode(corpus, normalize=True), dtype=np.float64)
+    ranks = []
+    for query, score in enumerate(scores):
+        if score != 5.0:
+            continue
+        similarity = vectors @ vectors[query]
+        order = [row for row in np.argsort(-similarity, kind="stable") if row != query]
+        ranks.append(next(r for r, row in enumerate(order, 1) if corpus[row] == second[query]))
+    for k in (1, 5, 10):
+        expected = 100.0 * sum(rank <= k for rank in ranks) / len(ranks)
+        assert base.metrics[f"sts-gold R@{k}"] == pytest.approx(expected)
+    assert {f"sts-gold R@{k}" for k in (1, 5, 10)} <= set(result.records[-1].metrics)
