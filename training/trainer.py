@@ -126,6 +126,12 @@ def pad_batch(
     return {k: torch.from_numpy(v).to(device) for k, v in arrays.items()}
 
 
+def position_limit(model_config: Any) -> int:
+    """The longest input the backbone has position embeddings for (RoBERTa's first two are padding)."""
+    limit = int(getattr(model_config, "max_position_embeddings", 0) or 1_000_000)
+    return limit - 2 if "roberta" in str(getattr(model_config, "model_type", "")) else limit
+
+
 def train(
     corpus: str | Path | Sequence[str],
     out_dir: str | Path,
@@ -210,10 +216,12 @@ def _train(
     # 2. Model (the head's init is seeded), tokenized data, optimizer, schedule, RNGs.
     torch.manual_seed(config.seed)
     model = ContrastiveModel.from_folder(spec.path, config).to(device)
-    batcher = TokenBatcher(spec.path, config.max_seq_length)
+    positions = position_limit(model.backbone.config)
+    batcher = TokenBatcher(spec.path, min(config.max_seq_length, positions))
     encodings = batcher.tokenizer.encode_batch(sample.anchors)
-    # crop/ict positives are passages: their own truncation length (config.positive_max_length)
-    positive_batcher = TokenBatcher(spec.path, config.positive_max_length)
+    # crop/ict positives are passages: their own truncation length (config.positive_max_length),
+    # never longer than the base model has position embeddings for
+    positive_batcher = TokenBatcher(spec.path, min(config.positive_max_length, positions))
     positive_encodings = positive_batcher.tokenizer.encode_batch(sample.positives or [])
     # The dev criterion embeds at the inference length, as a user of the saved folder will.
     dev_encoder = InferenceEncoder(model, TokenBatcher(spec.path, spec.max_seq_length), dtype, spec.path)

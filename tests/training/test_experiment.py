@@ -305,7 +305,7 @@ def test_a_run_killed_while_training_continues_from_its_checkpoint(tmp_path, tin
 
 
 def test_sts_retrieval_recall_matches_a_brute_force_ranking(tmp_path, tiny_bert) -> None:
-    """The base row's R@k equals a by-hand ranking: every other row by cosine, first row with the target text."""
+    """The base row's R@k equals a by-hand ranking: other rows by cosine, the first with the target's text."""
     import numpy as np
 
     from embedkit.encode.torch_backend import TorchEncoder
@@ -315,7 +315,8 @@ def test_sts_retrieval_recall_matches_a_brute_force_ranking(tmp_path, tiny_bert)
     second = [f"the {topic} of sample {i} was recorded" for i, topic in enumerate(TOPICS)]
     scores = [5.0, 5.0, 3.2, 5.0, 1.0, 5.0]
     sts = tmp_path / "sts-gold.tsv"
-    rows = ["sentence1\tsentence2\tscore", *(f"{a}\t{b}\t{s}" for a, b, s in zip(first, second, scores, strict=True))]
+    pairs = zip(first, second, scores, strict=True)
+    rows = ["sentence1\tsentence2\tscore", *(f"{a}\t{b}\t{s}" for a, b, s in pairs)]
     sts.write_text("\n".join(rows) + "\n")
     config = ExperimentConfig(
         sizes=(8,),

@@ -183,3 +183,20 @@ def test_infocse_reconstructs_the_anchors_of_document_views(
     train(corpus, tmp_path / "out", config, progress=False)
     records = [json.loads(line) for line in (tmp_path / "out" / "metrics.jsonl").read_text().splitlines()]
     assert any(r.get("aux_mlm", 0) > 0 for r in records)
+
+
+def test_passages_longer_than_the_positions_are_cut_at_the_limit(tiny_bert: Path, tmp_path: Path) -> None:
+    """The tiny BERT has 64 position embeddings; the default 128-token positives must still train."""
+    from transformers import AutoConfig
+
+    assert AutoConfig.from_pretrained(tiny_bert).max_position_embeddings == 64
+    long_documents = [" ".join([d] * 6) for d in DOCUMENTS[:16]]  # about 150 tokens each
+    corpus = tmp_path / "long.jsonl"
+    lines = (json.dumps({"_id": str(i), "text": d}) + "\n" for i, d in enumerate(long_documents))
+    corpus.write_text("".join(lines))
+    config = TrainConfig(
+        base_model=str(tiny_bert), method="simcse", views="crop", batch_size=8, max_steps=1,
+        max_seq_length=128, limit=16, device="cpu",
+    )  # fmt: skip
+    assert config.positive_max_length > 64
+    assert train(corpus, tmp_path / "out", config, progress=False).steps == 1
