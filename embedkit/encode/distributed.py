@@ -27,6 +27,7 @@ import numpy as np
 
 from embedkit.encode.devices import check_device
 from embedkit.encode.parts import Shard
+from embedkit.encode.run_report import EmbedRun
 from embedkit.encode.streaming import CorpusOptions, count_documents
 from embedkit.errors import EmbedkitError, InputError, RunFailure
 
@@ -43,21 +44,13 @@ def import_ray():  # -> the ray module, with ray.data loaded
 
 
 @dataclass(frozen=True)
-class RayEmbedReport:
-    """What `embed_with_ray` wrote."""
+class RayEmbedReport(EmbedRun):
+    """What `embed_with_ray` wrote; `seconds` is the Ray job's wall time, actors' start included,
+    and `device` is "cuda" or "cpu", where the actors ran."""
 
     folder: Path
     parts: int
     workers: int
-    count: int
-    dim: int
-    seconds: float  # wall time of the Ray job, actors' start included
-    device: str  # "cuda" or "cpu", where the actors ran
-    truncated: int
-
-    @property
-    def per_second(self) -> float:
-        return self.count / self.seconds if self.seconds > 0 else float("inf")
 
 
 class PartWorker:

@@ -11,7 +11,6 @@ its own: jobs writing different parts of one folder never wait for each other.
 from __future__ import annotations
 
 import json
-import time
 from dataclasses import dataclass
 from itertools import islice
 from pathlib import Path
@@ -23,6 +22,7 @@ from embedkit.atomic import atomic_files
 from embedkit.data.fingerprint import CorpusFingerprint
 from embedkit.encode.default_onnx import recorded_model_path
 from embedkit.encode.parts import PartInfo, Shard, part_paths
+from embedkit.encode.run_report import EncoderRun, RunStart
 from embedkit.encode.streaming import (
     CorpusOptions,
     as_encoder,
@@ -40,23 +40,13 @@ if TYPE_CHECKING:
 
 
 @dataclass(frozen=True)
-class PartReport:
+class PartReport(EncoderRun):
     """What `embed_shard` wrote and how it went."""
 
     out: Path  # the part's .npy; its .ids.txt and .json lie beside it
     shard: Shard
     start: int
-    count: int
     total: int
-    dim: int
-    truncated: int
-    seconds: float
-    backend: str
-    device: str
-
-    @property
-    def per_second(self) -> float:
-        return self.count / self.seconds if self.seconds > 0 else float("inf")
 
 
 def check_part_folder(folder: str | Path) -> Path:
@@ -94,8 +84,7 @@ def embed_shard(
         total = count_documents(corpus, options) if total is None else total
         start, stop = shard.rows(total)
         encoder = as_encoder(model, device, precision)
-        truncated_before = encoder.truncated
-        began = time.perf_counter()
+        started = RunStart.of(encoder)
         fingerprint = CorpusFingerprint()
         with atomic_files(npy, ids, sidecar) as (npy_tmp, ids_tmp, json_tmp):
             documents = islice(read_corpus(corpus, options), start, stop)
@@ -127,17 +116,8 @@ def embed_shard(
                 corpus_fingerprint=fingerprint.hex,
             )
             json_tmp.write_text(json.dumps(info.to_json(), indent=2) + "\n", encoding="utf-8")
-    return PartReport(
-        out=npy,
-        shard=shard,
-        start=start,
-        count=stop - start,
-        total=total,
-        dim=encoder.dim,
-        truncated=encoder.truncated - truncated_before,
-        seconds=time.perf_counter() - began,
-        backend=encoder.backend,
-        device=str(encoder.device),
+    return PartReport.measured(
+        encoder, started, count=stop - start, out=npy, shard=shard, start=start, total=total
     )
 
 

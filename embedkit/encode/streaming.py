@@ -16,7 +16,6 @@ by one writer at a time (`embedkit.locking`):
 
 from __future__ import annotations
 
-import time
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -25,6 +24,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from embedkit.atomic import atomic_files
+from embedkit.encode.run_report import EncoderRun, RunStart
 from embedkit.errors import InputError, RunFailure
 from embedkit.locking import locked
 from embedkit.progress import ProgressBar
@@ -120,21 +120,11 @@ def embed_corpus(
 
 
 @dataclass(frozen=True)
-class EmbedReport:
+class EmbedReport(EncoderRun):
     """What `embed_to_file` wrote and how it went."""
 
     out: Path
     ids_path: Path
-    count: int
-    dim: int
-    truncated: int  # documents cut at the model's max_seq_length
-    seconds: float
-    backend: str
-    device: str
-
-    @property
-    def per_second(self) -> float:
-        return self.count / self.seconds if self.seconds > 0 else float("inf")
 
 
 def ids_path_for(out: Path) -> Path:
@@ -166,21 +156,11 @@ def embed_to_file(
     options = options or CorpusOptions()
     n = count_documents(corpus, options)
     encoder = as_encoder(model, device, precision)
-    truncated_before = encoder.truncated
     ids_path = ids_path_for(out)
-    start = time.perf_counter()
+    start = RunStart.of(encoder)
     with atomic_files(out, ids_path) as (npy_tmp, ids_tmp):
         _write_npy(encoder, corpus, npy_tmp, ids_tmp, n, options, normalize, progress)
-    return EmbedReport(
-        out=out,
-        ids_path=ids_path,
-        count=n,
-        dim=encoder.dim,
-        truncated=encoder.truncated - truncated_before,
-        seconds=time.perf_counter() - start,
-        backend=encoder.backend,
-        device=str(encoder.device),
-    )
+    return EmbedReport.measured(encoder, start, count=n, out=out, ids_path=ids_path)
 
 
 def _write_npy(encoder: Encoder, corpus: str | Path, npy: Path, ids: Path, n: int, options: CorpusOptions,
