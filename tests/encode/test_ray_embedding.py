@@ -7,6 +7,7 @@ import sys
 
 import numpy as np
 import pytest
+from fixture_text import AERO_WORDS
 from runtime_helpers import write_jsonl
 
 from embedkit.encode.distributed import RAY_MISSING, _worker_error, embed_with_ray, import_ray
@@ -28,19 +29,7 @@ def ray_cluster():
 @pytest.fixture(scope="module")
 def corpus_and_reference(tmp_path_factory, tiny_bert):
     folder = tmp_path_factory.mktemp("ray")
-    words = [
-        "the",
-        "wing",
-        "flow",
-        "air",
-        "pressure",
-        "boundary",
-        "layer",
-        "shock",
-        "wave",
-        "heat",
-        "transfer",
-    ]
+    words = ["the", *AERO_WORDS[:10]]  # 11 words: documents of 3 to 11 of them, in varied orders
     texts = [" ".join(words[(i * 7 + j) % len(words)] for j in range(3 + i % 9)) for i in range(41)]
     corpus = write_jsonl(folder / "corpus.jsonl", [f"r{i}" for i in range(41)], texts)
     encoder = load_encoder(tiny_bert, device="cpu")
