@@ -1,4 +1,5 @@
-"""What every command shares: turning library errors into one line and an exit code."""
+"""What every command shares: turning library errors into one line and an exit code, checking its
+inputs and outputs, and the truncation note of the commands that embed."""
 
 from __future__ import annotations
 
@@ -46,3 +47,9 @@ def handle_errors(func: F) -> F:
             sys.exit(130)
 
     return wrapper  # type: ignore[return-value]
+
+
+def print_truncated(console: Any, truncated: int) -> None:
+    """The note, on a rich `console`, that `truncated` documents were cut at the model's maximum length."""
+    if truncated:
+        console.print(f"{truncated:,} documents were longer than the model's maximum length and truncated")

@@ -5,11 +5,11 @@ from __future__ import annotations
 
 import sys
 from pathlib import Path
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
-from embedkit.cli.common import check_io, handle_errors
+from embedkit.cli.common import check_io, handle_errors, print_truncated
 from embedkit.cli.options import (
     BatchOption,
     ChunkOption,
@@ -21,6 +21,9 @@ from embedkit.cli.options import (
     PrecisionOption,
     WaitOption,
 )
+
+if TYPE_CHECKING:
+    from embedkit.encode.run_report import EmbedRun
 
 
 def register(app: typer.Typer) -> None:
@@ -90,57 +93,37 @@ def embed(
     are written atomically: an interrupted run leaves any previous output intact. With --shard or
     --ray, --out is a folder of part files which, concatenated in order, are that same output.
     """
-    from rich.console import Console
-
     from embedkit.encode.streaming import CorpusOptions, embed_to_file, ids_path_for
 
     options = CorpusOptions(column=column, id_column=id_column, chunk_size=chunk_size, batch_size=batch_size)
+    # the same for all three ways to embed: one file, one shard, or all shards on Ray
+    encoding = {
+        "options": options,
+        "normalize": normalize,
+        "device": device,
+        "precision": precision,
+        "progress": sys.stderr.isatty(),
+    }
     if shard is not None or ray or ray_address is not None or num_workers is not None:
         _embed_parts(
-            corpus,
-            out,
-            model,
-            options,
-            normalize,
-            device,
-            precision,
-            wait,
-            shard,
-            ray,
-            ray_address,
-            num_workers,
-            cpus_per_worker,
+            corpus, out, model, encoding, wait, shard, ray, ray_address, num_workers, cpus_per_worker
         )
         return
     ids = ids_path_for(out) if out.suffix == ".npy" else None
     check_io(inputs=[corpus, model], files=[out, ids], wait=wait)
-    report = embed_to_file(
-        corpus,
-        out,
-        model,
-        options=options,
-        normalize=normalize,
-        device=device,
-        precision=precision,
-        progress=sys.stderr.isatty(),
+    report = embed_to_file(corpus, out, model, **encoding)
+    _print_run(
+        report,
+        f"{report.count:,} documents ({report.dim}-d) on {report.backend}/{report.device}",
+        f"{report.out} and {report.ids_path}",
     )
-    console = Console(highlight=False)
-    console.print(
-        f"embedded {report.count:,} documents ({report.dim}-d) on {report.backend}/{report.device} "
-        f"in {report.seconds:.1f} s ({report.per_second:,.0f} sent/s)"
-    )
-    _print_truncated(console, report.truncated)
-    console.print(f"wrote {report.out} and {report.ids_path}")
 
 
 def _embed_parts(
     corpus: Path,
     out: Path,
     model: str | None,
-    options,
-    normalize: bool | None,
-    device: str,
-    precision: str | None,
+    encoding: dict[str, Any],
     wait: bool,
     shard: str | None,
     ray: bool,
@@ -149,13 +132,10 @@ def _embed_parts(
     cpus_per_worker: int,
 ) -> None:
     """`--shard I/N` (one part, here) or `--ray` (all parts, on a Ray cluster) into the folder `out`."""
-    from rich.console import Console
-
     from embedkit.encode.parts import Shard, part_paths
     from embedkit.encode.sharding import check_part_folder
     from embedkit.errors import InputError
 
-    console = Console(highlight=False)
     if shard is not None and ray:
         raise InputError("--shard and --ray exclude each other: Ray splits the corpus itself")
     if not ray and (ray_address is not None or num_workers is not None):
@@ -166,25 +146,13 @@ def _embed_parts(
 
         chosen = Shard.parse(shard)
         check_io(inputs=[corpus, model], files=part_paths(out, chosen), wait=wait)
-        report = embed_shard(
-            corpus,
-            out,
-            chosen,
-            model,
-            options=options,
-            normalize=normalize,
-            device=device,
-            precision=precision,
-            progress=sys.stderr.isatty(),
+        report = embed_shard(corpus, out, chosen, model, **encoding)
+        _print_run(
+            report,
+            f"{report.shard.name}: {report.count:,} of {report.total:,} documents "
+            f"(from {report.start:,}, {report.dim}-d) on {report.backend}/{report.device}",
+            f"{report.out} and its .ids.txt and .json",
         )
-        console.print(
-            f"embedded {report.shard.name}: {report.count:,} of {report.total:,} documents "
-            f"(from {report.start:,}, {report.dim}-d) on {report.backend}/{report.device} "
-            f"in {report.seconds:.1f} s "
-            f"({report.per_second:,.0f} sent/s)"
-        )
-        _print_truncated(console, report.truncated)
-        console.print(f"wrote {report.out} and its .ids.txt and .json")
         return
     from embedkit.encode.distributed import embed_with_ray
 
@@ -193,23 +161,23 @@ def _embed_parts(
         corpus,
         out,
         model,
-        options=options,
-        normalize=normalize,
-        device=device,
-        precision=precision,
         address=ray_address,
         num_workers=num_workers,
         cpus_per_worker=cpus_per_worker,
-        progress=sys.stderr.isatty(),
+        **encoding,
     )
-    console.print(
-        f"embedded {result.count:,} documents ({result.dim}-d) with {result.workers} Ray worker(s) on "
-        f"{result.device} in {result.seconds:.1f} s ({result.per_second:,.0f} sent/s)"
+    _print_run(
+        result,
+        f"{result.count:,} documents ({result.dim}-d) with {result.workers} Ray worker(s) on {result.device}",
+        f"{result.parts} parts to {result.folder}",
     )
-    _print_truncated(console, result.truncated)
-    console.print(f"wrote {result.parts} parts to {result.folder}")
 
 
-def _print_truncated(console, truncated: int) -> None:
-    if truncated:
-        console.print(f"{truncated:,} documents were longer than the model's maximum length and truncated")
+def _print_run(report: EmbedRun, what: str, wrote: str) -> None:
+    """`embedded WHAT in S s (R sent/s)`, the truncation note, then `wrote WROTE`."""
+    from rich.console import Console
+
+    console = Console(highlight=False)
+    console.print(f"embedded {what} in {report.seconds:.1f} s ({report.per_second:,.0f} sent/s)")
+    print_truncated(console, report.truncated)
+    console.print(f"wrote {wrote}")

@@ -5,11 +5,11 @@ from __future__ import annotations
 
 import sys
 from pathlib import Path
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated
 
 import typer
 
-from embedkit.cli.common import check_io, handle_errors
+from embedkit.cli.common import check_io, handle_errors, print_truncated
 from embedkit.cli.options import (
     BatchOption,
     ChunkOption,
@@ -19,6 +19,9 @@ from embedkit.cli.options import (
     PrecisionOption,
     WaitOption,
 )
+
+if TYPE_CHECKING:
+    from embedkit.index.build import IndexReport
 
 
 def register(app: typer.Typer) -> None:
@@ -99,8 +102,6 @@ def index(
     With --from-vectors DIR the vectors come from DIR's part files (checked: all parts present,
     none corrupt, the corpus's ids in the same order, one model) and nothing is embedded.
     """
-    from rich.console import Console
-
     from embedkit.encode.streaming import CorpusOptions
     from embedkit.errors import InputError
     from embedkit.index import build_index
@@ -131,18 +132,8 @@ def index(
         progress=sys.stderr.isatty(),
         lexical=lexical,
     )
-    console = Console(highlight=False)
-    params = ", ".join(f"{k}={v}" for k, v in report.params.items())
     verb = "appended" if report.appended else "indexed"
-    console.print(
-        f"{verb} {report.added:,} documents on {report.backend}/{report.device} in {report.seconds:.1f} s: "
-        f"{report.path} now holds {report.count:,}"
-    )
-    console.print(f"kind {report.kind}{f' ({params})' if params else ''}: {report.reason}")
-    if report.truncated:
-        console.print(
-            f"{report.truncated:,} documents were longer than the model's maximum length and truncated"
-        )
+    _print_built(report, f"{verb} {report.added:,} documents on {report.backend}/{report.device}")
 
 
 def _from_vectors(
@@ -158,8 +149,6 @@ def _from_vectors(
     options,
     wait: bool,
 ) -> None:
-    from rich.console import Console
-
     from embedkit.errors import InputError
     from embedkit.index import build_index_from_vectors
 
@@ -178,10 +167,16 @@ def _from_vectors(
         progress=sys.stderr.isatty(),
         lexical=lexical,
     )
+    _print_built(report, f"indexed {report.added:,} vectors from {folder} ({report.device})")
+
+
+def _print_built(report: IndexReport, what: str) -> None:
+    """`WHAT in S s: PATH now holds N`, the index kind with its parameters and why it was chosen, and
+    the truncation note (never for --from-vectors: nothing is embedded)."""
+    from rich.console import Console
+
     console = Console(highlight=False)
     params = ", ".join(f"{k}={v}" for k, v in report.params.items())
-    console.print(
-        f"indexed {report.added:,} vectors from {folder} ({report.device}) in {report.seconds:.1f} s: "
-        f"{report.path} now holds {report.count:,}"
-    )
+    console.print(f"{what} in {report.seconds:.1f} s: {report.path} now holds {report.count:,}")
     console.print(f"kind {report.kind}{f' ({params})' if params else ''}: {report.reason}")
+    print_truncated(console, report.truncated)
