@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import sys
 from pathlib import Path
-from typing import TYPE_CHECKING, Annotated
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
@@ -114,24 +114,20 @@ def index(
     if append and overwrite:
         raise InputError("--append and --overwrite exclude each other")
     options = CorpusOptions(column=column, id_column=id_column, chunk_size=chunk_size, batch_size=batch_size)
+    # the same for an index embedded here and one built from part files
+    building = {
+        "kind": kind,
+        "overwrite": overwrite,
+        "gpu": gpu,
+        "options": options,
+        "progress": sys.stderr.isatty(),
+        "lexical": lexical,
+    }
     if from_vectors is not None:
-        _from_vectors(from_vectors, corpus, out, model, kind, append, overwrite, gpu, lexical, options, wait)
+        _from_vectors(from_vectors, corpus, out, model, append, building, wait)
         return
     check_io(inputs=[corpus, model], folders=[out], wait=wait)
-    report = build_index(
-        corpus,
-        out,
-        model,
-        kind=kind,
-        append=append,
-        overwrite=overwrite,
-        gpu=gpu,
-        options=options,
-        device=device,
-        precision=precision,
-        progress=sys.stderr.isatty(),
-        lexical=lexical,
-    )
+    report = build_index(corpus, out, model, append=append, device=device, precision=precision, **building)
     verb = "appended" if report.appended else "indexed"
     _print_built(report, f"{verb} {report.added:,} documents on {report.backend}/{report.device}")
 
@@ -141,12 +137,8 @@ def _from_vectors(
     corpus: Path,
     out: Path,
     model: str | None,
-    kind: str,
     append: bool,
-    overwrite: bool,
-    gpu: bool,
-    lexical: bool,
-    options,
+    building: dict[str, Any],
     wait: bool,
 ) -> None:
     from embedkit.errors import InputError
@@ -155,18 +147,7 @@ def _from_vectors(
     if append:
         raise InputError("--from-vectors builds a new index: drop --append (or --overwrite to replace one)")
     check_io(inputs=[corpus, model, folder], folders=[out], wait=wait)
-    report = build_index_from_vectors(
-        folder,
-        corpus,
-        out,
-        model,
-        kind=kind,
-        overwrite=overwrite,
-        gpu=gpu,
-        options=options,
-        progress=sys.stderr.isatty(),
-        lexical=lexical,
-    )
+    report = build_index_from_vectors(folder, corpus, out, model, **building)
     _print_built(report, f"indexed {report.added:,} vectors from {folder} ({report.device})")
 
 
