@@ -317,9 +317,9 @@ def _train(
             state.last_losses, state.seconds = terms, time.perf_counter() - started
             if main and (state.step % config.log_steps == 0 or state.step == total):
                 queued = len(model.queue) if model.queue is not None else 0
-                ckpt.append_metrics(
-                    metrics, {"step": state.step, "epoch": epoch, "lr": lr, **terms, "queue": queued}
-                )
+                # seconds of training so far: differences between records are step times
+                record = {"step": state.step, "epoch": epoch, "lr": lr, **terms, "queue": queued}
+                ckpt.append_metrics(metrics, {**record, "seconds": round(state.seconds, 3)})
             display.advance(state.step, terms)
             evaluate = dev is not None and (state.step % config.eval_steps == 0 or state.step == total)
             save = state.step % config.save_steps == 0 or state.step == total

@@ -136,6 +136,8 @@ def test_ict_training_runs_and_records_its_pairs(tiny_bert: Path, tmp_path: Path
     assert meta["data"]["stats"]["pairs"] == 64 and meta["training"]["config"]["views"] == "ict"
     losses = [json.loads(line) for line in (tmp_path / "out" / "metrics.jsonl").read_text().splitlines()]
     assert all("ami" not in r for r in losses) and any("info_nce" in r for r in losses)
+    elapsed = [r["seconds"] for r in losses if "info_nce" in r]  # training time so far, per logged step
+    assert len(elapsed) == 3 and 0 < elapsed[0] <= elapsed[1] <= elapsed[2]
 
 
 @pytest.mark.usefixtures("one_thread")
