@@ -31,7 +31,8 @@ def clean(
     """Remove leftovers of killed runs on TARGET: staging folders, temporary files, superseded versions.
 
     Also removes a killed `train --overwrite` run kept beside TARGET, and scratch folders of killed
-    exports in the temporary folder. An embedding whose files were being renamed is completed.
+    exports in the temporary folder. An embedding, or a part file of `embed --shard` in a parts folder,
+    whose files were being renamed is completed.
     """
     from embedkit.cleanup import clean_target
     from embedkit.locking import write_lock

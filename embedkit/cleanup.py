@@ -7,6 +7,7 @@ this module only gathers them for one target. The caller holds the target's writ
 
 from __future__ import annotations
 
+import re
 import shutil
 import tempfile
 from pathlib import Path
@@ -16,6 +17,9 @@ from embedkit.versioned import clean as clean_versions
 from embedkit.versioned import is_versioned
 
 SCRATCH_PREFIXES = ("embedkit-export-", "embedkit-onnx-scratch-")
+# a temporary file or commit journal of a killed `embed --shard` write (`embedkit.encode.parts`)
+PART_LEFTOVER = re.compile(r"^\.(part-\d+-of-\d+)\.(?:npy|ids\.txt|json)\.")
+PART_SUFFIXES = (".npy", ".ids.txt", ".json")
 
 
 def clean_target(target: str | Path) -> tuple[list[Path], bool]:
@@ -30,6 +34,10 @@ def clean_target(target: str | Path) -> tuple[list[Path], bool]:
         related.append(ids)
     for path in related:
         removed += sweep_leftovers(path)
+    if target.is_dir():
+        part_removed, part_completed = _part_leftovers(target)
+        removed += part_removed
+        completed = completed or part_completed
     staging = target.is_dir() and any(p.name.startswith(".staging-") for p in target.iterdir())
     if target.is_dir() and (is_versioned(target) or staging):
         removed += clean_versions(target)
@@ -38,6 +46,18 @@ def clean_target(target: str | Path) -> tuple[list[Path], bool]:
         shutil.rmtree(run_dir, ignore_errors=True)
         removed.append(run_dir)
     removed += _dead_scratch()
+    return removed, completed
+
+
+def _part_leftovers(folder: Path) -> tuple[list[Path], bool]:
+    """Finish the part writes a kill left committed, and remove the rest of killed part writes."""
+    stems = sorted({m.group(1) for entry in folder.iterdir() if (m := PART_LEFTOVER.match(entry.name))})
+    removed: list[Path] = []
+    completed = False
+    for stem in stems:
+        completed = recover_files(folder / f"{stem}.npy") or completed  # the journal names the .npy
+        for suffix in PART_SUFFIXES:
+            removed += sweep_leftovers(folder / f"{stem}{suffix}")
     return removed, completed
 
 

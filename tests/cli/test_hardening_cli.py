@@ -295,3 +295,29 @@ def test_a_killed_overwrite_leaves_the_finished_model_as_it_was(tmp_path, tiny_b
     assert result.exit_code == 0, result.output
     assert not run_dir.exists()  # the killed run's folder went with the next overwrite
     assert _tree(out) != before
+
+
+def test_a_part_write_killed_between_its_renames_is_completed_by_clean(tmp_path):
+    """`embedkit clean PARTS_DIR` rolls a committed part write forward and removes a killed one's temps."""
+    parts = tmp_path / "parts"
+    parts.mkdir()
+    names = [parts / f"part-1-of-2{suffix}" for suffix in (".npy", ".ids.txt", ".json")]
+    code = (
+        "import numpy as np; from pathlib import Path; from embedkit import atomic\n"
+        f"with atomic.atomic_files(*map(Path, {[str(p) for p in names]!r})) as (n, i, j):\n"
+        "    np.save(open(n, 'wb'), np.ones((2, 3), np.float32))\n"
+        "    i.write_text('a\\nb\\n'); j.write_text('{}')\n"
+    )
+    _kill_in_subprocess(code, "files-moved-1", tmp_path)  # the .npy is in place, the other two are not
+    assert sorted(p.name for p in parts.iterdir() if not p.name.startswith(".")) == ["part-1-of-2.npy"]
+    result = CliRunner().invoke(app, ["clean", str(parts)])
+    assert result.exit_code == 0, result.output
+    assert sorted(p.name for p in parts.iterdir()) == [p.name for p in sorted(names)]
+    assert (parts / "part-1-of-2.ids.txt").read_text() == "a\nb\n"
+    _kill_in_subprocess(code.replace("part-1-of-2", "part-0-of-2"), "files-moved-1", tmp_path)
+    (parts / "part-0-of-2.npy").unlink()
+    for journal in parts.glob(".part-0-of-2.npy.commit"):
+        journal.unlink()  # as if killed before the commit: only temporaries remain, nothing to finish
+    assert any(p.name.startswith(".part-0-of-2.") for p in parts.iterdir())
+    assert CliRunner().invoke(app, ["clean", str(parts)]).exit_code == 0
+    assert sorted(p.name for p in parts.iterdir()) == [p.name for p in sorted(names)]
