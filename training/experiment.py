@@ -47,8 +47,7 @@ from embedkit.evaluation.pseudo_queries import (
     build_pseudo_queries,
     evaluate_pseudo,
 )
-from embedkit.evaluation.sts_retrieval import RECALL_KS, sts_retrieval_task
-from embedkit.evaluation.sts_retrieval import evaluate_sts_retrieval as score_sts_retrieval
+from embedkit.evaluation.sts_retrieval import RECALL_KS, evaluate_sts_retrieval, sts_retrieval_task
 from embedkit.locking import locked
 from embedkit.report.tables import BASE_METHOD, ExperimentTable, RunRecord, aggregate
 from embedkit.training.config import METHODS, TrainConfig
@@ -157,7 +156,7 @@ class Evaluations:
             metrics[f"{name} {RETRIEVAL_TABLE_METRIC}"] = 100.0 * scores[RETRIEVAL_TABLE_METRIC]
             details[name] = scores
         for name, _, task in self.sts_retrieval:
-            scores = score_sts_retrieval(encoder, task, batch_size=self.batch_size)
+            scores = evaluate_sts_retrieval(encoder, task, batch_size=self.batch_size)
             metrics.update({f"{name} R@{k}": scores[f"recall@{k}"] for k in RECALL_KS})
             details[f"{name} retrieval"] = scores
         if self.pseudo is not None:

@@ -153,7 +153,7 @@ def finish_run(
     from embedkit.training import checkpoint as ckpt
     from embedkit.training.checkpoint_selection import dev_label
 
-    if bool(config.dev_retrieval) and not beats_base(state.best_score, state.base_score):
+    if keeps_base(config, state):
         from embedkit.encode.torch_backend import load_backbone
 
         model.backbone.load_state_dict(load_backbone(spec.path).state_dict())
@@ -179,6 +179,11 @@ def finish_run(
 def beats_base(best: float | None, base: float | None) -> bool:
     """Whether a trained checkpoint scored above the untrained base (True without a base score)."""
     return best is not None and (base is None or best > base)
+
+
+def keeps_base(config: TrainConfig, state: TrainState) -> bool:
+    """Whether the run gives the base model back: selecting on judged queries, nothing beat it."""
+    return bool(config.dev_retrieval) and not beats_base(state.best_score, state.base_score)
 
 
 def _model_metadata(
@@ -210,6 +215,6 @@ def _model_metadata(
             "base_score": state.base_score,
             "best_score": state.best_score,
             "best_step": state.best_step,
-            "kept_base": bool(config.dev_retrieval) and not beats_base(state.best_score, state.base_score),
+            "kept_base": keeps_base(config, state),
         },
     }

@@ -45,7 +45,7 @@ from embedkit.training.model import (
     make_scheduler,
     optimizer_step,
 )
-from embedkit.training.save import beats_base, finish_run
+from embedkit.training.save import finish_run, keeps_base
 from embedkit.training.views import PairStats, load_examples
 
 StepCallback = Callable[[int, dict[str, float]], None]
@@ -345,7 +345,7 @@ def _train(
 
     # 5. The model folder, from the best dev checkpoint (else the last weights), replaces `out`.
     # On the user's own judged queries, a run that never beat the base gives the base back.
-    kept_base = bool(config.dev_retrieval) and not beats_base(state.best_score, state.base_score)
+    kept_base = keeps_base(config, state)
     if main:
         finish_run(out, run_dir, model, config, meta, state, corpus, sample, spec, dev, display.note)
         if run_dir != out:
