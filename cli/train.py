@@ -107,7 +107,7 @@ def train(
             help="dropout: one sentence twice (the paper); crop: two random spans of a document "
             "(Contriever); ict: a sentence against the rest of its document (inverse cloze). "
             "crop and ict need documents (JSON lines, a BEIR folder); --limit then counts pairs. "
-            "With crop and ict, --lr 1e-5 measured better than the default.",
+            "With crop or ict and --method simcse, --lr 1e-5 measured better than the default.",
         ),
     ] = DEFAULTS.views,
     positive_max_length: Annotated[
