@@ -13,13 +13,21 @@ from typing import Annotated, Any
 import typer
 
 from embedkit.cli.common import handle_errors
-from embedkit.cli.options import BatchOption, DeviceOption, JsonOption, ModelOption, PrecisionOption
+from embedkit.cli.options import (
+    AlphaOption,
+    BatchOption,
+    DeviceOption,
+    FusionOption,
+    JsonOption,
+    ModelOption,
+    PrecisionOption,
+)
+from embedkit.index.fusion import DEFAULT_ALPHA, DEFAULT_FUSION
 
 eval_app = typer.Typer(
     help="Evaluate a model: STS correlation or BEIR retrieval metrics.",
     no_args_is_help=True,
 )
-
 
 
 def register(app: typer.Typer) -> None:
@@ -170,12 +178,8 @@ def retrieval(
             help="dense (the model), lexical (BM25), hybrid (both, fused), or all three side by side.",
         ),
     ] = "dense",
-    fusion: Annotated[
-        str, typer.Option("--fusion", help="Hybrid fusion: zscore, rrf or minmax.")
-    ] = "zscore",
-    alpha: Annotated[
-        float, typer.Option("--alpha", min=0.0, max=1.0, help="Dense weight of zscore/minmax fusion.")
-    ] = 0.5,
+    fusion: FusionOption = DEFAULT_FUSION,
+    alpha: AlphaOption = DEFAULT_ALPHA,
     device: DeviceOption = "auto",
     precision: PrecisionOption = None,
     batch_size: BatchOption = 64,
@@ -324,6 +328,7 @@ def _print(renderable: Any) -> None:
     from rich.console import Console
 
     Console().print(renderable)
+
 
 from embedkit.cli.pseudo import register_into as _register_pseudo  # noqa: E402
 

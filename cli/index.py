@@ -92,6 +92,14 @@ def index(
     corpus_option: Annotated[
         Path | None, typer.Option("--corpus", help="The corpus, as an option (the same as the argument).")
     ] = None,
+    reindex_lexical: Annotated[
+        bool,
+        typer.Option(
+            "--reindex-lexical",
+            help="Rebuild the BM25 side of the index in --out from its documents (no corpus, no "
+            "re-embedding): for an index built with --no-lexical or by an earlier embedkit.",
+        ),
+    ] = False,
 ) -> None:
     """Embed CORPUS (normalized vectors, inner product) into the index folder --out.
 
@@ -106,6 +114,9 @@ def index(
     from embedkit.errors import InputError
     from embedkit.index import build_index
 
+    if reindex_lexical:
+        _reindex_lexical(out, corpus or corpus_option or from_vectors, append or overwrite, wait)
+        return
     if corpus is not None and corpus_option is not None and corpus != corpus_option:
         raise InputError(f"two corpora given: {corpus} and --corpus {corpus_option}")
     corpus = corpus or corpus_option
@@ -149,6 +160,20 @@ def _from_vectors(
     check_io(inputs=[corpus, model, folder], folders=[out], wait=wait)
     report = build_index_from_vectors(folder, corpus, out, model, **building)
     _print_built(report, f"indexed {report.added:,} vectors from {folder} ({report.device})")
+
+
+def _reindex_lexical(out: Path, corpus: Path | None, writes: bool, wait: bool) -> None:
+    from embedkit.errors import InputError
+    from embedkit.index import rebuild_lexical
+
+    if corpus is not None or writes:
+        raise InputError(
+            "--reindex-lexical rebuilds the index in --out from its own documents: give no "
+            "corpus, --from-vectors, --append or --overwrite"
+        )
+    check_io(folders=[out], wait=wait)
+    report = rebuild_lexical(out, progress=sys.stderr.isatty())
+    _print_built(report, f"built the lexical side of {report.count:,} documents")
 
 
 def _print_built(report: IndexReport, what: str) -> None:

@@ -8,6 +8,8 @@ from typing import Annotated
 
 import typer
 
+from embedkit.index.fusion import DEFAULT_ALPHA, DEFAULT_FUSION, FUSION_METHODS
+
 CorpusArgument = Annotated[
     Path,
     typer.Argument(
@@ -40,3 +42,21 @@ WaitOption = Annotated[
     typer.Option("--wait", help="If another run is writing the same output, wait for it instead of failing."),
 ]
 JsonOption = Annotated[Path | None, typer.Option("--json", help="Also write the results to this JSON file.")]
+FusionOption = Annotated[
+    str,
+    typer.Option(
+        "--fusion",
+        help=f"Hybrid fusion: {', '.join(FUSION_METHODS)} (default {DEFAULT_FUSION}: dense search again "
+        "with the query moved toward the top z-score hits; zscore: standardised scores weighted by "
+        "--alpha; rrf: reciprocal rank).",
+    ),
+]
+AlphaOption = Annotated[
+    float,
+    typer.Option(
+        "--alpha",
+        min=0.0,
+        max=1.0,
+        help=f"Dense weight of zscore/minmax and of prf's first ranking (default {DEFAULT_ALPHA}).",
+    ),
+]

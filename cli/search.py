@@ -13,7 +13,8 @@ from typing import TYPE_CHECKING, Annotated
 import typer
 
 from embedkit.cli.common import handle_errors
-from embedkit.cli.options import DeviceOption, PrecisionOption
+from embedkit.cli.options import AlphaOption, DeviceOption, FusionOption, PrecisionOption
+from embedkit.index.fusion import DEFAULT_ALPHA, DEFAULT_FUSION
 
 if TYPE_CHECKING:
     from embedkit.index import Hit
@@ -58,37 +59,37 @@ def search(
             "index has a lexical side, else dense.",
         ),
     ] = None,
-    fusion: Annotated[
-        str,
-        typer.Option(
-            "--fusion",
-            help="Hybrid fusion: zscore (per-query standardised scores, weighted by --alpha), rrf "
-            "(reciprocal rank) or minmax.",
-        ),
-    ] = "zscore",
-    alpha: Annotated[
-        float, typer.Option("--alpha", min=0.0, max=1.0, help="Dense weight of zscore/minmax fusion.")
-    ] = 0.5,
+    fusion: FusionOption = DEFAULT_FUSION,
+    alpha: AlphaOption = DEFAULT_ALPHA,
 ) -> None:
     """Search INDEX_DIR for QUERY (or each line of --queries): ranked ids, scores and texts."""
     from rich.console import Console
 
+    from embedkit.errors import InputError
     from embedkit.index import SearchIndex
+    from embedkit.index.fusion import check_fusion
+    from embedkit.index.search import SEARCH_MODES, hit_record
 
     texts = _queries(query, queries_file)
+    if mode is not None and mode not in SEARCH_MODES:
+        raise InputError(f"unknown --mode {mode!r}: use {', '.join(SEARCH_MODES)}")
+    check_fusion(fusion, alpha)  # before the index loads
     with SearchIndex.load(index_dir, gpu=gpu) as index:
         encoder = index.encoder(model, device=device, precision=precision)
         mode = mode or index.default_mode()
-        Console(stderr=True, highlight=False).print(
-            f"{index_dir}: {len(index):,} documents ({index.kind}); {mode} search; model {encoder.path} "
+        ranking = f"hybrid search ({fusion}, dense weight {alpha})" if mode == "hybrid" else f"{mode} search"
+        Console(stderr=True, highlight=False, soft_wrap=True).print(
+            f"{index_dir}: {len(index):,} documents ({index.kind}); {ranking}; model {encoder.path} "
             f"({encoder.backend}, {encoder.device})"
         )
-        results = index.search_text(texts, k=k, encoder=encoder, mode=mode, fusion=fusion, alpha=alpha)
+        results = index.search_text(
+            texts, k=k, encoder=encoder, mode=mode, fusion=fusion, alpha=alpha, snippets=True
+        )
     if as_json:
+        how = {"mode": mode, **({"fusion": fusion, "alpha": alpha} if mode == "hybrid" else {})}
         for text, hits in zip(texts, results, strict=True):
-            typer.echo(
-                json.dumps({"query": text, "hits": [_hit_json(rank, h) for rank, h in enumerate(hits, 1)]})
-            )
+            records = [hit_record(rank, h) for rank, h in enumerate(hits, 1)]
+            typer.echo(json.dumps({"query": text, **how, "hits": records}, ensure_ascii=False))
         return
     _print_tables(texts, results)
 
@@ -110,18 +111,6 @@ def _queries(query: str | None, queries_file: Path | None) -> list[str]:
     return texts
 
 
-def _hit_json(rank: int, hit: Hit) -> dict[str, object]:
-    doc = hit.document
-    record: dict[str, object] = {"rank": rank, "id": hit.id, "score": round(hit.score, 6)}
-    for side, value in (("dense_score", hit.dense_score), ("lexical_score", hit.lexical_score)):
-        record[side] = None if value is None else round(value, 6)
-    if doc is not None:
-        record.update(title=doc.title, text=doc.text)
-        if doc.metadata:
-            record["metadata"] = doc.metadata
-    return record
-
-
 def _print_tables(texts: list[str], results: list[list[Hit]]) -> None:
     from rich.console import Console
     from rich.markup import escape
@@ -135,7 +124,25 @@ def _print_tables(texts: list[str], results: list[list[Hit]]) -> None:
         table.add_column("score", justify="right")
         table.add_column("text")
         for rank, hit in enumerate(hits, 1):
-            body = hit.document.full_text if hit.document is not None else ""
-            shown = body if len(body) <= TEXT_WIDTH else body[: TEXT_WIDTH - 1] + "…"
-            table.add_row(str(rank), escape(hit.id), f"{hit.score:.4f}", escape(shown))
+            shown = _snippet_markup(hit.snippet) if hit.snippet else escape(_cut(hit))
+            table.add_row(str(rank), escape(hit.id), f"{hit.score:.4f}", shown)
         console.print(table)
+
+
+def _cut(hit: Hit) -> str:
+    body = hit.document.full_text if hit.document is not None else ""
+    return body if len(body) <= TEXT_WIDTH else body[: TEXT_WIDTH - 1] + "…"
+
+
+def _snippet_markup(snippet: str) -> str:
+    """tantivy's HTML snippet (matched terms in <b>, the rest HTML-escaped) as rich markup."""
+    import html
+    import re
+
+    from rich.markup import escape
+
+    parts = re.split(r"(<b>.*?</b>)", snippet)
+    return "".join(
+        f"[bold]{escape(html.unescape(p[3:-4]))}[/bold]" if p.startswith("<b>") else escape(html.unescape(p))
+        for p in parts
+    )

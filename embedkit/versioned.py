@@ -160,11 +160,16 @@ def _cache_file(key: tuple[str, int, int, int]) -> Path:
 
 
 def write_checksums(folder: Path) -> dict[str, dict[str, object]]:
-    """Record every file's size and SHA-256 in `folder/checksums.json`."""
+    """Record every file's size and SHA-256 in `folder/checksums.json`, subfolders' files included.
+
+    Keys are paths relative to `folder` ("index.faiss", "lexical/meta.json"); names that start with
+    a dot (an engine's lock and bookkeeping files) are not recorded.
+    """
+    files = (p for p in sorted(folder.rglob("*")) if p.is_file() and p.name != CHECKSUMS)
     sums = {
-        p.name: {"bytes": p.stat().st_size, "sha256": file_sha256(p)}
-        for p in sorted(folder.iterdir())
-        if p.is_file() and p.name != CHECKSUMS and not p.name.startswith(".")
+        p.relative_to(folder).as_posix(): {"bytes": p.stat().st_size, "sha256": file_sha256(p)}
+        for p in files
+        if not any(part.startswith(".") for part in p.relative_to(folder).parts)
     }
     write_json_atomic(folder / CHECKSUMS, {"files": sums})
     return sums

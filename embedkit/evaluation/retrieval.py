@@ -13,9 +13,11 @@ from embedkit.data.beir import BeirData, read_beir
 from embedkit.encode.protocol import Encoder
 from embedkit.errors import InputError
 from embedkit.evaluation.metrics import RETRIEVAL_METRICS, evaluate_run, parse_metric
-from embedkit.evaluation.runs import exact_search, fuse_runs, index_search, lexical_run
+from embedkit.evaluation.runs import exact_search, feedback_run, fuse_runs, index_search, lexical_run
 from embedkit.index.fusion import DEFAULT_ALPHA, DEFAULT_FUSION, FUSION_METHODS
 from embedkit.index.search import FUSION_DEPTH, SEARCH_MODES
+
+Run = dict[str, dict[str, float]]  # query id -> doc id -> score
 
 
 @dataclass(frozen=True)
@@ -88,10 +90,23 @@ class RetrievalEvaluator:
             query_vectors = encoder.encode(
                 query_texts, batch_size=self.batch_size, normalize=True, progress=self.progress
             )
-        dense: dict[str, dict[str, float]] = {}
-        lexical: dict[str, dict[str, float]] = {}
+
+        def finish(dense: Run, lexical: Run, vectors_of: Any, search: Any) -> Run:
+            """The mode's run from both sides; prf searches again (`search(vectors, query_ids)`)."""
+            if self.mode != "hybrid":
+                return dense if self.mode == "dense" else lexical
+            if self.fusion != "prf":
+                return fuse_runs(dense, lexical, self.depth, self.fusion, self.alpha)
+            cut = {
+                q: dict(sorted(h.items(), key=lambda hit: -hit[1])[: self.depth]) for q, h in dense.items()
+            }
+            return feedback_run(cut, lexical, query_ids, query_vectors, vectors_of, search, self.alpha)
+
         if self.index is None:
             doc_ids, texts = self.data.document_texts()
+            dense: Run = {}
+            lexical: Run = {}
+            doc_vectors = None
             if query_vectors is not None:
                 doc_vectors = encoder.encode(
                     texts, batch_size=self.batch_size, normalize=True, progress=self.progress
@@ -100,17 +115,20 @@ class RetrievalEvaluator:
             if self.mode != "dense":
                 rankings = self._corpus_lexical().search(query_texts, depth + (exclude is not None))
                 lexical = lexical_run(rankings, doc_ids, query_ids, depth, exclude)
+            row_of = {doc: row for row, doc in enumerate(doc_ids)}
+            run = finish(
+                dense,
+                lexical,
+                lambda ids: doc_vectors[[row_of[i] for i in ids]],
+                lambda vectors, qids: exact_search(
+                    vectors, doc_vectors, doc_ids, self.depth, qids, qids if exclude is not None else None
+                ),
+            )
             documents, search = len(doc_ids), "exact"
         else:
-            dense, lexical, documents, search = self._search_index(
-                encoder, query_vectors, query_texts, query_ids, exclude, depth
+            run, documents, search = self._search_index(
+                encoder, query_vectors, query_texts, query_ids, exclude, depth, finish
             )
-        if self.mode == "dense":
-            run = dense
-        elif self.mode == "lexical":
-            run = lexical
-        else:
-            run = fuse_runs(dense, lexical, self.depth, self.fusion, self.alpha)
         result = evaluate_run(run, self.data.qrels, self.metrics)
         return RetrievalReport(result.metrics, result.per_query, len(query_ids), documents, search)
 
@@ -135,7 +153,8 @@ class RetrievalEvaluator:
         query_ids: list[str],
         exclude: list[str] | None,
         depth: int,
-    ) -> tuple[dict[str, dict[str, float]], dict[str, dict[str, float]], int, str]:
+        finish: Any,
+    ) -> tuple[Run, int, str]:
         """Search `self.index` (a folder, or an open `SearchIndex`) after checking its model and corpus."""
         if hasattr(self.index, "search"):
             index, opened = self.index, False
@@ -146,30 +165,35 @@ class RetrievalEvaluator:
             index, opened = open_index_for(self.index, encoder), True
         try:
             self._check_corpus(index)
-            dense: dict[str, dict[str, float]] = {}
-            lexical: dict[str, dict[str, float]] = {}
+            dense: Run = {}
+            lexical: Run = {}
             if query_vectors is not None:
                 dense = index_search(index, query_vectors, query_ids, depth, exclude)
             if self.mode != "dense":
                 if not index.has_lexical:
-                    raise InputError(
-                        f"the index {index.path} has no lexical side: evaluate it with --mode dense, "
-                        "or rebuild it with `embedkit index ... --overwrite`"
-                    )
+                    raise InputError(index.no_lexical_reason().replace("search it", "evaluate it"))
                 rankings = index.store.search_lexical(query_texts, depth + (exclude is not None))
                 rows = list({row for ranking in rankings for row, _ in ranking})
                 ids = index.store.ids_of_rows(rows)
                 lexical = lexical_run(rankings, ids, query_ids, depth, exclude)
+            run = finish(
+                dense,
+                lexical,
+                lambda doc_ids: index.vectors_of_rows(index.store.rows_of_ids(doc_ids), encoder),
+                lambda vectors, qids: index_search(
+                    index, vectors, qids, self.depth, qids if exclude is not None else None
+                ),
+            )
             documents, search = len(index), str(index.path)
         finally:
             if opened:
                 index.close()
-        found = {doc for run in (dense, lexical) for hits in run.values() for doc in hits}
+        found = {doc for hits in run.values() for doc in hits} | {d for h in lexical.values() for d in h}
         if found and found.isdisjoint(self.data.corpus):
             raise InputError(
                 f"the index {search} holds none of {self.beir_dir}'s documents: built from another corpus?"
             )
-        return dense, lexical, documents, search
+        return run, documents, search
 
     def _check_corpus(self, index: Any) -> None:
         """The index must hold exactly this folder's corpus: its recorded fingerprint must match."""
@@ -200,22 +224,16 @@ def evaluate_retrieval(
     return evaluator(encoder)
 
 
-
 class MemoryLexical:
-    """A BM25 index of a BEIR corpus in an in-memory SQLite database (no index folder needed)."""
+    """A BM25 index of a BEIR corpus in memory (no index folder needed), rows in corpus order."""
 
     def __init__(self, data: BeirData) -> None:
-        import sqlite3
-
         from embedkit.data.corpus import Document
-        from embedkit.index.lexical import add_documents, create_lexical
+        from embedkit.index.lexical import LexicalIndex
 
-        self.db = sqlite3.connect(":memory:")
-        self.settings = create_lexical(self.db)
-        documents = [Document(i, d["text"], d["title"]) for i, d in data.corpus.items()]
-        add_documents(self.db, 0, documents)
+        self.index = LexicalIndex.create(None)
+        self.index.add(0, [Document(i, d["text"], d["title"]) for i, d in data.corpus.items()])
+        self.index.commit()
 
     def search(self, queries: list[str], k: int) -> list[list[tuple[int, float]]]:
-        from embedkit.index.lexical import search_lexical
-
-        return search_lexical(self.db, queries, k, self.settings)
+        return self.index.search(queries, k)

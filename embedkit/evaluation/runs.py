@@ -4,7 +4,7 @@ same run from an index folder. Plain arrays in, plain dicts out: what the evalua
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import numpy as np
@@ -153,3 +153,37 @@ def fuse_runs(
         )
         run[query_id] = {names[hit.row]: hit.score for hit in fused}
     return run
+
+
+def feedback_run(
+    dense: dict[str, dict[str, float]],
+    lexical: dict[str, dict[str, float]],
+    query_ids: Sequence[str],
+    query_vectors: np.ndarray,
+    vectors_of: Callable[[list[str]], np.ndarray],  # doc ids -> their stored vectors
+    search: Callable[[np.ndarray, list[str]], dict[str, dict[str, float]]],  # vectors, query ids -> run
+    alpha: float,
+) -> dict[str, dict[str, float]]:
+    """The `prf` fusion as a run (`embedkit.index.fusion`, as `SearchIndex.search_text` does it).
+
+    Each query's dense and lexical hits fused by z-score at `alpha`; the query vector moved toward
+    its top `PRF_DOCS` documents; `search` ranks the documents again with the moved vectors. A
+    query without lexical hits keeps its dense run.
+    """
+    from embedkit.index.fusion import PRF_DOCS, feedback_query
+
+    first = fuse_runs(dense, lexical, PRF_DOCS, "zscore", alpha)
+    moved_ids = [q for q in query_ids if lexical.get(q)]
+    if not moved_ids:
+        return dict(dense)
+    top = {q: sorted(first[q].items(), key=lambda hit: -hit[1]) for q in moved_ids}
+    feedback_ids = sorted({doc for q in moved_ids for doc, _ in top[q]})
+    stored = dict(zip(feedback_ids, vectors_of(feedback_ids), strict=True))
+    position = {q: i for i, q in enumerate(query_ids)}
+    moved = np.stack(
+        [
+            feedback_query(query_vectors[position[q]], np.stack([stored[d] for d, _ in top[q]]))
+            for q in moved_ids
+        ]
+    )
+    return {**dense, **search(moved, moved_ids)}

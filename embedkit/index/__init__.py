@@ -1,49 +1,48 @@
-"""Vectors to a searchable index folder: FAISS vectors, a SQLite document store, metadata.
+"""Vectors to a searchable index folder: FAISS vectors, a SQLite document store, a tantivy BM25 side.
 
 `folder` knows the files and checks them, `kinds` the FAISS index kinds, `docstore` the documents,
-`build` writes or appends to a folder atomically, `from_vectors` builds one from part files
-without embedding, `search` opens one for search.
+`lexical` the BM25 side, `fusion` hybrid ranking, `build` writes or appends to a folder atomically,
+`from_vectors` builds one from part files without embedding, `search` opens one for search.
+The names below load on first use, so that the CLI can read `fusion`'s defaults without faiss.
 """
 
-from embedkit.index.build import IndexReport, build_index
-from embedkit.index.folder import DOCS_FILE, INDEX_FILE, META_FILE, check_model_for, read_index_meta
-from embedkit.index.from_vectors import build_index_from_vectors
-from embedkit.index.kinds import (
-    AUTO_FLAT_MAX,
-    HNSW_EF_CONSTRUCTION,
-    HNSW_EF_SEARCH,
-    HNSW_M,
-    IVF_NPROBE,
-    IVF_PQ_MIN_DOCS,
-    KINDS,
-    PQ_DIMS_PER_BYTE,
-    choose_kind,
-    index_params,
-    new_faiss_index,
-)
-from embedkit.index.search import Hit, SearchIndex, open_index_for
+from __future__ import annotations
 
-__all__ = [
-    "AUTO_FLAT_MAX",
-    "DOCS_FILE",
-    "HNSW_EF_CONSTRUCTION",
-    "HNSW_EF_SEARCH",
-    "HNSW_M",
-    "INDEX_FILE",
-    "IVF_NPROBE",
-    "IVF_PQ_MIN_DOCS",
-    "KINDS",
-    "META_FILE",
-    "PQ_DIMS_PER_BYTE",
-    "Hit",
-    "IndexReport",
-    "SearchIndex",
-    "build_index",
-    "build_index_from_vectors",
-    "check_model_for",
-    "choose_kind",
-    "index_params",
-    "new_faiss_index",
-    "open_index_for",
-    "read_index_meta",
-]
+from embedkit.lazy import lazy_exports
+
+# public name -> module that defines it
+_EXPORTS: dict[str, str] = {
+    "IndexReport": "embedkit.index.build",
+    "build_index": "embedkit.index.build",
+    "rebuild_lexical": "embedkit.index.build",
+    "DOCS_FILE": "embedkit.index.folder",
+    "INDEX_FILE": "embedkit.index.folder",
+    "META_FILE": "embedkit.index.folder",
+    "check_model_for": "embedkit.index.folder",
+    "read_index_meta": "embedkit.index.folder",
+    "build_index_from_vectors": "embedkit.index.from_vectors",
+    **{
+        name: "embedkit.index.kinds"
+        for name in (
+            "AUTO_FLAT_MAX",
+            "HNSW_EF_CONSTRUCTION",
+            "HNSW_EF_SEARCH",
+            "HNSW_M",
+            "IVF_NPROBE",
+            "IVF_PQ_MIN_DOCS",
+            "KINDS",
+            "PQ_DIMS_PER_BYTE",
+            "choose_kind",
+            "index_params",
+            "new_faiss_index",
+        )
+    },
+    "Hit": "embedkit.index.search",
+    "SearchIndex": "embedkit.index.search",
+    "hit_record": "embedkit.index.search",
+    "open_index_for": "embedkit.index.search",
+}
+
+__all__ = sorted(_EXPORTS)
+
+__getattr__, __dir__ = lazy_exports("embedkit.index", _EXPORTS, globals())

@@ -36,6 +36,7 @@ from embedkit.index.kinds import (
     new_faiss_index,
     train_ivf,
 )
+from embedkit.index.lexical import LEXICAL_DIR, LexicalIndex, LexicalSettings, is_current_format
 
 if TYPE_CHECKING:
     from embedkit.data.corpus import Document
@@ -54,6 +55,7 @@ from embedkit.index.folder import (
     read_index_meta,
 )
 from embedkit.locking import locked
+from embedkit.progress import ProgressBar
 from embedkit.versioned import new_version
 
 
@@ -136,9 +138,7 @@ def build_index(
             if lexical:
                 store.enable_lexical()
         else:
-            for name in (INDEX_FILE, DOCS_FILE):
-                shutil.copy2(index_files_dir(out) / name, tmp / name)
-            index, store = read_faiss(tmp / INDEX_FILE, old), DocStore.open(tmp / DOCS_FILE, writable=True)
+            index, store = read_faiss_copy(out, tmp, old), copy_store(out, tmp, old)
         work = placement.to_gpu(index, chosen) if placement else index
         try:
             _fill(work, store, encoder, corpus, count, options, tmp, progress)
@@ -159,7 +159,7 @@ def build_index(
             "kind": chosen,
             "kind_reason": old["kind_reason"] if old else reason,
             "params": params,
-            "lexical": store.lexical.to_json() if store.lexical is not None else None,
+            "lexical": store.lexical.settings.to_json() if store.lexical is not None else None,
             "count": int(index.ntotal),
             "corpus_fingerprint": combined(old.get("corpus_fingerprint"), corpus_fingerprint)
             if old
@@ -243,6 +243,70 @@ def _fill(
     if buffer is not None:
         train_ivf(index, buffer, options.chunk_size)
         buffer_path.unlink()  # the map stays valid until it is freed (POSIX)
+
+
+@locked("out")
+def rebuild_lexical(out: str | Path, *, progress: bool = False) -> IndexReport:
+    """Give the index in `out` a new lexical side built from its documents, without re-embedding.
+
+    For an index built with `--no-lexical`, or whose lexical side an earlier embedkit wrote. The
+    vectors and documents are copied unchanged into a new version; a kill leaves the old one live.
+    """
+    out = Path(out)
+    old = read_index_meta(out)
+    start = time.perf_counter()
+    with new_version(out) as tmp:
+        shutil.copy2(index_files_dir(out) / INDEX_FILE, tmp / INDEX_FILE)
+        shutil.copy2(index_files_dir(out) / DOCS_FILE, tmp / DOCS_FILE)
+        store = DocStore.open(tmp / DOCS_FILE, writable=True)
+        try:
+            with ProgressBar(store.next_row(), "lexical", enabled=progress, rate_unit="docs/s") as bar:
+                settings = store.enable_lexical(on_batch=bar.advance)
+            store.commit()
+            store.vacuum()  # the earlier embedkit's postings tables are dropped: give their pages back
+        finally:
+            store.close()
+        now = datetime.now(timezone.utc).isoformat(timespec="seconds")
+        write_json_atomic(tmp / META_FILE, {**old, "lexical": settings.to_json(), "updated": now})
+    return IndexReport(
+        out,
+        old["kind"],
+        "the index's kind",
+        dict(old["params"]),
+        0,
+        int(old["count"]),
+        time.perf_counter() - start,
+        0,
+        "tantivy",
+        "cpu",
+        appended=False,
+    )
+
+
+def read_faiss_copy(out: Path, tmp: Path, meta: dict[str, Any]):  # -> faiss.Index
+    """The live version's FAISS index, copied into the staging folder `tmp` and read from there."""
+    shutil.copy2(index_files_dir(out) / INDEX_FILE, tmp / INDEX_FILE)
+    return read_faiss(tmp / INDEX_FILE, meta)
+
+
+def copy_store(out: Path, tmp: Path, meta: dict[str, Any]) -> DocStore:
+    """The live version's document store and lexical side, copied into `tmp` and opened for writing.
+
+    An index whose lexical side an earlier embedkit wrote (postings in SQLite) gets the tantivy
+    side here, built from its documents, so an append also upgrades it.
+    """
+    live = index_files_dir(out)
+    shutil.copy2(live / DOCS_FILE, tmp / DOCS_FILE)
+    recorded = meta.get("lexical")
+    if recorded is None:
+        return DocStore.open(tmp / DOCS_FILE, writable=True)
+    if not is_current_format(recorded):
+        store = DocStore.open(tmp / DOCS_FILE, writable=True)
+        store.enable_lexical()
+        return store
+    settings = LexicalSettings.from_json(recorded)
+    LexicalIndex.copy_folder(live / LEXICAL_DIR, tmp / LEXICAL_DIR)
+    return DocStore.open(tmp / DOCS_FILE, writable=True, lexical=settings)
 
 
 def write_faiss(index, path: Path) -> int:

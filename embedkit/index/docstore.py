@@ -6,8 +6,12 @@ document ids and texts), `metadata` is the corpus's extra fields as JSON. Search
 it returns, so the corpus is never loaded into memory. Document ids are unique: adding an id that
 is already present is an `InputError` (the whole build or append is then abandoned, see `build.py`).
 
-An index built with a lexical side also holds the BM25 tables of `embedkit.index.lexical` in the same
-file, written in the same transaction as the documents, so the two never drift apart.
+An index built with a lexical side also holds a tantivy BM25 index (`embedkit.index.lexical`) in the
+folder `lexical/` beside the SQLite file. Every `add` goes to both and `commit` commits both; they
+are written in a staging version folder that becomes live only when both are complete
+(`embedkit.versioned`), so the two never drift apart. Earlier embedkit versions kept BM25 postings
+in tables of the SQLite file (`LEGACY_LEXICAL_TABLES`); such a store opens with `legacy_lexical`
+set, and `rebuild_lexical` gives it the tantivy side.
 """
 
 from __future__ import annotations
@@ -15,20 +19,12 @@ from __future__ import annotations
 import json
 import sqlite3
 from collections import Counter
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 
 from embedkit.data.corpus import Document
 from embedkit.errors import InputError
-from embedkit.index.lexical import (
-    LexicalSettings,
-    add_documents,
-    create_lexical,
-    has_lexical,
-    index_document_table,
-    read_settings,
-    search_lexical,
-)
+from embedkit.index.lexical import LEXICAL_DIR, LexicalIndex, LexicalSettings
 
 _SCHEMA = """
 CREATE TABLE documents (
@@ -41,33 +37,67 @@ CREATE TABLE documents (
 """
 # SQLite caps the number of `?` parameters in one statement (32766 since 3.32); stay well below.
 _MAX_PARAMS = 900
+# The BM25 postings of embedkit before its lexical side moved to tantivy.
+LEGACY_LEXICAL_TABLES = ("lexical_settings", "lexical_segments", "lexical_postings")
+_REINDEX_BATCH = 10_000
 
 
 class DocStore:
     """Rows <-> documents, backed by one SQLite file."""
 
-    def __init__(self, connection: sqlite3.Connection, path: Path) -> None:
+    def __init__(
+        self, connection: sqlite3.Connection, path: Path, lexical: LexicalSettings | None = None
+    ) -> None:
         self._db = connection
         self.path = path
-        self.lexical: LexicalSettings | None = None  # the BM25 index's settings, when it has one
+        self.lexical: LexicalIndex | None = None  # the BM25 side, when the index has one
         try:
-            if has_lexical(connection):
-                self.lexical = read_settings(connection)
+            marks = ",".join("?" * len(LEGACY_LEXICAL_TABLES))
+            query = f"SELECT COUNT(*) FROM sqlite_master WHERE type = 'table' AND name IN ({marks})"
+            self.legacy_lexical = connection.execute(query, LEGACY_LEXICAL_TABLES).fetchone()[0] > 0
         except sqlite3.DatabaseError as exc:
             raise InputError(f"corrupt document store {path}: {exc}") from None
+        if lexical is not None:
+            self.lexical = LexicalIndex.open(self.lexical_dir, lexical)
 
-    def enable_lexical(self, settings: LexicalSettings | None = None) -> LexicalSettings:
-        """Give this (new, empty) store a BM25 index; `add` then keeps it in step with the documents."""
-        self.lexical = create_lexical(self._db, settings)
-        if self.next_row():
-            index_document_table(self._db)
-        return self.lexical
+    @property
+    def lexical_dir(self) -> Path:
+        return self.path.parent / LEXICAL_DIR
+
+    def enable_lexical(
+        self, settings: LexicalSettings | None = None, on_batch: Callable[[int], object] | None = None
+    ) -> LexicalSettings:
+        """Give this store a new BM25 side, filled from the documents it holds; `add` then keeps it in step.
+
+        Run in a staging folder (a new build, or `rebuild_lexical`'s copy): it drops the tables of
+        an earlier embedkit's lexical index from this file.
+        """
+        if self.lexical is not None or self.lexical_dir.exists():
+            raise InputError(f"{self.path.parent} already holds a lexical index")
+        for table in LEGACY_LEXICAL_TABLES:
+            self._db.execute(f"DROP TABLE IF EXISTS {table}")
+        self.legacy_lexical = False
+        self.lexical = LexicalIndex.create(self.lexical_dir, settings)
+        last = self.next_row()
+        for first in range(0, last, _REINDEX_BATCH):
+            query = "SELECT row, title, text FROM documents WHERE row >= ? AND row < ? ORDER BY row"
+            rows = self._db.execute(query, (first, first + _REINDEX_BATCH)).fetchall()
+            if [row for row, _, _ in rows] != list(range(first, min(last, first + _REINDEX_BATCH))):
+                raise InputError(f"the documents table of {self.path} is not contiguous from row {first}")
+            self.lexical.add(first, [Document("", text, title) for _, title, text in rows])
+            if on_batch is not None:
+                on_batch(len(rows))
+        return self.lexical.settings
+
+    def vacuum(self) -> None:
+        """Rewrite the SQLite file without its free pages (after dropping tables)."""
+        self._db.execute("VACUUM")
 
     def search_lexical(self, queries: Sequence[str], k: int) -> list[list[tuple[int, float]]]:
-        """Each query's best `k` (row, BM25 score), on this one connection; `InputError` without BM25."""
+        """Each query's best `k` (row, BM25 score); `InputError` without a lexical side."""
         if self.lexical is None:
             raise InputError(f"{self.path.parent} has no lexical index")
-        return search_lexical(self._db, queries, k, self.lexical)
+        return self.lexical.search(queries, k)
 
     @classmethod
     def create(cls, path: str | Path) -> DocStore:
@@ -84,8 +114,13 @@ class DocStore:
         return cls(db, path)
 
     @classmethod
-    def open(cls, path: str | Path, *, writable: bool = False) -> DocStore:
-        """Open an existing store; read-only unless `writable` (append works on a copy)."""
+    def open(
+        cls, path: str | Path, *, writable: bool = False, lexical: LexicalSettings | None = None
+    ) -> DocStore:
+        """Open an existing store, and its lexical side with `lexical` (the index's recorded settings).
+
+        Read-only unless `writable` (an append works on a copy, lexical side included).
+        """
         path = Path(path)
         if not path.is_file():
             raise InputError(f"document store missing: {path}")
@@ -99,13 +134,22 @@ class DocStore:
             db.execute("SELECT row, id, title, text, metadata FROM documents LIMIT 1").fetchall()
         except sqlite3.DatabaseError as exc:
             raise InputError(f"corrupt document store {path}: {exc}") from None
-        return cls(db, path)
+        try:
+            return cls(db, path, lexical)
+        except BaseException:
+            db.close()
+            raise
 
     def close(self) -> None:
         self._db.close()
+        if self.lexical is not None:
+            self.lexical.close()
 
     def commit(self) -> None:
+        """Commit the documents, then the lexical side (one staging version holds both)."""
         self._db.commit()
+        if self.lexical is not None:
+            self.lexical.commit()
 
     def next_row(self) -> int:
         """One past the largest row (the table's rows are 0..n-1); O(log n) on the primary key."""
@@ -129,8 +173,8 @@ class DocStore:
         ]
         try:
             self._db.executemany("INSERT INTO documents VALUES (?, ?, ?, ?, ?)", records)
-            if self.lexical is not None:  # the same transaction: both commit, or neither
-                add_documents(self._db, first_row, documents)
+            if self.lexical is not None:  # committed with the documents: both, or neither
+                self.lexical.add(first_row, documents)
         except sqlite3.IntegrityError:
             raise InputError(
                 f"duplicate document id {self._first_duplicate(first_row, documents)!r}: "
@@ -147,6 +191,14 @@ class DocStore:
         found = self._select("id", [str(i) for i in ids])
         by_id = {doc.id: doc for doc in found.values()}
         return [by_id.get(str(i)) for i in ids]
+
+    def rows_of_ids(self, ids: Sequence[str]) -> list[int]:
+        """The rows of documents `ids`, in the order asked; an unknown id is an `InputError`."""
+        rows = {doc.id: row for row, doc in self._select("id", [str(i) for i in ids]).items()}
+        missing = [doc_id for doc_id in ids if str(doc_id) not in rows]
+        if missing:
+            raise InputError(f"no document {missing[0]!r} in {self.path}")
+        return [rows[str(i)] for i in ids]
 
     def ids_of_rows(self, rows: Sequence[int]) -> dict[int, str]:
         """Row -> document id for the given rows; lighter than `by_rows` (no texts are read)."""

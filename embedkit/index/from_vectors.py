@@ -118,7 +118,7 @@ def build_index_from_vectors(
             "kind": chosen,
             "kind_reason": reason,
             "params": params,
-            "lexical": store.lexical.to_json() if store.lexical is not None else None,
+            "lexical": store.lexical.settings.to_json() if store.lexical is not None else None,
             "count": int(index.ntotal),
             "corpus_fingerprint": fingerprint,
             "index_bytes": write_faiss(index, tmp / INDEX_FILE),

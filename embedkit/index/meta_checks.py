@@ -48,9 +48,12 @@ def validate_index_meta(meta: Any, path: Path) -> None:
     if "max_seq_length" in meta:
         _int(meta, "max_seq_length", path, 1)
     if meta.get("lexical") is not None:
-        from embedkit.index.lexical import LexicalSettings
+        from embedkit.index.lexical import LexicalSettings, is_current_format
 
         try:
-            LexicalSettings.from_json(meta["lexical"])
+            if not isinstance(meta["lexical"], dict):
+                raise InputError("not an object")
+            if is_current_format(meta["lexical"]):  # else an earlier embedkit's: `--reindex-lexical`
+                LexicalSettings.from_json(meta["lexical"])
         except (InputError, TypeError) as exc:
             raise _fail(path, "lexical", f"lexical settings or null ({exc})", meta["lexical"]) from None

@@ -12,7 +12,14 @@ import numpy as np
 from embedkit.encode.batching import l2_normalize
 from embedkit.errors import InputError
 from embedkit.index.docstore import DocStore
-from embedkit.index.fusion import DEFAULT_ALPHA, DEFAULT_FUSION, fuse
+from embedkit.index.fusion import (
+    DEFAULT_ALPHA,
+    DEFAULT_FUSION,
+    PRF_DOCS,
+    check_fusion,
+    feedback_query,
+    fuse,
+)
 from embedkit.index.kinds import GpuPlacement
 
 if TYPE_CHECKING:
@@ -28,6 +35,7 @@ from embedkit.index.folder import (
     read_index_meta,
 )
 from embedkit.index.integrity import check_scores, load_consistent
+from embedkit.index.lexical import lexical_settings
 from embedkit.versioned import verify_checksums
 
 SEARCH_MODES = ("dense", "lexical", "hybrid")
@@ -49,6 +57,23 @@ class Hit:
     document: Document | None = None  # filled by `search_text`
     dense_score: float | None = None
     lexical_score: float | None = None
+    snippet: str | None = None  # the matched terms in <b>, HTML (`search_text(snippets=True)`)
+
+
+def hit_record(rank: int, hit: Hit) -> dict[str, Any]:
+    """One hit as JSON, the same for `embedkit search --json` and the server's `/search`.
+
+    `dense_score` and `lexical_score` are always present (null where that side did not return the
+    hit); `snippet` where one was made; `title`, `text` and `metadata` where the document is known.
+    """
+    record: dict[str, Any] = {"rank": rank, "id": hit.id, "score": float(hit.score)}
+    record["dense_score"] = None if hit.dense_score is None else float(hit.dense_score)
+    record["lexical_score"] = None if hit.lexical_score is None else float(hit.lexical_score)
+    if hit.snippet is not None:
+        record["snippet"] = hit.snippet
+    if hit.document is not None:
+        record.update(title=hit.document.title, text=hit.document.text, metadata=hit.document.metadata or {})
+    return record
 
 
 # --- searching -----------------------------------------------------------------------------------
@@ -88,7 +113,8 @@ class SearchIndex:
         verify_checksums(folder)  # every file of the version, as written (cached: cheap after once)
         meta = read_index_meta(folder)
         index = read_faiss(folder / INDEX_FILE, meta)
-        store = DocStore.open(folder / DOCS_FILE)
+        recorded = meta.get("lexical")
+        store = DocStore.open(folder / DOCS_FILE, lexical=lexical_settings(recorded))
         if store.next_row() != index.ntotal:
             store.close()
             raise InputError(f"{folder / DOCS_FILE} does not match {folder / INDEX_FILE}: rebuild the index")
@@ -161,6 +187,13 @@ class SearchIndex:
     def has_lexical(self) -> bool:
         return self.store.lexical is not None
 
+    def no_lexical_reason(self) -> str:
+        """Why lexical and hybrid search are refused here, and the command that adds the side."""
+        fix = f"search it with --mode dense, or add one: `embedkit index --out {self.path} --reindex-lexical`"
+        if self.meta.get("lexical") is not None:
+            return f"the index {self.path} has the lexical side of an earlier embedkit: {fix}"
+        return f"the index {self.path} has no lexical side (built with --no-lexical): {fix}"
+
     def default_mode(self) -> str:
         """hybrid where the index has a lexical side (the measured best), else dense."""
         return "hybrid" if self.has_lexical else "dense"
@@ -172,14 +205,17 @@ class SearchIndex:
         encoder: Encoder | None = None,
         *,
         mode: str | None = None,  # dense, lexical or hybrid; None: `default_mode()`
-        fusion: str = DEFAULT_FUSION,  # rrf, zscore or minmax (embedkit.index.fusion)
-        alpha: float = DEFAULT_ALPHA,  # the dense weight of zscore / minmax
+        fusion: str = DEFAULT_FUSION,  # prf, zscore, rrf or minmax (embedkit.index.fusion)
+        alpha: float = DEFAULT_ALPHA,  # the dense weight of zscore / minmax and of prf's first ranking
         depth: int | None = None,  # candidates per side before fusion (default: max(k, 100))
+        snippets: bool = False,  # give each hit the lexical side matched a highlighted passage
     ) -> list[list[Hit]]:
         """Hits with their documents for each query, best first.
 
         dense: the index's model (or `encoder`) and FAISS; lexical: BM25 over title + text; hybrid:
-        both, fused. A query with no lexical terms (stopwords, punctuation) is searched dense only.
+        both, fused (`embedkit.index.fusion`; the default, prf, searches the dense side again with a
+        query moved toward the top fused hits). A query with no lexical terms (stopwords,
+        punctuation) is searched dense only in hybrid mode, and finds nothing in lexical mode.
         """
         items = [queries] if isinstance(queries, str) else list(queries)
         mode = mode or self.default_mode()
@@ -187,31 +223,113 @@ class SearchIndex:
             raise InputError(f"unknown search mode {mode!r}: use {', '.join(SEARCH_MODES)}")
         if k < 1:
             raise InputError(f"k must be at least 1, got {k}")
+        check_fusion(fusion, alpha)
         if mode != "dense" and not self.has_lexical:
-            raise InputError(
-                f"the index {self.path} has no lexical side (built before embedkit had one, or with "
-                "--no-lexical): search it with --mode dense, or rebuild it with `embedkit index ... "
-                "--overwrite`"
-            )
+            raise InputError(self.no_lexical_reason())
         depth = max(k, depth or FUSION_DEPTH) if mode == "hybrid" else k
         lexical = self.store.search_lexical(items, depth) if mode != "dense" else [[] for _ in items]
-        need_dense = mode != "lexical" or any(not found for found in lexical)
         dense: list[list[tuple[int, float]]] = [[] for _ in items]
-        if need_dense:
-            if encoder is None:
-                encoder = self.encoder()
-            elif encoder is not self._encoder:
-                self.check_encoder(encoder)
+        if mode != "lexical":
+            encoder = self._checked(encoder)
             vectors = encoder.encode(items, normalize=True).reshape(len(items), -1)
-            scores, rows = self._search_rows(vectors, depth)  # (Q, depth) each
-            dense = [
-                [(int(r), float(v)) for r, v in zip(row, vals, strict=True) if r >= 0]
-                for row, vals in zip(rows.tolist(), scores.tolist(), strict=True)
-            ]
-        ranked = [self._rank(mode, d, x, k, fusion, alpha) for d, x in zip(dense, lexical, strict=True)]
+            dense = self._dense_rankings(vectors, depth)
+        if mode == "hybrid" and fusion == "prf":
+            ranked = self._feedback_rankings(items, vectors, dense, lexical, k, alpha, encoder)
+        else:
+            ranked = [self._rank(mode, d, x, k, fusion, alpha) for d, x in zip(dense, lexical, strict=True)]
         found = sorted({h.row for hits in ranked for h in hits})
         docs = dict(zip(found, self.store.by_rows(found), strict=True))
-        return [[replace(h, id=docs[h.row].id, document=docs[h.row]) for h in hits] for hits in ranked]
+        results = [[replace(h, id=docs[h.row].id, document=docs[h.row]) for h in hits] for hits in ranked]
+        if snippets and mode != "dense":
+            results = [self._with_snippets(text, hits) for text, hits in zip(items, results, strict=True)]
+        return results
+
+    def _checked(self, encoder: Encoder | None) -> Encoder:
+        if encoder is None:
+            return self.encoder()
+        if encoder is not self._encoder:
+            self.check_encoder(encoder)
+        return encoder
+
+    def _dense_rankings(self, vectors: np.ndarray, depth: int) -> list[list[tuple[int, float]]]:
+        scores, rows = self._search_rows(vectors, depth)  # (Q, depth) each
+        return [
+            [(int(r), float(v)) for r, v in zip(row, vals, strict=True) if r >= 0]
+            for row, vals in zip(rows.tolist(), scores.tolist(), strict=True)
+        ]
+
+    def _feedback_rankings(
+        self,
+        texts: list[str],
+        vectors: np.ndarray,
+        dense: list[list[tuple[int, float]]],
+        lexical: list[list[tuple[int, float]]],
+        k: int,
+        alpha: float,
+        encoder: Encoder,
+    ) -> list[list[Hit]]:
+        """prf (`embedkit.index.fusion`): the dense side searched again with each query's feedback vector.
+
+        Scores are the feedback query's cosines; `dense_score` / `lexical_score` are the first
+        searches' scores of the rows they returned.
+        """
+        firsts = [
+            [f.row for f in fuse(d, x, PRF_DOCS, alpha=alpha)] if x else []
+            for d, x in zip(dense, lexical, strict=True)
+        ]
+        feedback_rows = sorted({row for rows in firsts for row in rows})
+        stored = dict(zip(feedback_rows, self.vectors_of_rows(feedback_rows, encoder), strict=True))
+        moved = np.stack(
+            [
+                feedback_query(vector, np.stack([stored[r] for r in rows])) if rows else vector
+                for vector, rows in zip(vectors, firsts, strict=True)
+            ]
+        )
+        again = self._dense_rankings(moved, k)
+        ranked = []
+        for final, d, x, rows in zip(again, dense, lexical, firsts, strict=True):
+            if not rows:  # no lexical hits: the dense ranking stands
+                ranked.append([Hit("", s, r, dense_score=s) for r, s in d[:k]])
+                continue
+            dense_of, lexical_of = dict(d), dict(x)
+            ranked.append(
+                [
+                    Hit("", s, r, dense_score=dense_of.get(r), lexical_score=lexical_of.get(r))
+                    for r, s in final
+                ]
+            )
+        return ranked
+
+    def vectors_of_rows(self, rows: Sequence[int], encoder: Encoder | None = None) -> np.ndarray:
+        """The stored (normalised) vectors of `rows`, [len(rows), dim].
+
+        Read back from FAISS where the index can reconstruct them (flat and HNSW exactly, IVF-PQ
+        as its codes decode); else the documents are embedded again with `encoder`.
+        """
+        if not rows:
+            return np.empty((0, self.dim), dtype=np.float32)
+        wanted = np.asarray(rows, dtype=np.int64)
+        try:
+            return np.asarray(self.index.reconstruct_batch(wanted), dtype=np.float32)
+        except RuntimeError:  # an IVF index without its direct map, or a GPU index
+            pass
+        try:
+            import faiss
+
+            faiss.extract_index_ivf(self.index).make_direct_map()
+            return np.asarray(self.index.reconstruct_batch(wanted), dtype=np.float32)
+        except (RuntimeError, AttributeError):
+            documents = self.store.by_rows(list(rows))
+            texts = [doc.full_text if doc is not None else "" for doc in documents]
+            return self._checked(encoder).encode(texts, normalize=True).reshape(len(texts), -1)
+
+    def _with_snippets(self, query: str, hits: list[Hit]) -> list[Hit]:
+        """The hits, those the lexical side matched with a snippet of their title + text."""
+        assert self.store.lexical is not None
+        matched = [h for h in hits if h.lexical_score is not None and h.document is not None]
+        passages = self.store.lexical.snippets(query, [h.document.full_text for h in matched])  # type: ignore[union-attr]
+        by_row = {h.row: passage for h, passage in zip(matched, passages, strict=True)}
+        return [replace(h, snippet=by_row.get(h.row)) for h in hits]
 
     @staticmethod
     def _rank(

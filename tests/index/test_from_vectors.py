@@ -17,6 +17,7 @@ from embedkit.errors import InputError
 from embedkit.index import INDEX_FILE, META_FILE, SearchIndex, build_index, build_index_from_vectors
 from embedkit.index.docstore import DocStore
 from embedkit.index.folder import index_files_dir
+from embedkit.index.lexical import LexicalSettings
 
 faiss = pytest.importorskip("faiss")
 
@@ -122,10 +123,11 @@ def test_the_training_sample_is_gathered_across_parts_as_from_one_matrix(ivf_cas
 
 def test_ivf_pq_from_parts_stores_documents_in_row_order_and_records_its_parts(ivf_case, tiny_bert):
     folder, docs, ids, _, _ = ivf_case
-    store = DocStore.open(index_files_dir(folder / "from-parts") / "docs.sqlite")
+    files = index_files_dir(folder / "from-parts")
+    store = DocStore.open(files / "docs.sqlite", lexical=LexicalSettings())
     try:
         assert store.ids_of_rows(range(10_000)) == dict(enumerate(ids))
-        assert store.lexical is not None  # BM25 on by default, as for `embedkit index`
+        assert store.lexical is not None and store.lexical.next_row() == 10_000  # BM25 on by default
     finally:
         store.close()
     meta = json.loads((index_files_dir(folder / "from-parts") / META_FILE).read_text())

@@ -4,10 +4,11 @@ from __future__ import annotations
 
 import math
 
+import numpy as np
 import pytest
 
 from embedkit.errors import InputError
-from embedkit.index.fusion import FusedHit, fuse, rrf, weighted
+from embedkit.index.fusion import FusedHit, check_fusion, feedback_query, fuse, rrf, weighted
 
 # One query. Dense ranks rows 10, 20, 30; lexical ranks 30, 40, 10.
 DENSE = [(10, 0.9), (20, 0.8), (30, 0.7)]
@@ -33,7 +34,7 @@ def test_rrf_constant_and_cut() -> None:
     hits = rrf(DENSE, LEXICAL, k=1, rrf_k=0)
     assert hits == [FusedHit(10, 1 / 1 + 1 / 3, 0.9, 3.0)]  # 30 ties at 1/3 + 1/1 and loses on row
     assert fuse(DENSE, LEXICAL, 3, "rrf") == rrf(DENSE, LEXICAL, 3)
-    assert fuse(DENSE, LEXICAL, 3) == weighted(DENSE, LEXICAL, 3, alpha=0.5)  # the default
+    assert fuse(DENSE, LEXICAL, 3) == weighted(DENSE, LEXICAL, 3, alpha=0.7)  # the default: z-score, 0.7
 
 
 def zscores(values: list[float]) -> list[float]:
@@ -104,3 +105,25 @@ def test_bad_arguments_are_input_errors() -> None:
         weighted([(1, float("nan"))], LEXICAL, 10)
     with pytest.raises(InputError, match="rrf_k"):
         rrf(DENSE, LEXICAL, 10, rrf_k=-1)
+
+
+def test_feedback_query_is_rocchio_by_hand() -> None:
+    query = np.array([1.0, 0.0, 0.0], dtype=np.float32)
+    feedback = np.array([[0.0, 1.0, 0.0], [0.0, 0.0, 1.0]], dtype=np.float32)
+    # q + 0.5 * mean = (1, 0.25, 0.25), norm sqrt(1.125)
+    expected = np.array([1.0, 0.25, 0.25]) / math.sqrt(1.125)
+    np.testing.assert_allclose(feedback_query(query, feedback), expected, rtol=1e-6)
+    np.testing.assert_allclose(
+        feedback_query(query, feedback, beta=2.0), np.array([1, 1, 1]) / math.sqrt(3), rtol=1e-6
+    )
+    assert feedback_query(query, np.empty((0, 3), np.float32)) is query  # no feedback: the query itself
+
+
+def test_prf_and_bad_settings_are_refused_where_they_cannot_run() -> None:
+    with pytest.raises(InputError, match="prf needs the documents' vectors"):
+        fuse(DENSE, LEXICAL, 3, "prf")
+    check_fusion("prf", 0.7)
+    with pytest.raises(InputError, match="unknown fusion method"):
+        check_fusion("borda", 0.5)
+    with pytest.raises(InputError, match="alpha"):
+        check_fusion("zscore", 1.5)

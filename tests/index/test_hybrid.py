@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import json
-import sqlite3
+import shutil
 from pathlib import Path
 
 import numpy as np
@@ -16,7 +16,7 @@ from embedkit.data.corpus import Document
 from embedkit.errors import InputError
 from embedkit.index import SearchIndex, build_index
 from embedkit.index.fusion import fuse
-from embedkit.index.lexical import add_documents, create_lexical, search_lexical
+from embedkit.index.lexical import LexicalIndex
 
 pytest.importorskip("faiss")
 
@@ -39,10 +39,10 @@ def _encoder(model: Path, texts: list[str], seed: int = 0) -> TableEncoder:
 
 def _reference_lexical(texts: list[str], queries: list[str], k: int) -> list[list[tuple[int, float]]]:
     """BM25 of a fresh in-memory index holding every document at once."""
-    db = sqlite3.connect(":memory:")
-    create_lexical(db)
-    add_documents(db, 0, [Document(str(i), t) for i, t in enumerate(texts)])
-    return search_lexical(db, queries, k)
+    index = LexicalIndex.create(None)
+    index.add(0, [Document(str(i), t) for i, t in enumerate(texts)])
+    index.commit()
+    return index.search(queries, k)
 
 
 def test_append_keeps_dense_and_lexical_in_step(tmp_path: Path, tiny_bert: Path) -> None:
@@ -59,7 +59,8 @@ def test_append_keeps_dense_and_lexical_in_step(tmp_path: Path, tiny_bert: Path)
         dense = index.search_text([texts_b[7]], k=1, encoder=encoder, mode="dense")
     all_ids = ids_a + ids_b
     for hits, reference in zip(lexical, expected, strict=True):  # the statistics cover both parts
-        assert [(h.id, round(h.score, 9)) for h in hits] == [(all_ids[r], round(s, 9)) for r, s in reference]
+        assert [h.id for h in hits] == [all_ids[r] for r, _ in reference]
+        assert [h.score for h in hits] == pytest.approx([s for _, s in reference], rel=1e-6)
     assert lexical[-1][0].id == "b7"  # an appended document is found by its words ...
     assert dense[0][0].id == "b7"  # ... and by its vector
     assert dense[0][0].dense_score == pytest.approx(1.0, abs=1e-5) and dense[0][0].lexical_score is None
@@ -96,9 +97,13 @@ def test_any_query_text_returns_hits_and_never_an_sql_error(
     out = tmp_path / "idx"
     build_index(write_jsonl(tmp_path / "a.jsonl", ids, texts), out, encoder, kind="flat")
     with SearchIndex.load(out) as index:
-        for mode in ("lexical", "hybrid"):
-            hits = index.search_text([query], k=3, encoder=encoder, mode=mode)[0]
-            assert len(hits) == 3  # no lexical terms, or none found: the dense ranking stands
+        lexical = index.search_text([query], k=3, encoder=encoder, mode="lexical")[0]
+        hybrid = index.search_text([query], k=3, encoder=encoder, mode="hybrid")[0]
+        dense = index.search_text([query], k=3, encoder=encoder, mode="dense")[0]
+        assert all(h.lexical_score is not None for h in lexical)  # lexical mode: BM25's hits or none
+        assert len(hybrid) == 3
+        if not lexical:  # no lexical terms, or none found: hybrid is the dense ranking
+            assert [(h.id, h.score) for h in hybrid] == [(h.id, h.score) for h in dense]
 
 
 def test_an_index_without_a_lexical_side_searches_dense_and_names_the_fix(
@@ -111,7 +116,7 @@ def test_an_index_without_a_lexical_side_searches_dense_and_names_the_fix(
     with SearchIndex.load(out) as index:
         assert index.meta["lexical"] is None and index.default_mode() == "dense"
         assert len(index.search_text(QUERIES[:1], k=3, encoder=encoder)[0]) == 3
-        with pytest.raises(InputError, match="has no lexical side.*--mode dense.*--overwrite"):
+        with pytest.raises(InputError, match="has no lexical side.*--mode dense.*--reindex-lexical"):
             index.search_text(QUERIES[:1], k=3, encoder=encoder, mode="hybrid")
     # an append keeps the index as it is: still dense only
     more_ids, more_texts, _ = _corpus("b", 3, 1)
@@ -178,3 +183,97 @@ def test_eval_retrieval_all_modes_agree_with_and_without_an_index(tmp_path: Path
     assert set(first["metrics"]) == {"dense", "lexical", "hybrid"}
     # the in-memory BM25 of the folder and the index's own BM25 are the same index
     assert first["metrics"]["lexical"] == second["metrics"]["lexical"]
+
+
+def test_default_hybrid_is_dense_search_with_the_feedback_query(tmp_path: Path, tiny_bert: Path) -> None:
+    """prf by hand: exact cosine and an in-memory BM25, z-score 0.7 picks 3 documents, Rocchio 0.5."""
+    ids, texts, _ = _corpus("a", 40, 0)
+    encoder = _encoder(tiny_bert, texts)
+    out = tmp_path / "idx"
+    build_index(write_jsonl(tmp_path / "a.jsonl", ids, texts), out, encoder, kind="flat")
+    docs = np.stack([encoder.table[t] for t in texts])
+    docs /= np.linalg.norm(docs, axis=1, keepdims=True)
+    lexical = _reference_lexical(texts, QUERIES, 100)
+    with SearchIndex.load(out) as index:
+        got = index.search_text(QUERIES, k=5, encoder=encoder)  # hybrid, prf: the defaults
+    for query, hits, bm25 in zip(QUERIES, got, lexical, strict=True):
+        q = encoder.table[query] / np.linalg.norm(encoder.table[query])
+        cosines = docs @ q
+        dense = sorted(((r, float(c)) for r, c in enumerate(cosines)), key=lambda h: -h[1])
+        first = [f.row for f in fuse(dense, bm25, 3, "zscore", alpha=0.7)]
+        moved = q + 0.5 * docs[first].mean(axis=0)
+        moved /= np.linalg.norm(moved)
+        final = np.argsort(-(docs @ moved))[:5]
+        assert [h.id for h in hits] == [ids[r] for r in final]
+        assert [h.score for h in hits] == pytest.approx([float(docs[r] @ moved) for r in final], abs=1e-5)
+        assert all(h.dense_score == pytest.approx(float(cosines[h.row]), abs=1e-5) for h in hits)
+
+
+def test_a_legacy_lexical_side_is_refused_with_the_fix_and_reindexed(tmp_path: Path, tiny_bert: Path) -> None:
+    """An index whose BM25 postings an earlier embedkit kept in SQLite: dense works, the rest names
+    `--reindex-lexical`, which rebuilds the side from the stored documents (no model needed)."""
+    import sqlite3
+
+    from embedkit.atomic import write_json_atomic
+    from embedkit.index.folder import index_files_dir
+    from embedkit.versioned import write_checksums
+
+    corpus = tmp_path / "docs.txt"
+    corpus.write_text("shock waves on a wing\nheat transfer in a layer\njet noise\n")
+    out = tmp_path / "idx"
+    runner = CliRunner()
+    assert (
+        runner.invoke(app, ["index", str(corpus), "--out", str(out), "--model", str(tiny_bert)]).exit_code
+        == 0
+    )
+    live = index_files_dir(out)  # make it look like an earlier embedkit's index
+    shutil.rmtree(live / "lexical")
+    db = sqlite3.connect(live / "docs.sqlite")
+    db.execute("CREATE TABLE lexical_settings (key TEXT PRIMARY KEY, value TEXT NOT NULL)")
+    db.commit()
+    db.close()
+    meta = json.loads((live / "embedkit-index.json").read_text())
+    meta["lexical"] = {
+        "stopwords": "lucene-english",
+        "stemmer": "english",
+        "k1": 1.2,
+        "b": 0.75,
+        "version": 1,
+    }
+    write_json_atomic(live / "embedkit-index.json", meta)
+    write_checksums(live)
+    dense = runner.invoke(app, ["search", str(out), "heat", "--mode", "dense", "--device", "cpu"])
+    assert dense.exit_code == 0, dense.output
+    assert runner.invoke(app, ["search", str(out), "heat", "--device", "cpu"]).exit_code == 0  # dense
+    hybrid = runner.invoke(app, ["search", str(out), "heat", "--mode", "hybrid", "--device", "cpu"])
+    assert (
+        hybrid.exit_code == 2 and "--reindex-lexical" in hybrid.stderr and "earlier embedkit" in hybrid.stderr
+    )
+    fixed = runner.invoke(app, ["index", "--out", str(out), "--reindex-lexical"])
+    assert fixed.exit_code == 0, fixed.output
+    result = runner.invoke(
+        app, ["search", str(out), "heat transfer", "--mode", "lexical", "--json", "--device", "cpu"]
+    )
+    assert result.exit_code == 0, result.output
+    assert json.loads(result.stdout)["hits"][0]["id"] == "2"
+    db = sqlite3.connect(index_files_dir(out) / "docs.sqlite")
+    assert db.execute("SELECT COUNT(*) FROM sqlite_master WHERE name LIKE 'lexical_%'").fetchone()[0] == 0
+
+
+def test_a_changed_lexical_file_is_refused_with_exit_2(tmp_path: Path, tiny_bert: Path) -> None:
+    from embedkit.index.folder import index_files_dir
+
+    corpus = tmp_path / "docs.txt"
+    corpus.write_text("shock waves on a wing\nheat transfer in a layer\njet noise\n")
+    out = tmp_path / "idx"
+    runner = CliRunner()
+    assert (
+        runner.invoke(app, ["index", str(corpus), "--out", str(out), "--model", str(tiny_bert)]).exit_code
+        == 0
+    )
+    target = max((index_files_dir(out) / "lexical").glob("*.idx"), key=lambda p: p.stat().st_size)
+    data = bytearray(target.read_bytes())
+    data[len(data) // 2] ^= 0xFF  # same size, other content
+    target.write_bytes(bytes(data))
+    result = runner.invoke(app, ["search", str(out), "heat", "--device", "cpu"])
+    assert result.exit_code == 2 and "lexical/" in result.stderr and "checksum" in result.stderr
