@@ -1,5 +1,6 @@
 # embedkit: `make demo` runs the whole pipeline on the bundled example, `make test` runs the tests.
-# Both create the virtual environment on first use. Override TORCH to pick another torch build,
+# Both create the virtual environment on first use. `make wheel-smoke` installs the built wheel into a
+# fresh environment and runs it there (scripts/wheel_smoke.sh; CI runs it after the tests). Override TORCH to pick another torch build,
 # e.g. `make test TORCH="torch==2.13.0 --index-url https://download.pytorch.org/whl/cpu"`.
 
 PYTHON ?= python3
@@ -11,7 +12,7 @@ STAMP := $(VENV)/.embedkit-installed
 DEMO := demo-out
 PYTEST_ARGS ?=
 
-.PHONY: setup demo test lint clean
+.PHONY: setup demo test lint wheel-smoke clean
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -31,6 +32,9 @@ lint: $(STAMP)
 
 demo: $(STAMP)
 	bash scripts/demo.sh $(BIN) $(DEMO)
+
+wheel-smoke: $(STAMP)
+	TORCH="$(TORCH)" PYTHON="$(PYTHON)" bash scripts/wheel_smoke.sh $(BIN)
 
 clean:
 	rm -rf $(DEMO) build dist *.egg-info .pytest_cache

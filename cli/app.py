@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import sys
 import warnings
-from typing import Any
+from typing import Annotated, Any
 
 import typer
 from typer.core import TyperGroup
@@ -59,6 +59,31 @@ app = typer.Typer(
     add_completion=False,
     pretty_exceptions_enable=False,
 )
+
+
+def _print_version(value: bool) -> None:
+    if value:
+        from embedkit.versions import version_lines
+
+        typer.echo("\n".join(version_lines()))
+        raise typer.Exit()
+
+
+@app.callback()
+def _options(
+    version: Annotated[
+        bool,
+        typer.Option(
+            "--version",
+            is_eager=True,
+            callback=_print_version,
+            help="Print the versions of embedkit, torch, onnxruntime (with its providers), faiss and "
+            "tantivy, then exit.",
+        ),
+    ] = False,
+) -> None:
+    # no docstring: the help stays the app's own
+    pass
 
 
 def _register() -> None:

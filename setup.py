@@ -1,0 +1,30 @@
+"""Which packages ship, and from which folder: everything else is in pyproject.toml.
+
+The repository keeps training/, export/ and cli/ beside embedkit/, installed as embedkit.training,
+embedkit.export and embedkit.cli. pyproject.toml can map those folders (package-dir) but cannot
+find the packages inside them under the mapped names, so the list is built here by walking the
+folders: every folder below a root is a package (namespace discovery, the way an editable install
+imports it), so a new module or subpackage ships in the wheel without a list to keep up to date.
+tests/test_packaging.py compares a built wheel with the source tree.
+"""
+
+from setuptools import find_namespace_packages, setup
+
+# installed package -> folder in the repository
+ROOTS = {
+    "embedkit": "embedkit",
+    "embedkit.training": "training",
+    "embedkit.export": "export",
+    "embedkit.cli": "cli",
+}
+
+
+def packages() -> list[str]:
+    found = []
+    for name, folder in ROOTS.items():
+        subpackages = find_namespace_packages(folder, exclude=["__pycache__", "*.__pycache__"])
+        found += [name] + [f"{name}.{sub}" for sub in subpackages]
+    return found
+
+
+setup(packages=packages(), package_dir=ROOTS, package_data={"embedkit": ["py.typed"]})
