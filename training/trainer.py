@@ -29,7 +29,7 @@ import numpy as np
 import torch
 
 from embedkit.data.corpus import CorpusStats
-from embedkit.encode.batching import TokenBatcher
+from embedkit.encode.batching import TokenBatcher, pad_encodings
 from embedkit.encode.model_folder import model_fingerprint, read_model_spec
 from embedkit.errors import InputError, RunFailure
 from embedkit.locking import write_lock
@@ -115,14 +115,12 @@ def pad_batch(
     Several ranks pad their slices to the longest sentence of the whole batch, so every rank's
     tensors (attention maps included) have the single-process width.
     """
-    width = width or max(len(encodings[i].ids) for i in rows)
-    ids = np.full((len(rows), width), pad_id, dtype=np.int64)
-    mask = np.zeros((len(rows), width), dtype=np.int64)
-    types = np.zeros((len(rows), width), dtype=np.int64)
-    for r, i in enumerate(rows):
-        n = len(encodings[i].ids)
-        ids[r, :n], mask[r, :n], types[r, :n] = encodings[i].ids, 1, encodings[i].type_ids
-    arrays = {"input_ids": ids, "attention_mask": mask, "token_type_ids": types}
+    batch = pad_encodings(encodings, rows, pad_id, width)
+    arrays = {
+        "input_ids": batch.input_ids,
+        "attention_mask": batch.attention_mask,
+        "token_type_ids": batch.token_type_ids,
+    }
     return {k: torch.from_numpy(v).to(device) for k, v in arrays.items()}
 
 

@@ -11,6 +11,7 @@ from __future__ import annotations
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
@@ -76,18 +77,22 @@ class TokenBatcher:
         lengths = np.fromiter((len(e.ids) for e in encodings), dtype=np.int64, count=len(encodings))
         order = np.argsort(-lengths, kind="stable")  # longest first: a too-large batch fails at once
         for start in range(0, len(order), batch_size):
-            rows = order[start : start + batch_size]
-            width = int(lengths[rows].max())
-            ids = np.full((len(rows), width), self.pad_id, dtype=np.int64)
-            mask = np.zeros((len(rows), width), dtype=np.int64)
-            types = np.zeros((len(rows), width), dtype=np.int64)
-            for r, i in enumerate(rows):
-                enc = encodings[i]
-                n = len(enc.ids)
-                ids[r, :n] = enc.ids
-                mask[r, :n] = 1
-                types[r, :n] = enc.type_ids
-            yield Batch(rows, ids, mask, types)
+            yield pad_encodings(encodings, order[start : start + batch_size], self.pad_id)
+
+
+def pad_encodings(encodings: Sequence[Any], rows: np.ndarray, pad_id: int, width: int | None = None) -> Batch:
+    """The tokenized texts `rows` of `encodings`, padded to the longest of them (or to `width`), (B, T)."""
+    width = width or max(len(encodings[i].ids) for i in rows)
+    ids = np.full((len(rows), width), pad_id, dtype=np.int64)
+    mask = np.zeros((len(rows), width), dtype=np.int64)
+    types = np.zeros((len(rows), width), dtype=np.int64)
+    for r, i in enumerate(rows):
+        enc = encodings[i]
+        n = len(enc.ids)
+        ids[r, :n] = enc.ids
+        mask[r, :n] = 1
+        types[r, :n] = enc.type_ids
+    return Batch(np.asarray(rows), ids, mask, types)
 
 
 def as_text_list(texts: str | Sequence[str]) -> tuple[list[str], bool]:
