@@ -15,7 +15,6 @@ from __future__ import annotations
 import shutil
 import time
 from dataclasses import dataclass
-from datetime import datetime, timezone
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -37,6 +36,7 @@ from embedkit.index.kinds import (
     train_ivf,
 )
 from embedkit.index.lexical import LEXICAL_DIR, LexicalIndex, LexicalSettings, is_current_format
+from embedkit.index.meta import IndexMeta, now
 
 if TYPE_CHECKING:
     from embedkit.data.corpus import Document
@@ -44,7 +44,6 @@ if TYPE_CHECKING:
 
 from embedkit.index.folder import (
     DOCS_FILE,
-    FORMAT_VERSION,
     INDEX_FILE,
     META_FILE,
     check_index_file,
@@ -146,30 +145,27 @@ def build_index(
         finally:
             store.close()
         index = placement.to_cpu(work) if placement else work
-        now = datetime.now(timezone.utc).isoformat(timespec="seconds")
-        meta = {
-            "version": FORMAT_VERSION,
-            "model": str(recorded_model_path(encoder)),
-            "model_fingerprint": encoder.fingerprint,
-            "model_backend": encoder.backend,
-            "dim": encoder.dim,
-            "max_seq_length": encoder.max_seq_length,
-            "metric": "inner_product",
-            "normalized": True,
-            "kind": chosen,
-            "kind_reason": old["kind_reason"] if old else reason,
-            "params": params,
-            "lexical": store.lexical.settings.to_json() if store.lexical is not None else None,
-            "count": int(index.ntotal),
-            "corpus_fingerprint": combined(old.get("corpus_fingerprint"), corpus_fingerprint)
+        stamp = now()
+        meta = IndexMeta(
+            model=str(recorded_model_path(encoder)),
+            model_fingerprint=encoder.fingerprint,
+            model_backend=encoder.backend,
+            dim=encoder.dim,
+            max_seq_length=encoder.max_seq_length,
+            kind=chosen,
+            kind_reason=old["kind_reason"] if old else reason,
+            params=params,
+            lexical=store.lexical.settings.to_json() if store.lexical is not None else None,
+            count=int(index.ntotal),
+            corpus_fingerprint=combined(old.get("corpus_fingerprint"), corpus_fingerprint)
             if old
             else corpus_fingerprint,
-            "index_bytes": write_faiss(index, tmp / INDEX_FILE),
-            "created": old["created"] if old else now,
-            "updated": now,
-            "sources": [*(old.get("sources", []) if old else []), {"corpus": str(corpus), "added": count}],
-        }
-        write_json_atomic(tmp / META_FILE, meta)
+            index_bytes=write_faiss(index, tmp / INDEX_FILE),
+            created=old["created"] if old else stamp,
+            updated=stamp,
+            sources=[*(old.get("sources", []) if old else []), {"corpus": str(corpus), "added": count}],
+        )
+        write_json_atomic(tmp / META_FILE, meta.to_json())
     seconds, truncated = time.perf_counter() - start, encoder.truncated - truncated_before
     return IndexReport(
         out,
@@ -177,7 +173,7 @@ def build_index(
         reason,
         params,
         count,
-        meta["count"],
+        meta.count,
         seconds,
         truncated,
         encoder.backend,
@@ -266,8 +262,8 @@ def rebuild_lexical(out: str | Path, *, progress: bool = False) -> IndexReport:
             store.vacuum()  # the earlier embedkit's postings tables are dropped: give their pages back
         finally:
             store.close()
-        now = datetime.now(timezone.utc).isoformat(timespec="seconds")
-        write_json_atomic(tmp / META_FILE, {**old, "lexical": settings.to_json(), "updated": now})
+        meta = IndexMeta.from_json(old, tmp / META_FILE).updated_now(lexical=settings.to_json())
+        write_json_atomic(tmp / META_FILE, meta.to_json())
     return IndexReport(
         out,
         old["kind"],

@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING, Any
 from embedkit.encode.model_folder import ModelSpec, read_json, read_model_spec
 from embedkit.errors import InputError
 from embedkit.index.kinds import _faiss
-from embedkit.index.meta_checks import validate_index_meta
+from embedkit.index.meta import IndexMeta
 from embedkit.versioned import current_dir, is_versioned, verify_checksums
 
 if TYPE_CHECKING:
@@ -28,7 +28,6 @@ if TYPE_CHECKING:
 META_FILE = "embedkit-index.json"
 INDEX_FILE = "index.faiss"
 DOCS_FILE = "docs.sqlite"
-FORMAT_VERSION = 1
 
 
 # --- the folder ----------------------------------------------------------------------------------
@@ -56,15 +55,7 @@ def read_index_meta(path: str | Path) -> dict[str, Any]:
     if not (path / META_FILE).is_file():
         raise InputError(f"not an embedkit index: {path} has no {META_FILE}")
     verify_checksums(path, (META_FILE,))
-    meta = read_json(path / META_FILE)
-    needed = ("version", "model", "model_fingerprint", "dim", "kind", "params", "count", "index_bytes")
-    missing = [key for key in needed if key not in meta]
-    if missing:
-        raise InputError(f"{path / META_FILE} lacks {', '.join(missing)}: rebuild the index")
-    if meta["version"] != FORMAT_VERSION:
-        raise InputError(f"{path} is index format {meta['version']!r}; this embedkit reads {FORMAT_VERSION}")
-    validate_index_meta(meta, path / META_FILE)
-    return meta
+    return IndexMeta.from_json(read_json(path / META_FILE), path / META_FILE).to_json()
 
 
 def check_index_file(path: Path, meta: dict[str, Any]) -> None:

@@ -20,7 +20,6 @@ in its `sources`, and the model that made them, so that queries are embedded by 
 from __future__ import annotations
 
 import time
-from datetime import datetime, timezone
 from itertools import islice
 from pathlib import Path
 from typing import Any
@@ -36,7 +35,7 @@ from embedkit.encode.streaming import CorpusOptions, read_corpus
 from embedkit.errors import InputError, RunFailure
 from embedkit.index.build import IndexReport, check_new_target, write_faiss
 from embedkit.index.docstore import DocStore
-from embedkit.index.folder import DOCS_FILE, FORMAT_VERSION, INDEX_FILE, META_FILE
+from embedkit.index.folder import DOCS_FILE, INDEX_FILE, META_FILE
 from embedkit.index.kinds import (
     KINDS,
     GpuPlacement,
@@ -45,6 +44,7 @@ from embedkit.index.kinds import (
     ivf_training_rows,
     new_faiss_index,
 )
+from embedkit.index.meta import IndexMeta, now
 from embedkit.locking import locked
 from embedkit.progress import ProgressBar
 from embedkit.versioned import new_version
@@ -99,41 +99,38 @@ def build_index_from_vectors(
         finally:
             store.close()
         index = placement.to_cpu(work) if placement else work
-        now = datetime.now(timezone.utc).isoformat(timespec="seconds")
+        stamp = now()
         source = {
             "corpus": str(corpus),
             "added": total,
             "vectors": str(folder),
             "parts": [{"file": part.npy.name, "vectors": part.info.count} for part in parts],
         }
-        meta: dict[str, Any] = {
-            "version": FORMAT_VERSION,
-            "model": str(recorded_model_path(spec)),
-            "model_fingerprint": first.model_fingerprint,
-            "model_backend": first.model_backend,
-            "dim": dim,
-            "max_seq_length": first.max_seq_length,
-            "metric": "inner_product",
-            "normalized": True,
-            "kind": chosen,
-            "kind_reason": reason,
-            "params": params,
-            "lexical": store.lexical.settings.to_json() if store.lexical is not None else None,
-            "count": int(index.ntotal),
-            "corpus_fingerprint": fingerprint,
-            "index_bytes": write_faiss(index, tmp / INDEX_FILE),
-            "created": now,
-            "updated": now,
-            "sources": [source],
-        }
-        write_json_atomic(tmp / META_FILE, meta)
+        meta = IndexMeta(
+            model=str(recorded_model_path(spec)),
+            model_fingerprint=first.model_fingerprint,
+            model_backend=first.model_backend,
+            dim=dim,
+            max_seq_length=first.max_seq_length,
+            kind=chosen,
+            kind_reason=reason,
+            params=params,
+            lexical=store.lexical.settings.to_json() if store.lexical is not None else None,
+            count=int(index.ntotal),
+            corpus_fingerprint=fingerprint,
+            index_bytes=write_faiss(index, tmp / INDEX_FILE),
+            created=stamp,
+            updated=stamp,
+            sources=[source],
+        )
+        write_json_atomic(tmp / META_FILE, meta.to_json())
     return IndexReport(
         out,
         chosen,
         reason,
         params,
         total,
-        meta["count"],
+        meta.count,
         time.perf_counter() - start,
         0,
         "faiss",

@@ -15,7 +15,8 @@ import numpy as np
 
 from embedkit.errors import InputError
 
-KINDS = ("auto", "flat", "hnsw", "ivf-pq")
+BUILT_KINDS = ("flat", "hnsw", "ivf-pq")  # what an index is; recorded in embedkit-index.json
+KINDS = ("auto", *BUILT_KINDS)  # what a build may ask for
 
 # The threshold: below ~100k vectors exact search is fast enough and loses no recall.
 AUTO_FLAT_MAX = 100_000
