@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Sequence
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -227,12 +229,22 @@ class SearchIndex:
         if mode != "dense" and not self.has_lexical:
             raise InputError(self.no_lexical_reason())
         depth = max(k, depth or FUSION_DEPTH) if mode == "hybrid" else k
-        lexical = self.store.search_lexical(items, depth) if mode != "dense" else [[] for _ in items]
+        lexical: list[list[tuple[int, float]]] = [[] for _ in items]
         dense: list[list[tuple[int, float]]] = [[] for _ in items]
-        if mode != "lexical":
+        if mode == "lexical":
+            lexical = self.store.search_lexical(items, depth)
+        else:
+            # hybrid: BM25 runs on a second thread while the model encodes the queries (both leave
+            # the GIL), so the lexical side costs little of a query's time
+            pending = (
+                _lexical_thread().submit(self.store.search_lexical, items, depth)
+                if mode == "hybrid"
+                else None
+            )
             encoder = self._checked(encoder)
             vectors = encoder.encode(items, normalize=True).reshape(len(items), -1)
             dense = self._dense_rankings(vectors, depth)
+            lexical = pending.result() if pending is not None else lexical
         if mode == "hybrid" and fusion == "prf":
             ranked = self._feedback_rankings(items, vectors, dense, lexical, k, alpha, encoder)
         else:
@@ -352,6 +364,12 @@ class SearchIndex:
     def get_documents(self, ids: Sequence[str]) -> list[Document | None]:
         """Stored documents by id (None for an unknown id), in the order asked."""
         return self.store.by_ids(ids)
+
+
+@functools.cache
+def _lexical_thread() -> ThreadPoolExecutor:
+    """The worker that runs hybrid search's BM25 side beside the query encoding (one per process)."""
+    return ThreadPoolExecutor(max_workers=1, thread_name_prefix="embedkit-bm25")
 
 
 def open_index_for(path: str | Path, encoder: Encoder, *, gpu: bool = False) -> SearchIndex:
