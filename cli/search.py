@@ -71,17 +71,20 @@ def search(
     ] = 0.5,
 ) -> None:
     """Search INDEX_DIR for QUERY (or each line of --queries): ranked ids, scores and texts."""
-    from rich.console import Console
+    from rich.markup import escape
 
+    from embedkit.console import make_console
     from embedkit.index import SearchIndex
 
     texts = _queries(query, queries_file)
     with SearchIndex.load(index_dir, gpu=gpu) as index:
         encoder = index.encoder(model, device=device, precision=precision)
         mode = mode or index.default_mode()
-        Console(stderr=True, highlight=False).print(
-            f"{index_dir}: {len(index):,} documents ({index.kind}); {mode} search; model {encoder.path} "
-            f"({encoder.backend}, {encoder.device})"
+        make_console(stderr=True).print(
+            escape(
+                f"{index_dir}: {len(index):,} documents ({index.kind}); {mode} search; "
+                f"model {encoder.path} ({encoder.backend}, {encoder.device})"
+            )
         )
         results = index.search_text(texts, k=k, encoder=encoder, mode=mode, fusion=fusion, alpha=alpha)
     if as_json:
@@ -123,11 +126,12 @@ def _hit_json(rank: int, hit: Hit) -> dict[str, object]:
 
 
 def _print_tables(texts: list[str], results: list[list[Hit]]) -> None:
-    from rich.console import Console
     from rich.markup import escape
     from rich.table import Table
 
-    console = Console()
+    from embedkit.console import make_console, print_table
+
+    console = make_console()
     for text, hits in zip(texts, results, strict=True):
         table = Table(title=f"[bold]{escape(text)}[/bold]", title_justify="left")
         table.add_column("#", justify="right")
@@ -138,4 +142,4 @@ def _print_tables(texts: list[str], results: list[list[Hit]]) -> None:
             body = hit.document.full_text if hit.document is not None else ""
             shown = body if len(body) <= TEXT_WIDTH else body[: TEXT_WIDTH - 1] + "…"
             table.add_row(str(rank), escape(hit.id), f"{hit.score:.4f}", escape(shown))
-        console.print(table)
+        print_table(console, table)
