@@ -131,3 +131,15 @@ def test_a_model_folder_is_hashed_once_from_path_to_checked_encoder(
     encoder = open_model_for(meta, device="cpu")
     assert encoder.fingerprint == fingerprint
     assert len(calls) == 1
+
+
+def test_every_package_is_installed_by_a_plain_pip_install() -> None:
+    tomllib = pytest.importorskip("tomllib")
+    setuptools = tomllib.loads((ROOT / "pyproject.toml").read_text(encoding="utf-8"))["tool"]["setuptools"]
+    folders = {ROOT / folder: package for package, folder in setuptools["package-dir"].items()}
+    on_disk = set()
+    for folder, package in folders.items():
+        for init in folder.rglob("__init__.py"):
+            parts = init.parent.relative_to(folder).parts
+            on_disk.add(".".join((package, *parts)))
+    assert on_disk == set(setuptools["packages"])
