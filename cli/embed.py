@@ -175,9 +175,9 @@ def _embed_parts(
 
 def _print_run(report: EmbedRun, what: str, wrote: str) -> None:
     """`embedded WHAT in S s (R sent/s)`, the truncation note, then `wrote WROTE`."""
-    from rich.console import Console
+    from embedkit.console import make_console
 
-    console = Console(highlight=False)
+    console = make_console()
     console.print(f"embedded {what} in {report.seconds:.1f} s ({report.per_second:,.0f} sent/s)")
     print_truncated(console, report.truncated)
     console.print(f"wrote {wrote}")

@@ -325,9 +325,15 @@ def _interactive() -> bool:
 
 
 def _print(renderable: Any) -> None:
-    from rich.console import Console
+    from rich.table import Table
 
-    Console().print(renderable)
+    from embedkit.console import make_console, print_table
+
+    console = make_console()
+    if isinstance(renderable, Table):
+        print_table(console, renderable)
+    else:
+        console.print(renderable)
 
 
 from embedkit.cli.pseudo import register_into as _register_pseudo  # noqa: E402

@@ -143,22 +143,25 @@ def experiment(
         include_base=not no_base,
         train=train_config_from_options(options),
     )
-    console = _console()
+    from embedkit.console import make_console
+
+    console = make_console()
     result = run_experiment(
         corpus,
         out,
         config,
         progress=console.is_terminal,
-        notify=lambda line: console.print(line, highlight=False),
+        notify=console.print,
     )
     _report(result, out, plots, console)
 
 
 def _report(result: Any, out: Path, plots: bool, console: Any) -> None:
+    from embedkit.console import print_table
     from embedkit.report.tables import rich_tables, write_reports
 
     for table in rich_tables(result.table):
-        console.print(table)
+        print_table(console, table)
     paths = list(write_reports(result.table, out).values())
     if plots:
         from embedkit.report.plots import plots_available, write_plots
@@ -170,8 +173,3 @@ def _report(result: Any, out: Path, plots: bool, console: Any) -> None:
     reused = f", {len(result.reused)} found finished" if result.reused else ""
     console.print(f"{len(result.trained)} runs done{reused}; wrote " + ", ".join(str(p) for p in paths))
 
-
-def _console() -> Any:
-    from rich.console import Console
-
-    return Console()

@@ -68,12 +68,11 @@ def export(
     ] = "auto",
 ) -> None:
     """Export MODEL_DIR to ONNX with pooling and normalisation in the graph, checked against PyTorch."""
-    from rich.console import Console
-
+    from embedkit.console import make_console
     from embedkit.export import ParityFailure, export_model
 
     check_io(inputs=[model_dir, calibration, dev_sts], folders=[out])
-    console = Console(stderr=True)
+    console = make_console(stderr=True)
     try:
         result = export_model(
             model_dir,
@@ -108,8 +107,9 @@ def export(
 
 
 def _print_parity(reports: list[ParityReport], title: str) -> None:
-    from rich.console import Console
     from rich.table import Table
+
+    from embedkit.console import make_console, print_table
 
     sentences = reports[0].sentences if reports else 0
     table = Table(title=f"{title}, cosine on {sentences} sentences")
@@ -123,4 +123,4 @@ def _print_parity(reports: list[ParityReport], title: str) -> None:
         sts = f"{r.sts_spearman:.2f}" if r.sts_spearman is not None else "-"
         result = "pass" if r.passed else "[bold red]FAIL[/bold red]"
         table.add_row(r.precision, f"{r.min_cosine:.6f}", f"{r.mean_cosine:.6f}", sts, r.gate, result)
-    Console().print(table)
+    print_table(make_console(), table)

@@ -140,7 +140,8 @@ def index(
     check_io(inputs=[corpus, model], folders=[out], wait=wait)
     report = build_index(corpus, out, model, append=append, device=device, precision=precision, **building)
     verb = "appended" if report.appended else "indexed"
-    _print_built(report, f"{verb} {report.added:,} documents on {report.backend}/{report.device}")
+    blank = f" ({report.blank:,} blank skipped)" if report.blank else ""
+    _print_built(report, f"{verb} {report.added:,} documents{blank} on {report.backend}/{report.device}")
 
 
 def _from_vectors(
@@ -179,9 +180,9 @@ def _reindex_lexical(out: Path, corpus: Path | None, writes: bool, wait: bool) -
 def _print_built(report: IndexReport, what: str) -> None:
     """`WHAT in S s: PATH now holds N`, the index kind with its parameters and why it was chosen, and
     the truncation note (never for --from-vectors: nothing is embedded)."""
-    from rich.console import Console
+    from embedkit.console import make_console
 
-    console = Console(highlight=False)
+    console = make_console()
     params = ", ".join(f"{k}={v}" for k, v in report.params.items())
     console.print(f"{what} in {report.seconds:.1f} s: {report.path} now holds {report.count:,}")
     console.print(f"kind {report.kind}{f' ({params})' if params else ''}: {report.reason}")

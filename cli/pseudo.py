@@ -64,8 +64,9 @@ def pseudo(
     encoder = load_encoder(model, device=device, precision=precision)
     metrics = evaluate_pseudo(encoder, pseudo_set, batch_size=batch_size, progress=sys.stdout.isatty())
 
-    from rich.console import Console
     from rich.table import Table
+
+    from embedkit.console import make_console, print_table
 
     path = getattr(encoder, "path", None)
     label = f"{Path(path).name if path else 'model'} ({encoder.backend}, {encoder.device})"
@@ -74,8 +75,8 @@ def pseudo(
     table.add_column("value", justify="right")
     for name, value in metrics.items():
         table.add_row(name, f"{value:.4f}")
-    console = Console()
-    console.print(table)
+    console = make_console()
+    print_table(console, table)
     console.print(
         f"{len(pseudo_set.queries)} pseudo queries (seed {seed}) from {pseudo_set.eligible_documents} "
         f"eligible documents; {len(pseudo_set.corpus)} documents searched"

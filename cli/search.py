@@ -63,8 +63,9 @@ def search(
     alpha: AlphaOption = DEFAULT_ALPHA,
 ) -> None:
     """Search INDEX_DIR for QUERY (or each line of --queries): ranked ids, scores and texts."""
-    from rich.console import Console
+    from rich.markup import escape
 
+    from embedkit.console import make_console
     from embedkit.errors import InputError
     from embedkit.index import SearchIndex
     from embedkit.index.fusion import check_fusion
@@ -78,9 +79,11 @@ def search(
         encoder = index.encoder(model, device=device, precision=precision)
         mode = mode or index.default_mode()
         ranking = f"hybrid search ({fusion}, dense weight {alpha})" if mode == "hybrid" else f"{mode} search"
-        Console(stderr=True, highlight=False, soft_wrap=True).print(
-            f"{index_dir}: {len(index):,} documents ({index.kind}); {ranking}; model {encoder.path} "
-            f"({encoder.backend}, {encoder.device})"
+        make_console(stderr=True).print(
+            escape(
+                f"{index_dir}: {len(index):,} documents ({index.kind}); {ranking}; "
+                f"model {encoder.path} ({encoder.backend}, {encoder.device})"
+            )
         )
         results = index.search_text(
             texts, k=k, encoder=encoder, mode=mode, fusion=fusion, alpha=alpha, snippets=True
@@ -112,11 +115,12 @@ def _queries(query: str | None, queries_file: Path | None) -> list[str]:
 
 
 def _print_tables(texts: list[str], results: list[list[Hit]]) -> None:
-    from rich.console import Console
     from rich.markup import escape
     from rich.table import Table
 
-    console = Console()
+    from embedkit.console import make_console, print_table
+
+    console = make_console()
     for text, hits in zip(texts, results, strict=True):
         table = Table(title=f"[bold]{escape(text)}[/bold]", title_justify="left")
         table.add_column("#", justify="right")
@@ -126,7 +130,7 @@ def _print_tables(texts: list[str], results: list[list[Hit]]) -> None:
         for rank, hit in enumerate(hits, 1):
             shown = _snippet_markup(hit.snippet) if hit.snippet else escape(_cut(hit))
             table.add_row(str(rank), escape(hit.id), f"{hit.score:.4f}", shown)
-        console.print(table)
+        print_table(console, table)
 
 
 def _cut(hit: Hit) -> str:

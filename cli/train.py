@@ -168,7 +168,7 @@ def train(
     Metrics go to OUT/metrics.jsonl; a killed run continues with --resume. Several GPUs: --nproc N,
     or `torchrun --nproc-per-node N -m embedkit.cli train ...`.
     """
-    from rich.console import Console
+    from embedkit.console import make_console
 
     check_io(inputs=[corpus, base, dev_sts], folders=[out], wait=wait)
     config = TrainConfig(
@@ -227,7 +227,7 @@ def train(
     if rank:  # rank 0 reports for all
         return
 
-    console = Console()
+    console = make_console()
     console.print(
         f"saved {result.out_dir} ({result.method}, {result.steps} steps on {result.sentences:,} "
         f"{'sentences' if config.views == 'dropout' else config.views + ' pairs'})"

@@ -28,7 +28,6 @@ class ProgressBar:
         self._progress = None
         if not enabled:
             return
-        from rich.console import Console
         from rich.progress import (
             BarColumn,
             MofNCompleteColumn,
@@ -38,13 +37,15 @@ class ProgressBar:
             TimeRemainingColumn,
         )
 
+        from embedkit.console import make_console
+
         self._progress = Progress(
             TextColumn("{task.description}"),
             BarColumn(),
             MofNCompleteColumn(),
             TextColumn("{task.fields[status]}"),
             TimeElapsedColumn() if elapsed else TimeRemainingColumn(),
-            console=console or Console(stderr=True),
+            console=console or make_console(stderr=True),
             transient=transient,
         )
         self._task = self._progress.add_task(description, total=total, completed=completed, status="")

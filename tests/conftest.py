@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 import pytest
@@ -9,6 +10,10 @@ from fixture_text import AERO_WORDS, SENTENCES  # noqa: F401 (re-exported for te
 from tiny_models import make_tiny_bert
 
 SHARED_DATA = Path(__file__).resolve().parents[1].parent / "shared" / "data"
+
+# rich lays tables out at the terminal's width (COLUMNS, else 80), so the tests pin it: they read the
+# same output in any terminal. Tests of other widths set COLUMNS themselves; subprocesses inherit it.
+os.environ["COLUMNS"] = "80"
 
 @pytest.fixture(scope="session")
 def tiny_bert(tmp_path_factory: pytest.TempPathFactory) -> Path:

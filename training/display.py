@@ -10,13 +10,13 @@ class TrainDisplay:
     """A rich progress bar with the loss terms, and one-line notes, on stderr (or nothing)."""
 
     def __init__(self, total: int, enabled: bool) -> None:
-        from rich.console import Console
+        from embedkit.console import make_console
 
         self.total, self.enabled, self.progress = total, enabled, None
-        self.console = Console(stderr=True, quiet=not enabled)
+        self.console = make_console(stderr=True, quiet=not enabled)
 
     def note(self, text: str) -> None:
-        self.console.print(text, highlight=False)
+        self.console.print(text)
 
     def start(self, step: int) -> None:
         from embedkit.progress import ProgressBar

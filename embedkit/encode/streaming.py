@@ -30,7 +30,7 @@ from embedkit.locking import locked
 from embedkit.progress import ProgressBar
 
 if TYPE_CHECKING:
-    from embedkit.data.corpus import Document
+    from embedkit.data.corpus import Document, ReadStats
     from embedkit.encode.protocol import Encoder
 
 
@@ -57,11 +57,14 @@ class CorpusOptions:
 ChunkWriter = Callable[[int, "list[Document]", np.ndarray], None]  # (offset, documents, vectors [len, dim])
 
 
-def read_corpus(corpus: str | Path, options: CorpusOptions) -> Iterator[Document]:
-    """Stream a corpus file or BEIR folder (txt, jsonl, csv/tsv, gzip), blank documents skipped."""
+def read_corpus(
+    corpus: str | Path, options: CorpusOptions, stats: ReadStats | None = None
+) -> Iterator[Document]:
+    """Stream a corpus file or BEIR folder (txt, jsonl, csv/tsv, gzip), blank documents skipped
+    (and counted in `stats`)."""
     from embedkit.data.corpus import read_documents
 
-    return read_documents(corpus, column=options.column, id_column=options.id_column)
+    return read_documents(corpus, column=options.column, id_column=options.id_column, stats=stats)
 
 
 def count_documents(corpus: str | Path, options: CorpusOptions) -> int:

@@ -21,6 +21,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from embedkit.atomic import write_json_atomic
+from embedkit.data.corpus import ReadStats
 from embedkit.encode.default_onnx import recorded_model_path
 from embedkit.encode.streaming import CorpusOptions, as_encoder, embed_corpus
 from embedkit.errors import InputError
@@ -73,6 +74,7 @@ class IndexReport:
     backend: str
     device: str
     appended: bool
+    blank: int = 0  # blank documents of the corpus, skipped (BEIR counts them: `eval` says n + blank)
 
 
 # --- building ------------------------------------------------------------------------------------
@@ -117,7 +119,8 @@ def build_index(
     if old is not None and gpu and old["kind"] == "hnsw":
         raise InputError("faiss has no GPU HNSW index: append to this index without --gpu")
     placement = GpuPlacement() if gpu else None
-    count, corpus_fingerprint = count_and_fingerprint(corpus, options)
+    read = ReadStats()
+    count, corpus_fingerprint = count_and_fingerprint(corpus, options, read)
     if old is not None and not hasattr(model, "encode"):
         encoder = open_model_for(old, model, device, precision)
     else:
@@ -179,6 +182,7 @@ def build_index(
         encoder.backend,
         str(encoder.device),
         appended=old is not None,
+        blank=read.blank,
     )
 
 

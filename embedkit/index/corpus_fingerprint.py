@@ -27,13 +27,14 @@ def beir_corpus_fingerprint(corpus: dict[str, dict[str, str]]) -> str:
     return fingerprint.hex
 
 
-def count_and_fingerprint(corpus, options) -> tuple[int, str]:
-    """`count_documents` and the corpus's fingerprint in one streaming pass."""
+def count_and_fingerprint(corpus, options, stats=None) -> tuple[int, str]:
+    """`count_documents` and the corpus's fingerprint in one streaming pass (the blank documents
+    skipped are counted in `stats`, a `ReadStats`)."""
     from embedkit.encode.streaming import count_documents, read_corpus
 
     fingerprint = CorpusFingerprint()
     count = 0
-    for doc in read_corpus(corpus, options):
+    for doc in read_corpus(corpus, options, stats):
         fingerprint.add_fields(doc.id, doc.title, doc.text)
         count += 1
     if count == 0:

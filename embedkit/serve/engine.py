@@ -57,6 +57,18 @@ class ServedModel:
         self.dim = int(encoder.dim)
         self.max_seq_length = int(encoder.max_seq_length)
 
+    @staticmethod
+    def check(config: ServeConfig) -> None:
+        """Read the model's (and the index's) folder, not the weights: quick, so that a wrong path is
+        one error line before the server says its URL, not after."""
+        from embedkit.encode.model_folder import read_model_spec
+        from embedkit.index.folder import check_model_for, read_index_meta
+
+        if config.index is None:
+            read_model_spec(config.model)
+        else:
+            check_model_for(read_index_meta(config.index), config.model)
+
     @classmethod
     def load(cls, config: ServeConfig) -> ServedModel:
         """Open the model (with `config.index`: the index and its model, or `config.model` checked

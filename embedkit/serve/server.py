@@ -1,7 +1,8 @@
 """Run the app on uvicorn: bind, load the model in the background, drain on SIGTERM or Ctrl-C.
 
 The socket is bound here before uvicorn starts, so a port in use is a one-line `InputError` and
-`--port 0` gets a free port whose URL is printed. The model loads after the socket listens:
+`--port 0` gets a free port whose URL is printed. The model's folder is checked before (a wrong
+path is an error, and no URL is printed); the model loads after the socket listens:
 /health answers 503 until the warm-up batch is done. On SIGTERM or SIGINT uvicorn stops
 accepting connections and waits for the requests in flight; then the batcher finishes its queue
 and `run_server` returns (exit status 0). A second signal stops without waiting.
@@ -49,6 +50,7 @@ def run_server(config: ServeConfig, echo: Callable[[str], None] = print) -> None
     from embedkit.serve.engine import Engine, ServedModel
 
     config.check()
+    ServedModel.check(config)
     sock = bind(config.host, config.port)
     url = f"{config.url.rsplit(':', 1)[0]}:{sock.getsockname()[1]}"
     engine = Engine(config)

@@ -80,6 +80,17 @@ def test_search_table_and_queries_file(built, runner):
     assert metadata == [{"year": 1960}]
 
 
+def test_index_says_how_many_blank_documents_it_skipped(runner, tiny_bert, tmp_path):
+    # BEIR's loader keeps blank documents (cranfield has 2 of 1,400), so `eval` counts them.
+    corpus = tmp_path / "corpus.jsonl"
+    records = [{"_id": "a", "text": "wing flow"}, {"_id": "b", "text": " "}, {"_id": "c", "text": ""}]
+    corpus.write_text("".join(json.dumps(r) + "\n" for r in records), encoding="utf-8")
+    out = tmp_path / "idx"
+    result = runner.invoke(app, ["index", str(corpus), "--out", str(out), "--model", str(tiny_bert)])
+    assert result.exit_code == 0, result.output
+    assert result.stdout.startswith("indexed 1 documents (2 blank skipped) on torch/")
+
+
 def test_append_through_the_cli(built, runner, tmp_path):
     folder, _ = built
     index_dir = tmp_path / "idx"

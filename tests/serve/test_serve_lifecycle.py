@@ -93,11 +93,16 @@ def run_cli(*args: str) -> subprocess.CompletedProcess:
     )
 
 
-def test_a_folder_that_is_not_a_model_exits_2(tmp_path: Path):
+def test_a_folder_that_is_not_a_model_exits_2_before_the_url(tmp_path: Path, tiny_index: Path):
     result = run_cli(str(tmp_path / "missing"), "--port", "0", "--device", "cpu")
     assert result.returncode == 2, result.stderr
-    errors = [line for line in result.stderr.splitlines() if line.startswith("error:")]
-    assert len(errors) == 1 and "Traceback" not in result.stderr
+    assert (result.stdout, result.stderr) == (
+        "",
+        f"error: model folder not found: {tmp_path / 'missing'} (models are local folders, not hub names)\n",
+    )
+    result = run_cli("--index", str(tiny_index), str(tmp_path), "--port", "0", "--device", "cpu")
+    assert result.returncode == 2 and result.stdout == "", result.stdout
+    assert result.stderr.startswith(f"error: not a model folder: {tmp_path}"), result.stderr
 
 
 def test_a_port_in_use_exits_2(tiny_onnx: Path):
