@@ -7,7 +7,8 @@ Cranfield queries run one at a time (what `embedkit search QUERY` does per proce
 dense (encode the query with the bundled ONNX model, FAISS), lexical (tantivy BM25), hybrid with
 the default fusion (prf: both sides at depth 100, z-score fusion of the top 3, the feedback
 vectors read back from FAISS, a second FAISS search) and hybrid with plain z-score fusion, k = 10,
-documents read from the store. Two rounds; the second is timed. Query encoding alone is timed
+documents read from the store. The modes take turns on each query, so a load that drifts during
+the run weighs on all of them alike; two rounds, the second timed. Query encoding alone is timed
 too, as it dominates the dense side.
 
 Document vectors: at sizes up to `--embed-max` the real model embeds every document (the build
@@ -99,15 +100,18 @@ def percentiles(seconds: list[float]) -> dict[str, float]:
     return {f"p{q}_ms": round(float(np.percentile(ms, q)), 2) for q in (50, 99)}
 
 
-def per_query(fn, queries: list[str], rounds: int = 2) -> dict[str, float]:
-    times: list[float] = []
+def interleaved(calls: dict, queries: list[str], rounds: int = 2) -> dict[str, dict[str, float]]:
+    """p50/p99 of each call per query, the calls taking turns on every query (so a load that drifts
+    during the run weighs on all of them alike); the last of `rounds` rounds is timed."""
+    times: dict[str, list[float]] = {}
     for _ in range(rounds):
-        times = []
+        times = {label: [] for label in calls}
         for q in queries:
-            start = time.perf_counter()
-            fn(q)
-            times.append(time.perf_counter() - start)
-    return percentiles(times)
+            for label, fn in calls.items():
+                start = time.perf_counter()
+                fn(q)
+                times[label].append(time.perf_counter() - start)
+    return {label: percentiles(seconds) for label, seconds in times.items()}
 
 
 def run_size(n: int, docs: list[Doc], queries: list[str], real, embed_max: int, folder: Path) -> dict:
@@ -130,10 +134,15 @@ def run_size(n: int, docs: list[Doc], queries: list[str], real, embed_max: int, 
         report = build_index(path, target, encoder, lexical=lexical)
         out[f"build_s_{'with' if lexical else 'without'}_lexical"] = round(time.perf_counter() - start, 2)
         out["kind"] = report.kind
-    out["encode_query"] = per_query(lambda q: real.encode(q, normalize=True), queries)
     with SearchIndex.load(folder / f"index-{n}-hybrid") as index:
-        for label, how in MODES.items():
-            out[label] = per_query(lambda q, how=how: index.search_text(q, 10, real, **how), queries)
+        calls = {"encode_query": lambda q: real.encode(q, normalize=True)}
+        calls.update(
+            {
+                label: (lambda q, how=how: index.search_text(q, 10, real, **how))
+                for label, how in MODES.items()
+            }
+        )
+        out.update(interleaved(calls, queries))
     out["hybrid_over_dense_p50"] = round(out["hybrid"]["p50_ms"] / out["dense"]["p50_ms"], 2)
     out["hybrid_over_dense_p99"] = round(out["hybrid"]["p99_ms"] / out["dense"]["p99_ms"], 2)
     return out
