@@ -184,6 +184,12 @@ def retrieval(
     precision: PrecisionOption = None,
     batch_size: BatchOption = 64,
     json_path: JsonOption = None,
+    plot: Annotated[
+        Path | None,
+        typer.Option(
+            "--plot", help="Also draw nDCG@10 per mode as bars into this PNG (needs the plots extra)."
+        ),
+    ] = None,
 ) -> None:
     """nDCG@10, MRR@10, Recall@1/10/100, MAP@100 with graded judgments, as BEIR and trec_eval compute them.
 
@@ -192,9 +198,15 @@ def retrieval(
     Only queries the qrels judge are evaluated; one without relevant documents scores 0.
     Ties in score rank by doc id, descending (trec_eval's order).
     """
+    from embedkit.errors import InputError
     from embedkit.evaluation import RetrievalEvaluator
 
-    _check_outputs([beir_dir, index, model], json_path, per_query)
+    _check_outputs([beir_dir, index, model], json_path, per_query, plot)
+    if plot is not None:
+        from embedkit.report.plots import plots_available
+
+        if not plots_available():
+            raise InputError("--plot needs matplotlib: pip install 'embedkit[plots]'")
     meta = None
     if index is not None:
         from embedkit.index import read_index_meta
@@ -241,6 +253,12 @@ def retrieval(
         table.add_row(name, *(f"{reports[m].metrics[name]:.4f}" for m in modes))
     _print(table)
     _print(f"{report.queries} judged queries, {report.documents} documents, {report.search} search")
+    if plot is not None:
+        from embedkit.report.plots import plot_modes
+
+        name = beir_dir.name or str(beir_dir)
+        plot_modes({name: {m: reports[m].metrics["ndcg@10"] for m in modes}}, "ndcg@10", plot)
+        _print(f"wrote {plot}")
     if per_query is not None:
         from embedkit.atomic import write_text_atomic
 

@@ -145,3 +145,26 @@ def write_plots(table: ExperimentTable, out_dir: Path, reference: str = REFERENC
         if delta is not None:
             written.append(delta)
     return written
+
+
+def plot_modes(scores: dict[str, dict[str, float]], metric: str, path: Path) -> Path:
+    """Grouped bars of `metric` per search mode (dense, lexical, hybrid), one group per collection.
+
+    `scores`: collection -> mode -> value, as `embedkit eval retrieval --mode all` reports them.
+    """
+    figure = _figure()
+    axes = figure.add_subplot()
+    modes = list(dict.fromkeys(mode for by_mode in scores.values() for mode in by_mode))
+    width = 0.8 / max(1, len(modes))
+    for i, mode in enumerate(modes):
+        xs = [g + (i - (len(modes) - 1) / 2) * width for g in range(len(scores))]
+        values = [by_mode.get(mode, float("nan")) for by_mode in scores.values()]
+        bars = axes.bar(xs, values, width, label=mode)
+        axes.bar_label(bars, fmt="%.3f", fontsize=7, padding=2)
+    axes.set_xticks(range(len(scores)), list(scores))
+    axes.set_ylabel(metric)
+    top = max((v for by_mode in scores.values() for v in by_mode.values()), default=1.0)
+    axes.set_ylim(0, min(1.0, top * 1.15) if top <= 1 else top * 1.15)
+    axes.legend(frameon=False, ncols=len(modes), loc="upper center", bbox_to_anchor=(0.5, 1.12))
+    axes.spines[["top", "right"]].set_visible(False)
+    return _save(figure, path)
