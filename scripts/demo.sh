@@ -65,6 +65,6 @@ change = trained - base
 verdict = "within the spread of training seeds" if abs(change) < 0.005 else ("up" if change > 0 else "down")
 print(
     f"nDCG@10 on Cranfield: base {base:.4f}, trained {trained:.4f} ({change:+.4f}, {verdict}); "
-    "why: README.md, 'Does training help? What we measured'"
+    "why: docs/training-results.md"
 )
 EOF

@@ -109,7 +109,7 @@ class TrainConfig:
     dev_sts: str | None = None  # a sentence1/sentence2/score TSV scored by Spearman (SimCSE: STS-B dev)
     dev_pseudo: int = 0  # N > 0: hold N pseudo queries out of the corpus, select on their nDCG@10
     # A BEIR folder of the user's own judged queries: select on nDCG@10, and keep the base model
-    # when no checkpoint beats it (20-50 judged queries suffice; see README "Does training help?")
+    # when no checkpoint beats it (20-50 judged queries suffice; see docs/training-results.md)
     dev_retrieval: str | None = None
     eval_steps: int = 125  # evaluate the dev criterion every N steps and at the end: SimCSE's interval
     eval_batch_size: int = 128  # batch size when embedding the dev sentences (speed only)
