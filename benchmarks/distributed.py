@@ -51,10 +51,10 @@ def machine() -> dict:
 def run_embed(args: argparse.Namespace) -> dict:
     import ray
 
-    from embedkit.encode.distributed import embed_with_ray
     from embedkit.encode.loading import load_encoder
-    from embedkit.encode.parts import read_parts
-    from embedkit.encode.streaming import CorpusOptions, embed_to_file
+    from embedkit.jobs.distributed import embed_with_ray
+    from embedkit.jobs.parts import read_parts
+    from embedkit.jobs.streaming import CorpusOptions, embed_to_file
 
     source = Path(args.corpus)
     lines = [line for line in source.read_text(encoding="utf-8").splitlines() if line.strip()][: args.docs]
@@ -147,7 +147,7 @@ def write_parts(workdir: Path, n: int, parts: int, seed: int) -> tuple[Path, Pat
     """`n` clustered vectors as `parts` part files, a .txt corpus of `n` lines, sidecars that check."""
     from embedkit.data.fingerprint import CorpusFingerprint
     from embedkit.encode.model_folder import default_base_model_path, read_model_spec
-    from embedkit.encode.parts import PartInfo, Shard, part_paths
+    from embedkit.jobs.parts import PartInfo, Shard, part_paths
 
     folder, corpus = workdir / "parts", workdir / "corpus.txt"
     if (folder / f"part-{parts - 1}-of-{parts}.json").is_file() and corpus.is_file():
@@ -231,9 +231,9 @@ def run_index(args: argparse.Namespace) -> dict:
         flush=True,
     )
 
-    from embedkit.encode.parts import read_parts
     from embedkit.index import INDEX_FILE, SearchIndex
     from embedkit.index.folder import index_files_dir
+    from embedkit.jobs.parts import read_parts
 
     queries = ClusteredSource(args.seed).draw(args.queries, 1_000_000)  # held out: a piece of its own
     flat = faiss.IndexFlatIP(384)

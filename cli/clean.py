@@ -34,8 +34,8 @@ def clean(
     exports in the temporary folder. An embedding, or a part file of `embed --shard` in a parts folder,
     whose files were being renamed is completed.
     """
-    from embedkit.cleanup import clean_target
-    from embedkit.locking import write_lock
+    from embedkit.storage.cleanup import clean_target
+    from embedkit.storage.locking import write_lock
 
     with write_lock(target, wait=wait):
         removed, completed = clean_target(target)

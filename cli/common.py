@@ -23,8 +23,8 @@ def fail(message: str, code: int = 2) -> typer.Exit:
 
 def check_io(inputs: Any = (), files: Any = (), folders: Any = (), wait: bool = False) -> None:
     """Every command's first step: outputs writable and none of them an input; `--wait` for busy ones."""
-    from embedkit.locking import set_waiting
-    from embedkit.outputs import check_io as check
+    from embedkit.storage.locking import set_waiting
+    from embedkit.storage.outputs import check_io as check
 
     check(inputs, files, folders)
     set_waiting(wait)

@@ -23,7 +23,7 @@ from embedkit.cli.options import (
 )
 
 if TYPE_CHECKING:
-    from embedkit.encode.run_report import EmbedRun
+    from embedkit.jobs.run_report import EmbedRun
 
 
 def register(app: typer.Typer) -> None:
@@ -93,7 +93,7 @@ def embed(
     are written atomically: an interrupted run leaves any previous output intact. With --shard or
     --ray, --out is a folder of part files which, concatenated in order, are that same output.
     """
-    from embedkit.encode.streaming import CorpusOptions, embed_to_file, ids_path_for
+    from embedkit.jobs.streaming import CorpusOptions, embed_to_file, ids_path_for
 
     options = CorpusOptions(column=column, id_column=id_column, chunk_size=chunk_size, batch_size=batch_size)
     # the same for all three ways to embed: one file, one shard, or all shards on Ray
@@ -132,9 +132,9 @@ def _embed_parts(
     cpus_per_worker: int,
 ) -> None:
     """`--shard I/N` (one part, here) or `--ray` (all parts, on a Ray cluster) into the folder `out`."""
-    from embedkit.encode.parts import Shard, part_paths
-    from embedkit.encode.sharding import check_part_folder
     from embedkit.errors import InputError
+    from embedkit.jobs.parts import Shard, part_paths
+    from embedkit.jobs.sharding import check_part_folder
 
     if shard is not None and ray:
         raise InputError("--shard and --ray exclude each other: Ray splits the corpus itself")
@@ -142,7 +142,7 @@ def _embed_parts(
         raise InputError("--ray-address and --num-workers need --ray")
     check_part_folder(out)
     if shard is not None:
-        from embedkit.encode.sharding import embed_shard
+        from embedkit.jobs.sharding import embed_shard
 
         chosen = Shard.parse(shard)
         check_io(inputs=[corpus, model], files=part_paths(out, chosen), wait=wait)
@@ -154,7 +154,7 @@ def _embed_parts(
             f"{report.out} and its .ids.txt and .json",
         )
         return
-    from embedkit.encode.distributed import embed_with_ray
+    from embedkit.jobs.distributed import embed_with_ray
 
     check_io(inputs=[corpus, model], folders=[out], wait=wait)
     result = embed_with_ray(

@@ -260,7 +260,7 @@ def retrieval(
         plot_modes({name: {m: reports[m].metrics["ndcg@10"] for m in modes}}, "ndcg@10", plot)
         _print(f"wrote {plot}")
     if per_query is not None:
-        from embedkit.atomic import write_text_atomic
+        from embedkit.storage.atomic import write_text_atomic
 
         lines = (
             json.dumps({"query_id": q, **({"mode": m} if len(modes) > 1 else {}), **values})
@@ -322,7 +322,7 @@ def _model_info(encoder: Any) -> dict[str, Any]:
 
 
 def _write_json(path: Path, data: dict[str, Any]) -> None:
-    from embedkit.atomic import write_json_atomic
+    from embedkit.storage.atomic import write_json_atomic
 
     write_json_atomic(path, data)
 

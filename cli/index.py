@@ -110,9 +110,9 @@ def index(
     With --from-vectors DIR the vectors come from DIR's part files (checked: all parts present,
     none corrupt, the corpus's ids in the same order, one model) and nothing is embedded.
     """
-    from embedkit.encode.streaming import CorpusOptions
     from embedkit.errors import InputError
     from embedkit.index import build_index
+    from embedkit.jobs.streaming import CorpusOptions
 
     if reindex_lexical:
         _reindex_lexical(out, corpus or corpus_option or from_vectors, append or overwrite, wait)

@@ -82,7 +82,7 @@ def pseudo(
         f"eligible documents; {len(pseudo_set.corpus)} documents searched"
     )
     if json_path is not None:
-        from embedkit.atomic import write_json_atomic
+        from embedkit.storage.atomic import write_json_atomic
 
         write_json_atomic(
             json_path,

@@ -4,7 +4,7 @@ Order of work: check every input first (cheap, exit 2 on a problem); trace the g
 write the tokenizer and metadata; then for each precision build the file and check its parity
 with PyTorch on the built-in sentences (plus `--calibration`, plus `--dev-sts` Spearman). Everything
 happens in a temporary folder beside the output that becomes the output only when every gate
-has passed (`embedkit.atomic.atomic_dir`): a failed gate or an interruption leaves nothing.
+has passed (`embedkit.storage.atomic.atomic_dir`): a failed gate or an interruption leaves nothing.
 """
 
 from __future__ import annotations
@@ -19,7 +19,6 @@ from typing import Any, NoReturn
 import numpy as np
 
 from embedkit import __version__
-from embedkit.atomic import atomic_dir, scratch_dir, write_json_atomic
 from embedkit.encode.model_folder import (
     ModelSpec,
     model_fingerprint,
@@ -39,7 +38,8 @@ from embedkit.export.parity import (
     read_calibration,
     row_cosines,
 )
-from embedkit.locking import locked
+from embedkit.storage.atomic import atomic_dir, scratch_dir, write_json_atomic
+from embedkit.storage.locking import locked
 
 # The tracer's opsets (14 to 20) export and run. Measured with onnxruntime 1.32: 14 to 17 fuse
 # fully (6 Attention on MiniLM-L6); from 18 the optimizer fuses no Attention (only LayerNorm).

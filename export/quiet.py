@@ -17,7 +17,7 @@ import os
 import warnings
 from collections.abc import Iterator
 
-from embedkit.atomic import scratch_dir
+from embedkit.storage.atomic import scratch_dir
 
 
 @contextlib.contextmanager

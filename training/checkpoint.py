@@ -34,9 +34,9 @@ from typing import Any
 import torch
 from safetensors.torch import load_file, load_model, save_file, save_model
 
-from embedkit.atomic import atomic_dir, write_text_atomic
 from embedkit.encode.model_folder import read_json
 from embedkit.errors import InputError, RunFailure
+from embedkit.storage.atomic import atomic_dir, write_text_atomic
 from embedkit.training.config import TrainConfig
 from embedkit.training.model import ContrastiveModel
 

@@ -32,7 +32,6 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from embedkit.atomic import write_json_atomic
 from embedkit.data.corpus import load_sentences, read_documents
 from embedkit.encode.caching import CachingEncoder
 from embedkit.encode.devices import torch_device
@@ -48,8 +47,9 @@ from embedkit.evaluation.pseudo_queries import (
     evaluate_pseudo,
 )
 from embedkit.evaluation.sts_retrieval import RECALL_KS, evaluate_sts_retrieval, sts_retrieval_task
-from embedkit.locking import locked
 from embedkit.report.tables import BASE_METHOD, ExperimentTable, RunRecord, aggregate
+from embedkit.storage.atomic import write_json_atomic
+from embedkit.storage.locking import locked
 from embedkit.training.config import METHODS, TrainConfig
 from embedkit.training.experiment_manifest import MANIFEST, check_manifest, settings_key  # noqa: F401
 from embedkit.training.model import resolve_pooling

@@ -11,9 +11,9 @@ import json
 from pathlib import Path
 from typing import Any
 
-from embedkit.atomic import write_json_atomic
 from embedkit.encode.model_folder import read_json
 from embedkit.errors import InputError
+from embedkit.storage.atomic import write_json_atomic
 from embedkit.training.config import TrainConfig
 
 MANIFEST = "experiment.json"

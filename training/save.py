@@ -26,8 +26,8 @@ from typing import TYPE_CHECKING, Any
 from torch import nn
 
 from embedkit import __version__
-from embedkit.atomic import atomic_dir
 from embedkit.encode.model_folder import ModelSpec, fingerprint_files, read_json
+from embedkit.storage.atomic import atomic_dir
 
 if TYPE_CHECKING:
     from embedkit.evaluation.evaluator import Evaluator

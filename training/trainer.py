@@ -8,7 +8,7 @@ the best checkpoint (or the last weights, without a dev set) becomes the model f
 which replaces `OUT` atomically, so the checkpoints disappear with the unfinished run.
 With `overwrite` of a non-empty `OUT`, the run lives beside it (`ckpt.overwrite_run_dir`) until the
 new model replaces `OUT`: a failed or killed run leaves the old folder as it was. One writer at a
-time trains into `OUT` (`embedkit.locking`).
+time trains into `OUT` (`embedkit.storage.locking`).
 
 Under torchrun (`distributed`) every rank runs this function: each embeds its slice of every global
 batch through DistributedDataParallel, and rank 0 alone holds the lock, evaluates, logs, writes the
@@ -32,7 +32,7 @@ from embedkit.data.corpus import CorpusStats
 from embedkit.encode.batching import TokenBatcher, pad_encodings
 from embedkit.encode.model_folder import model_fingerprint, read_model_spec
 from embedkit.errors import InputError, RunFailure
-from embedkit.locking import write_lock
+from embedkit.storage.locking import write_lock
 from embedkit.training import aux_stage1, distributed
 from embedkit.training import checkpoint as ckpt
 from embedkit.training.checkpoint_selection import InferenceEncoder, dev_evaluator, dev_label, dev_score

@@ -1,8 +1,8 @@
 """Building an index folder from a corpus, or appending a corpus to one.
 
 Every write builds a complete version inside INDEX_DIR and makes it live in one rename
-(`embedkit.versioned`); an append works on a copy. A crash at any point leaves the previous index
-intact, and one writer at a time holds the index (`embedkit.locking`).
+(`embedkit.storage.versioned`); an append works on a copy. A crash at any point leaves the previous index
+intact, and one writer at a time holds the index (`embedkit.storage.locking`).
 
 Kinds: `flat` (exact), `hnsw` (graph, approximate, fast), `ivf-pq` (compressed, for corpora whose
 vectors do not fit in memory). `auto` picks flat under `AUTO_FLAT_MAX` vectors, HNSW above, and
@@ -20,10 +20,8 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from embedkit.atomic import write_json_atomic
 from embedkit.data.corpus import ReadStats
 from embedkit.encode.default_onnx import recorded_model_path
-from embedkit.encode.streaming import CorpusOptions, as_encoder, embed_corpus
 from embedkit.errors import InputError
 from embedkit.index.corpus_fingerprint import combined, count_and_fingerprint
 from embedkit.index.docstore import DocStore
@@ -38,6 +36,8 @@ from embedkit.index.kinds import (
 )
 from embedkit.index.lexical import LEXICAL_DIR, LexicalIndex, LexicalSettings, is_current_format
 from embedkit.index.meta import IndexMeta, now
+from embedkit.jobs.streaming import CorpusOptions, as_encoder, embed_corpus
+from embedkit.storage.atomic import write_json_atomic
 
 if TYPE_CHECKING:
     from embedkit.data.corpus import Document
@@ -54,9 +54,9 @@ from embedkit.index.folder import (
     read_faiss,
     read_index_meta,
 )
-from embedkit.locking import locked
 from embedkit.progress import ProgressBar
-from embedkit.versioned import new_version
+from embedkit.storage.locking import locked
+from embedkit.storage.versioned import new_version
 
 
 @dataclass(frozen=True)

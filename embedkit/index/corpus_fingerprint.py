@@ -30,7 +30,7 @@ def beir_corpus_fingerprint(corpus: dict[str, dict[str, str]]) -> str:
 def count_and_fingerprint(corpus, options, stats=None) -> tuple[int, str]:
     """`count_documents` and the corpus's fingerprint in one streaming pass (the blank documents
     skipped are counted in `stats`, a `ReadStats`)."""
-    from embedkit.encode.streaming import count_documents, read_corpus
+    from embedkit.jobs.streaming import count_documents, read_corpus
 
     fingerprint = CorpusFingerprint()
     count = 0

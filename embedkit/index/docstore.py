@@ -9,7 +9,7 @@ is already present is an `InputError` (the whole build or append is then abandon
 An index built with a lexical side also holds a tantivy BM25 index (`embedkit.index.lexical`) in the
 folder `lexical/` beside the SQLite file. Every `add` goes to both and `commit` commits both; they
 are written in a staging version folder that becomes live only when both are complete
-(`embedkit.versioned`), so the two never drift apart. Earlier embedkit versions kept BM25 postings
+(`embedkit.storage.versioned`), so the two never drift apart. Earlier embedkit versions kept BM25 postings
 in tables of the SQLite file (`LEGACY_LEXICAL_TABLES`); such a store opens with `legacy_lexical`
 set, and `rebuild_lexical` gives it the tantivy side.
 """

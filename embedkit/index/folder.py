@@ -6,7 +6,7 @@ INDEX_DIR holds
 - `embedkit-index.json`: model path and fingerprint, dim, metric, kind and parameters, count, times,
   the corpus fingerprint (`embedkit.index.corpus_fingerprint`);
 - `checksums.json`: every file's size and SHA-256, checked on load.
-These live in a version subfolder named by INDEX_DIR/CURRENT (`embedkit.versioned`), so that a
+These live in a version subfolder named by INDEX_DIR/CURRENT (`embedkit.storage.versioned`), so that a
 build or append replaces them in one step; an index written before versions (the files directly in
 INDEX_DIR, no checksums) is still read.
 """
@@ -20,7 +20,7 @@ from embedkit.encode.model_folder import ModelSpec, read_json, read_model_spec
 from embedkit.errors import InputError
 from embedkit.index.kinds import _faiss
 from embedkit.index.meta import IndexMeta
-from embedkit.versioned import current_dir, is_versioned, verify_checksums
+from embedkit.storage.versioned import current_dir, is_versioned, verify_checksums
 
 if TYPE_CHECKING:
     from embedkit.encode.protocol import Encoder

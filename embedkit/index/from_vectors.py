@@ -1,6 +1,6 @@
 """Building an index folder from part files, without embedding again (`embedkit index --from-vectors`).
 
-The parts (`embedkit.encode.parts`: `embed --shard I/N` or `embed --ray`, on any number of
+The parts (`embedkit.jobs.parts`: `embed --shard I/N` or `embed --ray`, on any number of
 machines) are checked before any work: a complete set, each part's files consistent, one model.
 The corpus is then read once against them: its documents must be the parts' documents, in order
 (ids equal, and each part's fingerprint of ids, titles and texts equal), so the store's row i is
@@ -26,12 +26,9 @@ from typing import Any
 
 import numpy as np
 
-from embedkit.atomic import write_json_atomic
 from embedkit.data.fingerprint import CorpusFingerprint, combined
 from embedkit.encode.default_onnx import recorded_model_path
 from embedkit.encode.model_folder import ModelSpec, read_model_spec
-from embedkit.encode.parts import Part, read_parts
-from embedkit.encode.streaming import CorpusOptions, read_corpus
 from embedkit.errors import InputError, RunFailure
 from embedkit.index.build import IndexReport, check_new_target, write_faiss
 from embedkit.index.docstore import DocStore
@@ -45,9 +42,12 @@ from embedkit.index.kinds import (
     new_faiss_index,
 )
 from embedkit.index.meta import IndexMeta, now
-from embedkit.locking import locked
+from embedkit.jobs.parts import Part, read_parts
+from embedkit.jobs.streaming import CorpusOptions, read_corpus
 from embedkit.progress import ProgressBar
-from embedkit.versioned import new_version
+from embedkit.storage.atomic import write_json_atomic
+from embedkit.storage.locking import locked
+from embedkit.storage.versioned import new_version
 
 
 @locked("out")

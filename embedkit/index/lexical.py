@@ -20,7 +20,7 @@ syntax: any text is a valid query, and one with no terms left (empty, punctuatio
 returns no hits.
 
 On disk the tantivy index is the folder `lexical/` beside `docs.sqlite` in an index version folder,
-so the versioned replace, the writer lock and the checksums of `embedkit.versioned` cover it: an
+so the versioned replace, the writer lock and the checksums of `embedkit.storage.versioned` cover it: an
 append copies it into the new version and commits one new segment there.
 """
 

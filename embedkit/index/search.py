@@ -38,7 +38,7 @@ from embedkit.index.folder import (
 )
 from embedkit.index.integrity import check_scores, load_consistent
 from embedkit.index.lexical import lexical_settings
-from embedkit.versioned import verify_checksums
+from embedkit.storage.versioned import verify_checksums
 
 SEARCH_MODES = ("dense", "lexical", "hybrid")
 # Each side's candidates before fusion: BEIR's evaluation depth, or k when k is larger.

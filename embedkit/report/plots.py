@@ -16,9 +16,9 @@ import importlib.util
 from pathlib import Path
 from typing import Any
 
-from embedkit.atomic import atomic_path
 from embedkit.errors import InputError
 from embedkit.report.tables import BASE_METHOD, Cell, ExperimentTable, slug
+from embedkit.storage.atomic import atomic_path
 
 REFERENCE_METHOD = "simcse"  # the paper's baseline; deltas are against it
 

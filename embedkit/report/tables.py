@@ -18,8 +18,8 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-from embedkit.atomic import write_json_atomic, write_text_atomic
 from embedkit.errors import InputError
+from embedkit.storage.atomic import write_json_atomic, write_text_atomic
 
 BASE_METHOD = "base"  # the row of the untrained base model
 

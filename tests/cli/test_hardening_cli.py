@@ -17,9 +17,9 @@ import numpy as np
 import pytest
 from typer.testing import CliRunner
 
-from embedkit import atomic
 from embedkit.cli.app import app
 from embedkit.errors import InputError
+from embedkit.storage import atomic
 
 CORPUS = "\n".join(" ".join(["wing flow"] * n) + f" {n}" for n in range(1, 13)) + "\n"
 STS = "sentence1\tsentence2\tscore\na cat\ta dog\t1.0\nwings\tflow\t3.5\nsun\tmoon\t2.0\n"
@@ -197,7 +197,7 @@ def test_folder_replacement_killed_between_its_two_renames_is_repaired(tmp_path)
     (target / "weights").write_text("old")
     # where RENAME_EXCHANGE is missing, the old folder is renamed aside first; kill right then
     code = (
-        "from pathlib import Path; from embedkit import atomic\n"
+        "from pathlib import Path; from embedkit.storage import atomic\n"
         "atomic.exchange = lambda a, b: False\n"
         f"with atomic.atomic_dir(Path({str(target)!r})) as tmp:\n"
         "    (tmp / 'weights').write_text('new')\n"
@@ -221,12 +221,12 @@ def test_embedding_killed_between_its_renames_is_completed(tmp_path):
     np.save(npy, np.zeros((2, 3), np.float32))
     ids.write_text("a\nb\n")
     code = (
-        "import numpy as np; from pathlib import Path; from embedkit import atomic\n"
+        "import numpy as np; from pathlib import Path; from embedkit.storage import atomic\n"
         f"with atomic.atomic_files(Path({str(npy)!r}), Path({str(ids)!r})) as (n, i):\n"
         "    np.save(open(n, 'wb'), np.ones((3, 3), np.float32)); i.write_text('x\\ny\\nz\\n')\n"
     )
     _kill_in_subprocess(code, "files-moved-1", tmp_path)
-    from embedkit.cleanup import clean_target
+    from embedkit.storage.cleanup import clean_target
 
     removed, completed = clean_target(npy)
     assert completed
@@ -303,7 +303,7 @@ def test_a_part_write_killed_between_its_renames_is_completed_by_clean(tmp_path)
     parts.mkdir()
     names = [parts / f"part-1-of-2{suffix}" for suffix in (".npy", ".ids.txt", ".json")]
     code = (
-        "import numpy as np; from pathlib import Path; from embedkit import atomic\n"
+        "import numpy as np; from pathlib import Path; from embedkit.storage import atomic\n"
         f"with atomic.atomic_files(*map(Path, {[str(p) for p in names]!r})) as (n, i, j):\n"
         "    np.save(open(n, 'wb'), np.ones((2, 3), np.float32))\n"
         "    i.write_text('a\\nb\\n'); j.write_text('{}')\n"

@@ -10,11 +10,11 @@ import pytest
 from fixture_text import AERO_WORDS
 from runtime_helpers import write_jsonl
 
-from embedkit.encode.distributed import RAY_MISSING, _worker_error, embed_with_ray, import_ray
 from embedkit.encode.loading import load_encoder
-from embedkit.encode.parts import read_parts
-from embedkit.encode.streaming import CorpusOptions, embed_to_file
 from embedkit.errors import InputError, RunFailure
+from embedkit.jobs.distributed import RAY_MISSING, _worker_error, embed_with_ray, import_ray
+from embedkit.jobs.parts import read_parts
+from embedkit.jobs.streaming import CorpusOptions, embed_to_file
 
 
 @pytest.fixture(scope="module")

@@ -9,10 +9,10 @@ import numpy as np
 import pytest
 
 from embedkit.encode.loading import load_encoder
-from embedkit.encode.parts import Shard, read_parts
-from embedkit.encode.sharding import embed_shard
-from embedkit.encode.streaming import CorpusOptions, embed_to_file
 from embedkit.errors import InputError
+from embedkit.jobs.parts import Shard, read_parts
+from embedkit.jobs.sharding import embed_shard
+from embedkit.jobs.streaming import CorpusOptions, embed_to_file
 
 
 @pytest.fixture(scope="module")

@@ -7,8 +7,8 @@ import pytest
 from runtime_helpers import write_jsonl
 
 from embedkit.encode.loading import load_encoder
-from embedkit.encode.streaming import CorpusOptions, embed_to_file
 from embedkit.errors import InputError
+from embedkit.jobs.streaming import CorpusOptions, embed_to_file
 
 
 @pytest.fixture(scope="module")

@@ -254,7 +254,7 @@ def test_a_second_writer_of_one_export_folder_fails_fast(tmp_path: Path, tiny_be
 
     out = tmp_path / "onnx"
     holder = subprocess.Popen(
-        [sys.executable, "-c", "import sys, time\nfrom embedkit.locking import write_lock\n"
+        [sys.executable, "-c", "import sys, time\nfrom embedkit.storage.locking import write_lock\n"
          "with write_lock(sys.argv[1]):\n    print('held', flush=True)\n    time.sleep(60)", str(out)],
         stdout=subprocess.PIPE, text=True,
     )  # fmt: skip

@@ -10,14 +10,14 @@ import numpy as np
 import pytest
 from runtime_helpers import TableEncoder, brute_force, clustered, write_jsonl
 
-from embedkit.encode.parts import Shard
-from embedkit.encode.sharding import embed_shard
-from embedkit.encode.streaming import CorpusOptions
 from embedkit.errors import InputError
 from embedkit.index import INDEX_FILE, META_FILE, SearchIndex, build_index, build_index_from_vectors
 from embedkit.index.docstore import DocStore
 from embedkit.index.folder import index_files_dir
 from embedkit.index.lexical import LexicalSettings
+from embedkit.jobs.parts import Shard
+from embedkit.jobs.sharding import embed_shard
+from embedkit.jobs.streaming import CorpusOptions
 
 faiss = pytest.importorskip("faiss")
 
@@ -110,9 +110,9 @@ def test_ivf_pq_from_parts_trains_as_a_single_pass_build_does(ivf_case):
 
 
 def test_the_training_sample_is_gathered_across_parts_as_from_one_matrix(ivf_case):
-    from embedkit.encode.parts import read_parts
     from embedkit.index.from_vectors import _training_sample
     from embedkit.index.kinds import ivf_training_rows
+    from embedkit.jobs.parts import read_parts
 
     folder, docs, *_ = ivf_case
     rows = ivf_training_rows(10_000, 100)  # 9,984 of 10,000 rows: a real sample, spanning all parts

@@ -16,7 +16,7 @@ from runtime_helpers import TableEncoder, write_jsonl
 from embedkit.errors import InputError
 from embedkit.index import INDEX_FILE, META_FILE, SearchIndex, build_index
 from embedkit.index.folder import index_files_dir
-from embedkit.versioned import CHECKSUMS
+from embedkit.storage.versioned import CHECKSUMS
 
 WORKER = Path(__file__).with_name("writer_worker.py")
 DIM = 32

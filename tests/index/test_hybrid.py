@@ -214,9 +214,9 @@ def test_a_legacy_lexical_side_is_refused_with_the_fix_and_reindexed(tmp_path: P
     `--reindex-lexical`, which rebuilds the side from the stored documents (no model needed)."""
     import sqlite3
 
-    from embedkit.atomic import write_json_atomic
     from embedkit.index.folder import index_files_dir
-    from embedkit.versioned import write_checksums
+    from embedkit.storage.atomic import write_json_atomic
+    from embedkit.storage.versioned import write_checksums
 
     corpus = tmp_path / "docs.txt"
     corpus.write_text("shock waves on a wing\nheat transfer in a layer\njet noise\n")

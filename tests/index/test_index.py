@@ -9,7 +9,6 @@ import numpy as np
 import pytest
 from runtime_helpers import TableEncoder, brute_force, clustered, write_jsonl
 
-from embedkit.encode.streaming import CorpusOptions
 from embedkit.errors import InputError
 from embedkit.index import (
     HNSW_M,
@@ -23,6 +22,7 @@ from embedkit.index import (
     open_index_for,
 )
 from embedkit.index.folder import index_files_dir
+from embedkit.jobs.streaming import CorpusOptions
 
 DIM = 32  # the tiny BERT's hidden size: TableEncoder claims to be that model
 

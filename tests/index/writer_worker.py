@@ -4,7 +4,7 @@ JSON: {"op": "append" | "build" | "append-loop" | "embed", "model": tiny model f
 "prefix": id prefix, "n": documents, "dim": dim, "seed": vector seed, "wait": bool,
 "sleep": seconds per encode call, "started": a file to create once the write lock is held,
 "stop": a file whose appearance ends "append-loop"}. Exit 0 on success, 2 on an InputError.
-EMBEDKIT_FAULT_AT in the environment kills the process at that step (`embedkit.atomic.fault_point`).
+EMBEDKIT_FAULT_AT in the environment kills the process at that step (`embedkit.storage.atomic.fault_point`).
 """
 
 from __future__ import annotations
@@ -19,10 +19,10 @@ import numpy as np
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from runtime_helpers import TableEncoder, write_jsonl  # noqa: E402
 
-from embedkit.encode.streaming import CorpusOptions, embed_to_file  # noqa: E402
 from embedkit.errors import InputError  # noqa: E402
 from embedkit.index import build_index  # noqa: E402
-from embedkit.locking import wait_for_locks  # noqa: E402
+from embedkit.jobs.streaming import CorpusOptions, embed_to_file  # noqa: E402
+from embedkit.storage.locking import wait_for_locks  # noqa: E402
 
 
 class SlowEncoder(TableEncoder):

@@ -8,7 +8,7 @@ ROOT/
 A writer builds a new version in `ROOT/.staging-PID-XXXX/`, renames it to `v-N` (invisible to
 readers until it is named by CURRENT), then rewrites CURRENT (temp file + rename): that rename is
 the one step that makes the new version live, so a reader sees the old or the new version and a
-kill at any step leaves the old one live. Writers hold `embedkit.locking.write_lock(ROOT)`, so any
+kill at any step leaves the old one live. Writers hold `embedkit.storage.locking.write_lock(ROOT)`, so any
 staging folder found by the next writer (or `embedkit clean ROOT`) is a killed run's and is removed.
 
 A folder without CURRENT is the older flat layout: its files are read where they are, and the
@@ -32,8 +32,8 @@ import tempfile
 from collections.abc import Iterator
 from pathlib import Path
 
-from embedkit.atomic import apply_umask, fault_point, write_json_atomic, write_text_atomic
 from embedkit.errors import InputError
+from embedkit.storage.atomic import apply_umask, fault_point, write_json_atomic, write_text_atomic
 
 POINTER = "CURRENT"
 CHECKSUMS = "checksums.json"

@@ -9,7 +9,7 @@ second writer fails at once with an `InputError` (exit 2) naming the holder's pi
 The lock is `fcntl.flock` on `.NAME.lock` beside the target: the kernel releases it when its holder
 dies, however it dies, so a lock left by a killed process is stale by construction and is simply
 taken over (the pid in the file is only for the message). Readers take no lock: writers publish
-atomically (`embedkit.atomic`, `embedkit.versioned`).
+atomically (`embedkit.storage.atomic`, `embedkit.storage.versioned`).
 """
 
 from __future__ import annotations

@@ -6,9 +6,9 @@ chunk of texts and vectors, never the corpus, so a corpus bigger than RAM embeds
 `embed_to_file` writes a memory-mapped `.npy` (`numpy.lib.format.open_memmap`); `embedkit.index.search.search`
 uses the same loop to fill a FAISS index and its document store.
 
-`embed_to_file` output, both written together (`embedkit.atomic.atomic_files`: temporary files, a
+`embed_to_file` output, both written together (`embedkit.storage.atomic.atomic_files`: temporary files, a
 journal, then renames; a kill during the renames is finished by the next run or `embedkit clean`),
-by one writer at a time (`embedkit.locking`):
+by one writer at a time (`embedkit.storage.locking`):
 - `FILE.npy`: float32 [n, dim], row i = the corpus's i-th document;
 - `FILE.ids.txt`: the documents' ids, one per line, UTF-8, line i = row i (an id is the corpus's id
   field, or the document's 1-based line number when the corpus has none).
@@ -23,11 +23,11 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from embedkit.atomic import atomic_files
-from embedkit.encode.run_report import EncoderRun, RunStart
 from embedkit.errors import InputError, RunFailure
-from embedkit.locking import locked
+from embedkit.jobs.run_report import EncoderRun, RunStart
 from embedkit.progress import ProgressBar
+from embedkit.storage.atomic import atomic_files
+from embedkit.storage.locking import locked
 
 if TYPE_CHECKING:
     from embedkit.data.corpus import Document, ReadStats

@@ -4,7 +4,7 @@ A corpus of n documents (in the order `read_corpus` yields them, blank documents
 N contiguous ranges: shard I (0-based) holds documents [I*n//N, (I+1)*n//N). Contiguous ranges
 mean the parts, concatenated in shard order, are exactly the single-process `embedkit embed`
 output, and any shard can be computed from the corpus file alone, with no coordinator. Shard I of
-N is three files in one folder, written together (`embedkit.atomic.atomic_files`):
+N is three files in one folder, written together (`embedkit.storage.atomic.atomic_files`):
 
 - `part-I-of-N.npy`: float32 [count, dim], row j = document start + j;
 - `part-I-of-N.ids.txt`: their ids, one per line (as `FILE.ids.txt` of `embed_to_file`);

@@ -1,7 +1,7 @@
 """Embedding a corpus on a Ray cluster into part files (`embedkit embed --ray`).
 
 The job is the one `embed --shard` runs, spread over an actor pool with Ray Data: the driver counts
-the corpus once, cuts it into one contiguous shard per worker (`embedkit.encode.parts`), and maps a
+the corpus once, cuts it into one contiguous shard per worker (`embedkit.jobs.parts`), and maps a
 dataset of shard numbers through a class-based UDF. Each actor opens the encoder once (one GPU per
 actor when the device is CUDA, else `cpus_per_worker` CPUs and as many ONNX Runtime threads) and
 writes whole parts with `embed_shard`, reading its own range from the corpus file. No text or
@@ -26,10 +26,10 @@ from typing import Any
 import numpy as np
 
 from embedkit.encode.devices import check_device
-from embedkit.encode.parts import Shard
-from embedkit.encode.run_report import EmbedRun
-from embedkit.encode.streaming import CorpusOptions, count_documents
 from embedkit.errors import EmbedkitError, InputError, RunFailure
+from embedkit.jobs.parts import Shard
+from embedkit.jobs.run_report import EmbedRun
+from embedkit.jobs.streaming import CorpusOptions, count_documents
 
 RAY_MISSING = "Ray is not installed: pip install 'embedkit[distributed]'"
 
@@ -66,7 +66,7 @@ class PartWorker:
         )
 
     def __call__(self, batch: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
-        from embedkit.encode.sharding import embed_shard
+        from embedkit.jobs.sharding import embed_shard
 
         reports = [
             embed_shard(
@@ -113,7 +113,7 @@ def embed_with_ray(
     """
     from embedkit.encode.default_onnx import default_onnx_spec
     from embedkit.encode.model_folder import read_model_spec
-    from embedkit.encode.sharding import check_part_folder
+    from embedkit.jobs.sharding import check_part_folder
 
     ray = import_ray()
     folder = check_part_folder(folder).absolute()

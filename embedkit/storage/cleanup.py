@@ -1,7 +1,7 @@
 """What `embedkit clean TARGET` removes: every kind of leftover a killed run can leave on an output.
 
 The same mechanisms run on their own at the start or end of the next successful write to the
-same target (`embedkit.atomic.sweep_leftovers`, `embedkit.versioned.clean`, `recover_files`);
+same target (`embedkit.storage.atomic.sweep_leftovers`, `embedkit.storage.versioned.clean`, `recover_files`);
 this module only gathers them for one target. The caller holds the target's write lock.
 """
 
@@ -12,12 +12,12 @@ import shutil
 import tempfile
 from pathlib import Path
 
-from embedkit.atomic import _pid_alive, recover_files, sweep_leftovers
-from embedkit.versioned import clean as clean_versions
-from embedkit.versioned import is_versioned
+from embedkit.storage.atomic import _pid_alive, recover_files, sweep_leftovers
+from embedkit.storage.versioned import clean as clean_versions
+from embedkit.storage.versioned import is_versioned
 
 SCRATCH_PREFIXES = ("embedkit-export-", "embedkit-onnx-scratch-")
-# a temporary file or commit journal of a killed `embed --shard` write (`embedkit.encode.parts`)
+# a temporary file or commit journal of a killed `embed --shard` write (`embedkit.jobs.parts`)
 PART_LEFTOVER = re.compile(r"^\.(part-\d+-of-\d+)\.(?:npy|ids\.txt|json)\.")
 PART_SUFFIXES = (".npy", ".ids.txt", ".json")
 

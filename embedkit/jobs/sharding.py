@@ -1,6 +1,6 @@
 """Embedding one shard of a corpus into part files (`embedkit embed --shard I/N`).
 
-Shard I of N is documents [I*n//N, (I+1)*n//N) of the corpus (`embedkit.encode.parts`), so N jobs
+Shard I of N is documents [I*n//N, (I+1)*n//N) of the corpus (`embedkit.jobs.parts`), so N jobs
 that share nothing but the corpus file and an output folder (a Slurm array, a shell loop over
 machines, Ray workers) together write the single-process output, cut into N parts. Each job reads
 the corpus once to count it (unless told the count) and once up to the end of its range; only its
@@ -18,12 +18,12 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from embedkit.atomic import atomic_files
 from embedkit.data.fingerprint import CorpusFingerprint
 from embedkit.encode.default_onnx import recorded_model_path
-from embedkit.encode.parts import PartInfo, Shard, part_paths
-from embedkit.encode.run_report import EncoderRun, RunStart
-from embedkit.encode.streaming import (
+from embedkit.errors import InputError
+from embedkit.jobs.parts import PartInfo, Shard, part_paths
+from embedkit.jobs.run_report import EncoderRun, RunStart
+from embedkit.jobs.streaming import (
     CorpusOptions,
     as_encoder,
     count_documents,
@@ -31,8 +31,8 @@ from embedkit.encode.streaming import (
     one_line_id,
     read_corpus,
 )
-from embedkit.errors import InputError
-from embedkit.locking import write_lock
+from embedkit.storage.atomic import atomic_files
+from embedkit.storage.locking import write_lock
 
 if TYPE_CHECKING:
     from embedkit.data.corpus import Document
