@@ -70,8 +70,8 @@ def test_runtime_imports_load_no_torch() -> None:
 
 def test_old_import_paths_still_work() -> None:
     from embedkit.evaluation import evaluate_sts
+    from embedkit.encode.onnx_backend import OnnxEncoder
     from embedkit.index import SearchIndex
-    from embedkit.onnx_encoder import OnnxEncoder
 
     assert SearchIndex is embedkit.SearchIndex
     assert evaluate_sts is embedkit.evaluate_sts
