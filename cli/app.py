@@ -62,9 +62,9 @@ app = typer.Typer(
 
 
 def _register() -> None:
-    from embedkit.cli import clean, embed, evaluate, experiment, export, index, search, serve, train
+    from embedkit.cli import clean, embed, evaluate, experiment, export, index, search, serve, train, verify
 
-    for module in (train, export, embed, index, search, serve, evaluate, experiment, clean):
+    for module in (train, export, embed, index, search, serve, evaluate, experiment, verify, clean):
         module.register(app)
 
 

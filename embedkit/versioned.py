@@ -15,16 +15,13 @@ A folder without CURRENT is the older flat layout: its files are read where they
 first new version replaces them.
 
 `checksums.json` records every file's size and SHA-256 when the version is published;
-`verify_checksums` checks them on load. Hashing a 15 GB index (10M x 384 float32) takes seconds,
-so a file's hash is cached by (path, size, mtime, inode) in this process and in the user's cache
-folder: a load re-hashes only a file that was rewritten.
+`embedkit.checksums.verify_checksums` checks them on load, at a bounded cost, and in full for
+`embedkit verify`.
 """
 
 from __future__ import annotations
 
 import contextlib
-import hashlib
-import json
 import os
 import re
 import shutil
@@ -32,15 +29,14 @@ import tempfile
 from collections.abc import Iterator
 from pathlib import Path
 
-from embedkit.atomic import apply_umask, fault_point, write_json_atomic, write_text_atomic
+from embedkit.atomic import apply_umask, fault_point, write_text_atomic
+from embedkit.checksums import CHECKSUMS, verify_checksums, write_checksums
 from embedkit.errors import InputError
 
 POINTER = "CURRENT"
-CHECKSUMS = "checksums.json"
 _VERSION = re.compile(r"^v-(\d{6,})$")
 _STAGING = re.compile(r"^\.staging-")
-_CHUNK = 8 << 20
-_cache: dict[tuple[str, int, int, int], str] = {}
+__all__ = ["CHECKSUMS", "current_dir", "is_versioned", "new_version", "clean", "verify_checksums"]
 
 
 def current_dir(root: str | Path) -> Path:
@@ -127,72 +123,3 @@ def clean(root: str | Path) -> list[Path]:
                 entry.unlink(missing_ok=True)
             removed.append(entry)
     return removed
-
-
-# --- checksums -----------------------------------------------------------------------------------
-
-
-def file_sha256(path: Path) -> str:
-    """SHA-256 of `path`, cached by (path, size, mtime, inode): a file is hashed once until rewritten."""
-    stat = path.stat()
-    key = (str(path.resolve()), stat.st_size, stat.st_mtime_ns, stat.st_ino)
-    if key in _cache:
-        return _cache[key]
-    disk = _cache_file(key)
-    with contextlib.suppress(OSError, ValueError, KeyError, TypeError):
-        record = json.loads(disk.read_text(encoding="utf-8"))
-        if record["key"] == list(key):
-            _cache[key] = str(record["sha256"])
-            return _cache[key]
-    digest = hashlib.sha256()
-    with path.open("rb") as fh:
-        while block := fh.read(_CHUNK):
-            digest.update(block)
-    _cache[key] = digest.hexdigest()
-    with contextlib.suppress(OSError):
-        write_json_atomic(disk, {"key": list(key), "sha256": _cache[key]})
-    return _cache[key]
-
-
-def _cache_file(key: tuple[str, int, int, int]) -> Path:
-    base = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "embedkit" / "checksums"
-    return base / (hashlib.sha1(key[0].encode()).hexdigest() + ".json")
-
-
-def write_checksums(folder: Path) -> dict[str, dict[str, object]]:
-    """Record every file's size and SHA-256 in `folder/checksums.json`."""
-    sums = {
-        p.name: {"bytes": p.stat().st_size, "sha256": file_sha256(p)}
-        for p in sorted(folder.iterdir())
-        if p.is_file() and p.name != CHECKSUMS and not p.name.startswith(".")
-    }
-    write_json_atomic(folder / CHECKSUMS, {"files": sums})
-    return sums
-
-
-def verify_checksums(folder: Path, names: tuple[str, ...] | None = None) -> None:
-    """Check the files `checksums.json` lists (or only `names`); a folder without it is not checked.
-
-    A missing file, a size or a hash that differs is an `InputError`.
-    """
-    path = folder / CHECKSUMS
-    if not path.is_file():
-        return  # written before checksums were recorded
-    try:
-        files = json.loads(path.read_text(encoding="utf-8"))["files"]
-        entries = {str(k): (int(v["bytes"]), str(v["sha256"])) for k, v in files.items()}
-    except (OSError, ValueError, KeyError, TypeError, AttributeError):
-        raise InputError(f"{path} is damaged: rebuild the folder") from None
-    for name, (size, sha) in entries.items():
-        if names is not None and name not in names:
-            continue
-        file = folder / name
-        if not file.is_file():
-            raise InputError(f"{file} is missing: the folder is incomplete")
-        actual = file.stat().st_size
-        if actual != size:
-            raise InputError(f"file {file} is truncated or altered: {actual} bytes, not {size}")
-        if file_sha256(file) != sha:
-            raise InputError(
-                f"corrupt file {file}: its content does not match the checksum recorded when it was written"
-            )
