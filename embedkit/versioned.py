@@ -1,6 +1,7 @@
 """Folders replaced in one step: complete versions in subfolders and one pointer file that names the live one.
 
 ROOT/
+    .embedkit-versions the marker that this folder is embedkit's: `clean` deletes nothing elsewhere
     CURRENT            one line, the live version's name; switched by an atomic rename
     v-000003/          the live version: the folder's files and checksums.json
     v-000002/          the previous one, kept so that a reader that read CURRENT just before a
@@ -34,6 +35,7 @@ from embedkit.checksums import CHECKSUMS, verify_checksums, write_checksums
 from embedkit.errors import InputError
 
 POINTER = "CURRENT"
+MARKER = ".embedkit-versions"
 _VERSION = re.compile(r"^v-(\d{6,})$")
 _STAGING = re.compile(r"^\.staging-")
 __all__ = ["CHECKSUMS", "current_dir", "is_versioned", "new_version", "clean", "verify_checksums"]
@@ -57,6 +59,25 @@ def is_versioned(root: str | Path) -> bool:
     return (Path(root) / POINTER).is_file()
 
 
+def owns(root: str | Path) -> bool:
+    """Whether `root` is a versioned folder of embedkit's: its marker, or (written before the marker)
+    a CURRENT that names a version folder holding `checksums.json`. Other folders are never cleaned.
+    """
+    root = Path(root)
+    if (root / MARKER).is_file():
+        return True
+    try:
+        live = current_dir(root)
+    except InputError:
+        return False
+    return live != root and (live / CHECKSUMS).is_file()
+
+
+def holds_no_version(root: str | Path) -> bool:
+    """Whether `root` holds nothing but what a killed first write leaves: the marker, staging folders."""
+    return all(p.name == MARKER or _STAGING.match(p.name) for p in Path(root).iterdir())
+
+
 def _versions(root: Path) -> list[Path]:
     found = [p for p in root.iterdir() if _VERSION.match(p.name) and p.is_dir()] if root.is_dir() else []
     return sorted(found, key=lambda p: int(p.name[2:]))
@@ -71,6 +92,8 @@ def new_version(root: str | Path, *, keep_files: tuple[str, ...] = ()) -> Iterat
     """
     root = Path(root)
     root.mkdir(parents=True, exist_ok=True)
+    if not (root / MARKER).is_file():
+        write_text_atomic(root / MARKER, "embedkit versioned folder (see embedkit/versioned.py)\n")
     stage = Path(tempfile.mkdtemp(prefix=f".staging-{os.getpid()}-", dir=root))
     try:
         yield stage
@@ -98,10 +121,10 @@ def clean(root: str | Path) -> list[Path]:
     """Remove staging folders, temporary files and versions older than the previous one.
 
     The caller holds `write_lock(root)` (no writer is at work), so every staging folder is a
-    killed run's. Returns what was removed.
+    killed run's. A folder that is not embedkit's (`owns`) is left alone. Returns what was removed.
     """
     root = Path(root)
-    if not root.is_dir():
+    if not root.is_dir() or not owns(root):
         return []
     removed: list[Path] = []
     live = current_dir(root)

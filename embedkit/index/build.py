@@ -54,7 +54,7 @@ from embedkit.index.folder import (
     read_index_meta,
 )
 from embedkit.locking import locked
-from embedkit.versioned import new_version
+from embedkit.versioned import holds_no_version, new_version
 
 
 @dataclass(frozen=True)
@@ -190,7 +190,7 @@ def check_new_target(out: Path, overwrite: bool) -> None:
     """A new index goes to an absent or empty folder, or replaces an index with `overwrite`."""
     if out.exists() and not out.is_dir():
         raise InputError(f"--out {out} is a file; give a folder for the index")
-    if not out.is_dir() or not any(p for p in out.iterdir() if not p.name.startswith(".staging-")):
+    if not out.is_dir() or holds_no_version(out):
         return
     if not is_index_folder(out):
         raise InputError(f"--out {out} is a folder that is neither empty nor an index; choose another")
