@@ -4,6 +4,7 @@ inputs and outputs, and the truncation note of the commands that embed."""
 from __future__ import annotations
 
 import functools
+import os
 import sys
 from collections.abc import Callable
 from typing import Any, TypeVar
@@ -42,6 +43,13 @@ def handle_errors(func: F) -> F:
             return func(*args, **kwargs)
         except EmbedkitError as exc:
             raise fail(str(exc).splitlines()[0] if str(exc) else type(exc).__name__, exc.exit_code) from None
+        except OSError as exc:  # a write outside embedkit's atomic writers (a lock file, a cache)
+            from embedkit.write_failures import WriteFailure, write_errno
+
+            code = write_errno(exc)
+            if code is None or not exc.filename:
+                raise
+            raise fail(str(WriteFailure(code, os.fsdecode(exc.filename))), 1) from None
         except KeyboardInterrupt:
             typer.echo("interrupted", err=True)
             sys.exit(130)

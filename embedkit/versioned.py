@@ -33,6 +33,7 @@ from pathlib import Path
 from embedkit.atomic import apply_umask, fault_point, write_text_atomic
 from embedkit.checksums import CHECKSUMS, verify_checksums, write_checksums
 from embedkit.errors import InputError
+from embedkit.write_failures import named_write_failures
 
 POINTER = "CURRENT"
 MARKER = ".embedkit-versions"
@@ -91,30 +92,35 @@ def new_version(root: str | Path, *, keep_files: tuple[str, ...] = ()) -> Iterat
     version is untouched. `keep_files`: names in ROOT that are not the flat layout's (never removed).
     """
     root = Path(root)
-    root.mkdir(parents=True, exist_ok=True)
-    if not (root / MARKER).is_file():
-        write_text_atomic(root / MARKER, "embedkit versioned folder (see embedkit/versioned.py)\n")
-    stage = Path(tempfile.mkdtemp(prefix=f".staging-{os.getpid()}-", dir=root))
+    created = not root.exists()
+    with named_write_failures(root):
+        root.mkdir(parents=True, exist_ok=True)
+        if not (root / MARKER).is_file():
+            write_text_atomic(root / MARKER, "embedkit versioned folder (see embedkit/versioned.py)\n")
+        stage = Path(tempfile.mkdtemp(prefix=f".staging-{os.getpid()}-", dir=root))
     try:
-        yield stage
-        write_checksums(stage)
-        apply_umask(stage)
-        fault_point("version-staged")
-        versions = _versions(root)
-        number = int(versions[-1].name[2:]) + 1 if versions else 1
-        final = root / f"v-{number:06d}"
-        os.rename(stage, final)
-        fault_point("version-renamed")
-        flat = [p for p in root.iterdir() if p.is_file() and not is_versioned(root)]
-        write_text_atomic(root / POINTER, final.name + "\n")  # the one step that switches readers
-        fault_point("version-switched")
-        for path in flat:  # the older flat layout's files, now replaced by the version
-            if path.name not in keep_files and not path.name.startswith("."):
-                path.unlink(missing_ok=True)
-        clean(root)
+        with named_write_failures(root):  # the disk full, the folder made unwritable: one line
+            yield stage
+            write_checksums(stage)
+            apply_umask(stage)
+            fault_point("version-staged")
+            versions = _versions(root)
+            number = int(versions[-1].name[2:]) + 1 if versions else 1
+            final = root / f"v-{number:06d}"
+            os.rename(stage, final)
+            fault_point("version-renamed")
+            flat = [p for p in root.iterdir() if p.is_file() and not is_versioned(root)]
+            write_text_atomic(root / POINTER, final.name + "\n")  # the one step that switches readers
+            fault_point("version-switched")
+            for path in flat:  # the older flat layout's files, now replaced by the version
+                if path.name not in keep_files and not path.name.startswith("."):
+                    path.unlink(missing_ok=True)
+            clean(root)
     finally:
         if stage.exists():
             shutil.rmtree(stage, ignore_errors=True)
+        if created and not is_versioned(root) and holds_no_version(root):
+            shutil.rmtree(root, ignore_errors=True)  # a failed first write leaves no folder behind
 
 
 def clean(root: str | Path) -> list[Path]:

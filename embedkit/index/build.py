@@ -36,6 +36,7 @@ from embedkit.index.kinds import (
     new_faiss_index,
     train_ivf,
 )
+from embedkit.write_failures import npy_for_writing
 
 if TYPE_CHECKING:
     from embedkit.data.corpus import Document
@@ -221,7 +222,7 @@ def _fill(
     buffer_path = tmp / "vectors.tmp.npy"
     buffer = None
     if not index.is_trained:
-        buffer = np.lib.format.open_memmap(buffer_path, "w+", np.float32, (count, index.d))
+        buffer = npy_for_writing(buffer_path, (count, index.d))  # reserved: a full disk is no SIGBUS
 
     def write(offset: int, documents: list[Document], vectors: np.ndarray) -> None:
         store.add(first_row + offset, documents)
