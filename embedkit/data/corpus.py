@@ -74,6 +74,11 @@ def corpus_file(path: str | Path) -> Path:
         if found is None:
             raise InputError(f"{path} is a folder without corpus.jsonl: not a BEIR folder")
         return found
+    if not path.is_file():  # a pipe or FIFO (`<(zcat ...)`): its second pass would wait forever
+        raise InputError(
+            f"corpus {path} is a pipe or FIFO, not a file: embedkit reads a corpus twice (to count it, "
+            "then to embed it); write it to a file first, or pass the .gz itself"
+        )
     data_format(path, CORPUS_FORMATS)
     return path
 
