@@ -61,3 +61,15 @@ def print_truncated(console: Any, truncated: int) -> None:
     """The note, on a rich `console`, that `truncated` documents were cut at the model's maximum length."""
     if truncated:
         console.print(f"{truncated:,} documents were longer than the model's maximum length and truncated")
+
+
+def check_search_choices(mode: str | None, fusion: str) -> None:
+    """`--mode` and `--fusion` checked before an index or a model is loaded (seconds on a large one)."""
+    from embedkit.errors import InputError
+    from embedkit.index.fusion import FUSION_METHODS
+    from embedkit.index.search import SEARCH_MODES
+
+    if mode is not None and mode not in SEARCH_MODES:
+        raise InputError(f"unknown search mode {mode!r}: use {', '.join(SEARCH_MODES)}")
+    if fusion not in FUSION_METHODS:
+        raise InputError(f"unknown fusion method {fusion!r}: use {', '.join(FUSION_METHODS)}")

@@ -13,12 +13,12 @@ from typing import Annotated, Any
 
 import typer
 
-from embedkit.cli.common import fail, handle_errors
+from embedkit.cli.common import check_search_choices, fail, handle_errors
 from embedkit.cli.options import BatchOption, DeviceOption, JsonOption, ModelOption, PrecisionOption
 
 eval_app = typer.Typer(
     help="Evaluate a model: STS correlation or BEIR retrieval metrics.",
-    no_args_is_help=True,
+    no_args_is_help=False,  # a bare `embedkit eval` is a usage error: one line, exit 2
 )
 
 
@@ -199,6 +199,7 @@ def retrieval(
     """
     from embedkit.evaluation import RetrievalEvaluator
 
+    check_search_choices(None, fusion)
     _check_outputs([beir_dir, index, model], json_path, per_query)
     meta = None
     if index is not None:

@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING, Annotated
 
 import typer
 
-from embedkit.cli.common import handle_errors
+from embedkit.cli.common import check_search_choices, handle_errors
 from embedkit.cli.options import DeviceOption, PrecisionOption
 
 if TYPE_CHECKING:
@@ -75,6 +75,7 @@ def search(
 
     from embedkit.index import SearchIndex
 
+    check_search_choices(mode, fusion)
     texts = _queries(query, queries_file)
     with SearchIndex.load(index_dir, gpu=gpu) as index:
         encoder = index.encoder(model, device=device, precision=precision)
