@@ -85,6 +85,10 @@ def search(
             f"({encoder.backend}, {encoder.device})"
         )
         results = index.search_text(texts, k=k, encoder=encoder, mode=mode, fusion=fusion, alpha=alpha)
+    for text, hits in zip(texts, results, strict=True):
+        if mode == "lexical" and not hits:
+            typer.echo(f"note: no lexical hits for {text!r}: no word of it is in the index (or all are "
+                       "stopwords)", err=True)
     if as_json:
         for text, hits in zip(texts, results, strict=True):
             typer.echo(

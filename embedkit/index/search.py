@@ -179,7 +179,8 @@ class SearchIndex:
         """Hits with their documents for each query, best first.
 
         dense: the index's model (or `encoder`) and FAISS; lexical: BM25 over title + text; hybrid:
-        both, fused. A query with no lexical terms (stopwords, punctuation) is searched dense only.
+        both, fused. A query with no lexical terms (stopwords, punctuation) has no lexical hits; in
+        hybrid mode it is searched dense only.
         """
         items = [queries] if isinstance(queries, str) else list(queries)
         mode = mode or self.default_mode()
@@ -195,7 +196,7 @@ class SearchIndex:
             )
         depth = max(k, depth or FUSION_DEPTH) if mode == "hybrid" else k
         lexical = self.store.search_lexical(items, depth) if mode != "dense" else [[] for _ in items]
-        need_dense = mode != "lexical" or any(not found for found in lexical)
+        need_dense = mode != "lexical"
         dense: list[list[tuple[int, float]]] = [[] for _ in items]
         if need_dense:
             if encoder is None:
@@ -222,10 +223,10 @@ class SearchIndex:
         fusion: str,
         alpha: float,
     ) -> list[Hit]:
-        if mode == "dense" or not lexical:  # no lexical terms: the dense ranking stands
-            return [Hit("", s, r, dense_score=s) for r, s in dense[:k]]
-        if mode == "lexical":
+        if mode == "lexical":  # no lexical terms: no hits, as asked (never dense ones instead)
             return [Hit("", s, r, lexical_score=s) for r, s in lexical[:k]]
+        if mode == "dense" or not lexical:  # hybrid with no lexical terms: the dense ranking stands
+            return [Hit("", s, r, dense_score=s) for r, s in dense[:k]]
         return [
             Hit("", f.score, f.row, dense_score=f.dense_score, lexical_score=f.lexical_score)
             for f in fuse(dense, lexical, k, method=fusion, alpha=alpha)

@@ -347,3 +347,17 @@ def test_fusion_and_mode_are_checked_before_the_index_loads(runner, tmp_path, mo
     exit2(runner, ["search", index, "wing", "--mode", "sparse"], "unknown search mode 'sparse'")
     exit2(runner, ["eval", "retrieval", str(tmp_path), "--index", index, "--fusion", "borda"],
           "unknown fusion method 'borda'")
+
+
+def test_lexical_search_for_stopwords_only_finds_nothing_and_says_so(runner, tmp_path, tiny_bert):
+    corpus = tmp_path / "corpus.txt"
+    corpus.write_text("shock waves on a wing\nthe boundary layer of a flat plate\nheat transfer in jets\n")
+    out = tmp_path / "idx"
+    result = runner.invoke(app, ["index", str(corpus), "--out", str(out), "--model", str(tiny_bert)])
+    assert result.exit_code == 0, result.output
+    result = runner.invoke(app, ["search", str(out), "the of and a", "--mode", "lexical", "--json"])
+    assert result.exit_code == 0, result.output
+    assert json.loads(result.stdout) == {"query": "the of and a", "hits": []}
+    assert "note: no lexical hits for 'the of and a'" in result.stderr
+    result = runner.invoke(app, ["search", str(out), "boundary layer", "--mode", "lexical", "--json"])
+    assert [h["id"] for h in json.loads(result.stdout)["hits"]] == ["2"] and "note:" not in result.stderr

@@ -96,9 +96,12 @@ def test_any_query_text_returns_hits_and_never_an_sql_error(
     out = tmp_path / "idx"
     build_index(write_jsonl(tmp_path / "a.jsonl", ids, texts), out, encoder, kind="flat")
     with SearchIndex.load(out) as index:
-        for mode in ("lexical", "hybrid"):
-            hits = index.search_text([query], k=3, encoder=encoder, mode=mode)[0]
-            assert len(hits) == 3  # no lexical terms, or none found: the dense ranking stands
+        hits = index.search_text([query], k=3, encoder=encoder, mode="hybrid")[0]
+        assert len(hits) == 3  # no lexical terms, or none found: the dense ranking stands
+        hits = index.search_text([query], k=3, encoder=encoder, mode="lexical")[0]
+        assert all(h.dense_score is None and h.lexical_score for h in hits)  # lexical only, as asked
+        if query in ("the of and", "!!! ... ???", "", "🙂"):  # no terms: no hits, never dense ones
+            assert hits == []
 
 
 def test_an_index_without_a_lexical_side_searches_dense_and_names_the_fix(
