@@ -27,6 +27,7 @@ from typing import Any
 
 from embedkit.data.sentences import split_into_sentences
 from embedkit.data.textfiles import (
+    check_header,
     csv_rows,
     data_format,
     find_data_file,
@@ -138,6 +139,7 @@ def _table_documents(path: Path, fmt: str, column: str | None, id_column: str | 
     if first is None:
         raise InputError(f"{path} is empty (a {fmt} corpus needs a header row)")
     header = [name.strip() for name in first[1]]
+    check_header(header, path)
     text_key = column or "text"
     for wanted in (text_key, id_column):
         if wanted is not None and wanted not in header:

@@ -130,6 +130,7 @@ def test_retrieval_with_an_index_checks_its_model(tiny_bert: Path, tmp_path: Pat
         (b"sentence1\tsentence2\tscore\n\xff\tb\t1\n", "x.tsv", "line 2 is not valid UTF-8"),
         ("", "x.csv", "x.csv is empty"),
         ("a", "x.parquet", "unknown format '.parquet'"),
+        ("sentence1\tsentence2\tscore\tScore\na\tb\t1\t2\n", "x.tsv", "names column 'score' twice"),
     ],
 )
 def test_sts_bad_input_exits_2_with_one_line(

@@ -222,3 +222,23 @@ def test_a_fifo_or_pipe_corpus_is_refused_at_once(tmp_path: Path, tiny_bert: Pat
     finally:
         os.close(read_end)
         os.close(write_end)
+
+
+@pytest.mark.parametrize("name", ["c.csv", "c.tsv"])
+def test_a_column_named_twice_is_an_error_naming_it(tmp_path: Path, name: str) -> None:
+    sep = "," if name.endswith(".csv") else "\t"
+    path = tmp_path / name
+    path.write_text(sep.join(["id", "text", "text"]) + "\n" + sep.join(["1", "first", "second"]) + "\n")
+    with pytest.raises(InputError, match=rf"{name}: the header names column 'text' twice"):
+        list(read_documents(path))
+
+
+@pytest.mark.parametrize("newline", ["\r", "\r\n", "\n"])
+def test_lines_ended_by_cr_alone_are_read_like_any_others(tmp_path: Path, newline: str) -> None:
+    path = tmp_path / "c.csv"
+    path.write_bytes(newline.join(["id,text", "a,wing flow", 'b,"shock, waves"', ""]).encode())
+    docs = list(read_documents(path))
+    assert [(d.id, d.text) for d in docs] == [("a", "wing flow"), ("b", "shock, waves")]
+    txt = tmp_path / "c.txt"
+    txt.write_bytes(newline.join(["one", "two", "three"]).encode())
+    assert [(d.id, d.text) for d in read_documents(txt)] == [("1", "one"), ("2", "two"), ("3", "three")]
