@@ -61,6 +61,10 @@ def bad_inputs(tmp_path: Path, tiny_bert: Path) -> dict[str, tuple[list[str], st
             [str(tmp_path / "ok.txt"), *base, "--device", "cuda"],
             "torch sees no CUDA GPU",
         ),
+        "nothing to resume": (
+            [str(tmp_path / "ok.txt"), *base, "--resume"],
+            r"nothing to resume in .*out: it holds no checkpoint",
+        ),
     }
 
 
@@ -74,6 +78,7 @@ def bad_inputs(tmp_path: Path, tiny_bert: Path) -> dict[str, tuple[list[str], st
         "unknown method",
         "bad --set",
         "cuda without a GPU",
+        "nothing to resume",
     ],
 )
 def test_bad_input_exits_2_with_one_line_and_writes_nothing(
