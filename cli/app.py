@@ -27,11 +27,10 @@ class OneLineErrors(TyperGroup):
             result = super().main(*args, standalone_mode=False, **kwargs)
         except _click_errors.UsageError as exc:
             message = " ".join(exc.format_message().split())
-            if not message:  # `embedkit` alone: the help was printed
-                if not standalone_mode:
-                    raise
-                sys.exit(exc.exit_code)
             command = exc.ctx.command_path if exc.ctx is not None else "embedkit"
+            if message == "Missing command." and exc.ctx is not None:  # `embedkit`, `embedkit eval`
+                names = exc.ctx.command.list_commands(exc.ctx)  # type: ignore[attr-defined]
+                message = f"missing command: {command} COMMAND [ARGS]..., COMMAND one of {', '.join(names)}"
             typer.echo(f"error: {message} (see {command} --help)", err=True)
             if not standalone_mode:
                 raise
@@ -55,7 +54,7 @@ app = typer.Typer(
     cls=OneLineErrors,
     name="embedkit",
     help="Train in-domain sentence encoders with miCSE, export them to ONNX, embed, index, search, evaluate.",
-    no_args_is_help=True,
+    no_args_is_help=False,  # a bare `embedkit` is a usage error: one line, exit 2
     add_completion=False,
     pretty_exceptions_enable=False,
 )
@@ -87,9 +86,9 @@ def _options(
 
 
 def _register() -> None:
-    from embedkit.cli import clean, embed, evaluate, experiment, export, index, search, serve, train
+    from embedkit.cli import clean, embed, evaluate, experiment, export, index, search, serve, train, verify
 
-    for module in (train, export, embed, index, search, serve, evaluate, experiment, clean):
+    for module in (train, export, embed, index, search, serve, evaluate, experiment, verify, clean):
         module.register(app)
 
 

@@ -4,6 +4,7 @@ inputs and outputs, and the truncation note of the commands that embed."""
 from __future__ import annotations
 
 import functools
+import os
 import sys
 from collections.abc import Callable
 from typing import Any, TypeVar
@@ -42,6 +43,13 @@ def handle_errors(func: F) -> F:
             return func(*args, **kwargs)
         except EmbedkitError as exc:
             raise fail(str(exc).splitlines()[0] if str(exc) else type(exc).__name__, exc.exit_code) from None
+        except OSError as exc:  # a write outside embedkit's atomic writers (a lock file, a cache)
+            from embedkit.storage.write_failures import WriteFailure, write_errno
+
+            code = write_errno(exc)
+            if code is None or not exc.filename:
+                raise
+            raise fail(str(WriteFailure(code, os.fsdecode(exc.filename))), 1) from None
         except KeyboardInterrupt:
             typer.echo("interrupted", err=True)
             sys.exit(130)
@@ -53,3 +61,14 @@ def print_truncated(console: Any, truncated: int) -> None:
     """The note, on a rich `console`, that `truncated` documents were cut at the model's maximum length."""
     if truncated:
         console.print(f"{truncated:,} documents were longer than the model's maximum length and truncated")
+
+
+def check_search_choices(mode: str | None, fusion: str, alpha: float) -> None:
+    """`--mode`, `--fusion` and `--alpha`, checked before an index or a model loads (which takes seconds)."""
+    from embedkit.errors import InputError
+    from embedkit.index.fusion import check_fusion
+    from embedkit.index.search import SEARCH_MODES
+
+    if mode is not None and mode not in SEARCH_MODES:
+        raise InputError(f"unknown search mode {mode!r}: use {', '.join(SEARCH_MODES)}")
+    check_fusion(fusion, alpha)

@@ -6,13 +6,14 @@ The data is read and checked before the model is loaded, so bad input fails in a
 from __future__ import annotations
 
 import json
+import math
 import sys
 from pathlib import Path
 from typing import Annotated, Any
 
 import typer
 
-from embedkit.cli.common import handle_errors
+from embedkit.cli.common import check_search_choices, fail, handle_errors
 from embedkit.cli.options import (
     AlphaOption,
     BatchOption,
@@ -26,7 +27,7 @@ from embedkit.index.fusion import DEFAULT_ALPHA, DEFAULT_FUSION
 
 eval_app = typer.Typer(
     help="Evaluate a model: STS correlation or BEIR retrieval metrics.",
-    no_args_is_help=True,
+    no_args_is_help=False,  # a bare `embedkit eval` is a usage error: one line, exit 2
 )
 
 
@@ -55,6 +56,7 @@ def sts(
     encoder = _load(model, device, precision)
     results = evaluator.evaluate(encoder)
     mean = sum(r.spearman_cosine for r in results) / len(results)
+    undefined = [r.name for r in results if math.isnan(r.spearman_cosine)]
 
     from rich.table import Table
 
@@ -63,10 +65,17 @@ def sts(
     table.add_column("pairs", justify="right")
     table.add_column(STS_METRIC, justify="right")
     for r in results:
-        table.add_row(r.name, str(r.pairs), f"{r.spearman_cosine:.2f}")
-    if len(results) > 1:
+        shown = "undefined" if r.name in undefined else f"{r.spearman_cosine:.2f}"
+        table.add_row(r.name, str(r.pairs), shown)
+    if len(results) > 1 and not undefined:
         table.add_row("mean", str(sum(r.pairs for r in results)), f"{mean:.2f}", style="bold")
     _print(table)
+    if undefined:  # a mean without them would not be comparable with other runs' means
+        raise fail(
+            f"Spearman is undefined for {', '.join(undefined)}: the model gives every pair the same "
+            "cosine similarity (a collapsed or broken model); no mean and no JSON written",
+            1,
+        )
     if json_path is not None:
         files_out = [
             {"path": str(r.path), "name": r.name, "pairs": r.pairs, STS_METRIC: r.spearman_cosine}
@@ -201,6 +210,7 @@ def retrieval(
     from embedkit.errors import InputError
     from embedkit.evaluation import RetrievalEvaluator
 
+    check_search_choices(None, fusion, alpha)
     _check_outputs([beir_dir, index, model], json_path, per_query, plot)
     if plot is not None:
         from embedkit.report.plots import plots_available

@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING, Annotated
 
 import typer
 
-from embedkit.cli.common import handle_errors
+from embedkit.cli.common import check_search_choices, handle_errors
 from embedkit.cli.options import AlphaOption, DeviceOption, FusionOption, PrecisionOption
 from embedkit.index.fusion import DEFAULT_ALPHA, DEFAULT_FUSION
 
@@ -66,15 +66,11 @@ def search(
     from rich.markup import escape
 
     from embedkit.console import make_console
-    from embedkit.errors import InputError
     from embedkit.index import SearchIndex
-    from embedkit.index.fusion import check_fusion
-    from embedkit.index.search import SEARCH_MODES, hit_record
+    from embedkit.index.search import hit_record
 
+    check_search_choices(mode, fusion, alpha)  # before the index loads
     texts = _queries(query, queries_file)
-    if mode is not None and mode not in SEARCH_MODES:
-        raise InputError(f"unknown --mode {mode!r}: use {', '.join(SEARCH_MODES)}")
-    check_fusion(fusion, alpha)  # before the index loads
     with SearchIndex.load(index_dir, gpu=gpu) as index:
         encoder = index.encoder(model, device=device, precision=precision)
         mode = mode or index.default_mode()
@@ -88,6 +84,10 @@ def search(
         results = index.search_text(
             texts, k=k, encoder=encoder, mode=mode, fusion=fusion, alpha=alpha, snippets=True
         )
+    for text, hits in zip(texts, results, strict=True):
+        if mode == "lexical" and not hits:
+            note = f"note: no lexical hits for {text!r}: no word of it is in the index (or all are stopwords)"
+            make_console(stderr=True).print(escape(note))
     if as_json:
         how = {"mode": mode, **({"fusion": fusion, "alpha": alpha} if mode == "hybrid" else {})}
         for text, hits in zip(texts, results, strict=True):

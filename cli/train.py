@@ -171,6 +171,11 @@ def train(
     from embedkit.console import make_console
 
     check_io(inputs=[corpus, base, dev_sts], folders=[out], wait=wait)
+    if resume and not overwrite:
+        from embedkit.training.checkpoint import latest_checkpoint
+
+        if latest_checkpoint(out) is None:  # else --resume would silently start a new run
+            raise InputError(f"nothing to resume in {out}: it holds no checkpoint; leave out --resume")
     config = TrainConfig(
         base_model=base,
         method=method,

@@ -69,8 +69,8 @@ def test_runtime_imports_load_no_torch() -> None:
 
 
 def test_old_import_paths_still_work() -> None:
-    from embedkit.evaluation import evaluate_sts
     from embedkit.encode.onnx_backend import OnnxEncoder
+    from embedkit.evaluation import evaluate_sts
     from embedkit.index import SearchIndex
 
     assert SearchIndex is embedkit.SearchIndex

@@ -120,8 +120,12 @@ def _read_corpus(path: Path) -> dict[str, dict[str, str]]:
 
 
 def _read_queries(path: Path) -> dict[str, str]:
-    return {
-        record_id(obj, path, n, keys=("_id",)): string_field(obj, "text", path, n)
-        for n, obj in json_objects(path)
-    }
+    # A repeated id would silently keep the last text and change every metric computed on it.
+    queries: dict[str, str] = {}
+    for number, obj in json_objects(path):
+        query_id = record_id(obj, path, number, keys=("_id",))
+        if query_id in queries:
+            raise InputError(f"{path}: line {number} repeats query id {query_id!r}")
+        queries[query_id] = string_field(obj, "text", path, number)
+    return queries
 

@@ -27,6 +27,7 @@ from typing import Any
 
 from embedkit.data.sentences import split_into_sentences
 from embedkit.data.textfiles import (
+    check_header,
     csv_rows,
     data_format,
     find_data_file,
@@ -74,6 +75,11 @@ def corpus_file(path: str | Path) -> Path:
         if found is None:
             raise InputError(f"{path} is a folder without corpus.jsonl: not a BEIR folder")
         return found
+    if not path.is_file():  # a pipe or FIFO (`<(zcat ...)`): its second pass would wait forever
+        raise InputError(
+            f"corpus {path} is a pipe or FIFO, not a file: embedkit reads a corpus twice (to count it, "
+            "then to embed it); write it to a file first, or pass the .gz itself"
+        )
     data_format(path, CORPUS_FORMATS)
     return path
 
@@ -133,6 +139,7 @@ def _table_documents(path: Path, fmt: str, column: str | None, id_column: str | 
     if first is None:
         raise InputError(f"{path} is empty (a {fmt} corpus needs a header row)")
     header = [name.strip() for name in first[1]]
+    check_header(header, path)
     text_key = column or "text"
     for wanted in (text_key, id_column):
         if wanted is not None and wanted not in header:

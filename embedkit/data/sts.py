@@ -10,7 +10,7 @@ from typing import Any
 
 import numpy as np
 
-from embedkit.data.textfiles import csv_rows, data_format, json_objects, text_lines
+from embedkit.data.textfiles import check_header, csv_rows, data_format, json_objects, text_lines
 from embedkit.errors import InputError
 
 STS_COLUMNS = ("sentence1", "sentence2", "score")
@@ -67,6 +67,7 @@ def _delimited_pairs(path: Path, fmt: str) -> Iterator[tuple[int, str, str, str]
         raise InputError(f"{path} is empty")
     header = first[1]
     columns = [name.strip().lower() for name in header]
+    check_header(columns, path)
     missing = [c for c in STS_COLUMNS if c not in columns]
     if missing:
         found = ", ".join(repr(name) for name in header)

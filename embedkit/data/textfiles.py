@@ -37,22 +37,35 @@ def text_lines(path: Path) -> Iterator[tuple[int, str]]:
     if path.is_dir():
         raise InputError(f"expected a file, got a folder: {path}")
     opener = gzip.open if path.name.lower().endswith(".gz") else open
+    number = 0
     try:
         with opener(path, "rb") as handle:
-            for number, raw in enumerate(handle, start=1):
+            for raw in handle:
                 try:
                     line = raw.decode("utf-8")
                 except UnicodeDecodeError as exc:
                     bad = raw[exc.start : exc.start + 1]
                     raise InputError(
-                        f"{path}: line {number} is not valid UTF-8 (byte {exc.start + 1}: {bad!r})"
+                        f"{path}: line {number + 1} is not valid UTF-8 (byte {exc.start + 1}: {bad!r})"
                     ) from None
-                if number == 1:
+                if number == 0:
                     line = line.removeprefix("\ufeff")
-                yield number, line.rstrip("\r\n")
+                # A lone CR ends a line too (classic Mac files), as in Python's universal newlines.
+                for part in line.rstrip("\r\n").split("\r"):
+                    number += 1
+                    yield number, part
     except (OSError, EOFError, zlib.error) as exc:
         raise InputError(f"cannot read {path}: {exc}") from None
 
+
+
+def check_header(header: list[str], path: Path) -> None:
+    """A column name given twice is an `InputError`: a row read by name would keep only the last."""
+    seen: set[str] = set()
+    for name in header:
+        if name in seen:
+            raise InputError(f"{path}: the header names column {name!r} twice; rename one of them")
+        seen.add(name)
 
 
 def csv_rows(path: Path) -> Iterator[tuple[int, list[str]]]:

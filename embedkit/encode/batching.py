@@ -26,7 +26,12 @@ def load_tokenizer(model_dir: Path, max_seq_length: int):  # -> tokenizers.Token
 
     path = Path(model_dir) / "tokenizer.json"
     if path.is_file():
-        tokenizer = Tokenizer.from_file(str(path))
+        try:
+            tokenizer = Tokenizer.from_file(str(path))
+        except Exception as exc:  # tokenizers raises a bare Exception for a truncated or damaged file
+            reason = " ".join(str(exc).split())[:120]
+            raise InputError(f"cannot read the tokenizer {path} ({reason}): the model folder is damaged") \
+                from None
     else:
         try:
             from transformers import AutoTokenizer

@@ -18,6 +18,14 @@ from embedkit.errors import InputError
 ONNX_PRECISIONS = ("fp32", "fp16", "int8")
 
 
+def check_encoding_options(device: str, precision: str | None) -> str:
+    """The device and precision names checked, before a command creates any output; the device."""
+    device = check_device(device)
+    if precision is not None and precision not in ONNX_PRECISIONS:
+        raise InputError(f"unknown precision {precision!r}: use {', '.join(ONNX_PRECISIONS)}")
+    return device
+
+
 def load_encoder(
     path: str | Path | ModelSpec | None = None,
     device: str = "auto",
@@ -39,9 +47,7 @@ def load_encoder(
     >>> encoder.encode(["a sentence", "another"]).shape  # doctest: +SKIP
     (2, 384)
     """
-    device = check_device(device)
-    if precision is not None and precision not in ONNX_PRECISIONS:
-        raise InputError(f"unknown precision {precision!r}: use {', '.join(ONNX_PRECISIONS)}")
+    device = check_encoding_options(device, precision)
     spec = read_model_spec(path)
     if spec.kind == "torch" and precision in (None, "fp32"):
         from embedkit.encode.default_onnx import default_onnx_spec

@@ -25,6 +25,7 @@ from embedkit.errors import InputError
 DEFAULT_BASE_MODEL = "all-MiniLM-L6-v2"
 POOLING_MODES = ("mean", "cls")
 _WEIGHT_FILES = ("model.safetensors", "pytorch_model.bin")
+_OFFSET_POSITIONS = ("roberta", "xlm-roberta", "camembert")
 
 
 def default_base_model_path() -> Path:
@@ -125,6 +126,8 @@ def read_model_spec(model: str | Path | ModelSpec | None) -> ModelSpec:
     if any(path.glob("*.onnx")):
         if not meta:
             raise InputError(f"{path} holds ONNX files but no embedkit.json: export with `embedkit export`")
+        if (path / "config.json").is_file():
+            _check_positions(int(meta.get("max_seq_length", 512)), read_json(path / "config.json"), path)
         return ModelSpec(
             path=path,
             kind="onnx",
@@ -143,6 +146,7 @@ def read_model_spec(model: str | Path | ModelSpec | None) -> ModelSpec:
     max_len = st_config.get("max_seq_length") or config.get("max_position_embeddings", 512)
     if not isinstance(max_len, int) or isinstance(max_len, bool) or max_len < 1:
         raise InputError(f"{st_path}: 'max_seq_length' must be a positive integer, got {max_len!r}")
+    _check_positions(max_len, config, path)
     hidden = config.get("hidden_size", 0)
     if not isinstance(hidden, int) or isinstance(hidden, bool) or hidden < 0:
         raise InputError(f"{path / 'config.json'}: 'hidden_size' must be a positive integer, got {hidden!r}")
@@ -161,6 +165,22 @@ def read_model_spec(model: str | Path | ModelSpec | None) -> ModelSpec:
         model_type=str(config.get("model_type", "")),
         metadata=meta,
     )
+
+
+def _check_positions(max_seq_length: int, config: dict[str, Any], path: Path) -> None:
+    """A `max_seq_length` beyond the model's position embeddings fails deep in torch or ONNX Runtime
+    on the first long text; here it is one `InputError` when the folder is read."""
+    positions = config.get("max_position_embeddings")
+    if not isinstance(positions, int) or isinstance(positions, bool):
+        return
+    # RoBERTa-style models number positions from padding_idx + 1: two of them are never used.
+    usable = positions - 2 if config.get("model_type") in _OFFSET_POSITIONS else positions
+    if max_seq_length > usable:
+        raise InputError(
+            f"{path}: max_seq_length {max_seq_length} exceeds the model's {usable} position embeddings "
+            "(config.json max_position_embeddings): lower max_seq_length in sentence_bert_config.json "
+            "or embedkit.json"
+        )
 
 
 def _check_metadata(meta: dict[str, Any], path: Path) -> None:

@@ -38,6 +38,7 @@ from embedkit.index.lexical import LEXICAL_DIR, LexicalIndex, LexicalSettings, i
 from embedkit.index.meta import IndexMeta, now
 from embedkit.jobs.streaming import CorpusOptions, as_encoder, embed_corpus
 from embedkit.storage.atomic import write_json_atomic
+from embedkit.storage.write_failures import npy_for_writing
 
 if TYPE_CHECKING:
     from embedkit.data.corpus import Document
@@ -56,7 +57,7 @@ from embedkit.index.folder import (
 )
 from embedkit.progress import ProgressBar
 from embedkit.storage.locking import locked
-from embedkit.storage.versioned import new_version
+from embedkit.storage.versioned import holds_no_version, new_version
 
 
 @dataclass(frozen=True)
@@ -190,7 +191,7 @@ def check_new_target(out: Path, overwrite: bool) -> None:
     """A new index goes to an absent or empty folder, or replaces an index with `overwrite`."""
     if out.exists() and not out.is_dir():
         raise InputError(f"--out {out} is a file; give a folder for the index")
-    if not out.is_dir() or not any(p for p in out.iterdir() if not p.name.startswith(".staging-")):
+    if not out.is_dir() or holds_no_version(out):
         return
     if not is_index_folder(out):
         raise InputError(f"--out {out} is a folder that is neither empty nor an index; choose another")
@@ -221,7 +222,7 @@ def _fill(
     buffer_path = tmp / "vectors.tmp.npy"
     buffer = None
     if not index.is_trained:
-        buffer = np.lib.format.open_memmap(buffer_path, "w+", np.float32, (count, index.d))
+        buffer = npy_for_writing(buffer_path, (count, index.d))  # reserved: a full disk is no SIGBUS
 
     def write(offset: int, documents: list[Document], vectors: np.ndarray) -> None:
         store.add(first_row + offset, documents)

@@ -8,17 +8,23 @@ failure on a version that is still live is real, and raised.
 `check_scores`: vectors in an index are unit length, so every score is a cosine in [-1, 1] (an
 IVF-PQ index's approximate scores stray a little); a score beyond that, or NaN, can only come from
 a damaged index file, and is an error, not a result.
+
+`verify_index`: the full check of `embedkit verify`, every byte of every file against the
+checksums recorded when the version was published (a load checks them at a bounded cost:
+`embedkit.storage.checksums`).
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, TypeVar
 
 import numpy as np
 
 from embedkit.errors import InputError
+from embedkit.storage.checksums import CHECKSUMS, read_checksums, verify_checksums
 
 T = TypeVar("T")
 _ATTEMPTS = 20
@@ -58,3 +64,38 @@ def check_scores(scores: np.ndarray, rows: np.ndarray, meta: dict[str, Any], pat
             "(cosine in [-1, 1]): "
             "its index file is corrupt; rebuild the index"
         )
+
+
+@dataclass(frozen=True)
+class Verified:
+    """What `verify_index` read: the version folder, its files and their bytes."""
+
+    folder: Path
+    files: int
+    bytes: int
+
+
+def verify_index(path: str | Path) -> Verified:
+    """Hash every byte of every file the live version's `checksums.json` lists (`embedkit verify`).
+
+    A damaged file is a `ChecksumMismatch`; a folder that is not an index, or one written before
+    checksums were recorded, an `InputError`.
+    """
+    from embedkit.index.folder import index_files_dir, is_index_folder, read_index_meta
+
+    path = Path(path)
+    if not path.is_dir() or not is_index_folder(path):
+        raise InputError(f"not an embedkit index: {path}")
+
+    def read(folder: Path) -> Verified:
+        recorded = read_checksums(folder)
+        if recorded is None:
+            raise InputError(
+                f"{folder} has no {CHECKSUMS} (written before embedkit recorded checksums): nothing to "
+                "verify against; rebuild the index to protect it"
+            )
+        hashed = verify_checksums(folder, full=True)
+        read_index_meta(folder)  # the fields too, now that the file is known to be as written
+        return Verified(folder, len(recorded), hashed)
+
+    return load_consistent(path, index_files_dir, read)

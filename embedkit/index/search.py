@@ -352,10 +352,10 @@ class SearchIndex:
         fusion: str,
         alpha: float,
     ) -> list[Hit]:
-        if mode == "dense" or not lexical:  # no lexical terms: the dense ranking stands
-            return [Hit("", s, r, dense_score=s) for r, s in dense[:k]]
-        if mode == "lexical":
+        if mode == "lexical":  # no lexical terms: no hits, as asked (never dense ones instead)
             return [Hit("", s, r, lexical_score=s) for r, s in lexical[:k]]
+        if mode == "dense" or not lexical:  # hybrid with no lexical terms: the dense ranking stands
+            return [Hit("", s, r, dense_score=s) for r, s in dense[:k]]
         return [
             Hit("", f.score, f.row, dense_score=f.dense_score, lexical_score=f.lexical_score)
             for f in fuse(dense, lexical, k, method=fusion, alpha=alpha)

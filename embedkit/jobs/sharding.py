@@ -33,6 +33,7 @@ from embedkit.jobs.streaming import (
 )
 from embedkit.storage.atomic import atomic_files
 from embedkit.storage.locking import write_lock
+from embedkit.storage.write_failures import npy_for_writing
 
 if TYPE_CHECKING:
     from embedkit.data.corpus import Document
@@ -139,7 +140,7 @@ def _write_part(
             np.save(fh, np.zeros((0, encoder.dim), dtype=np.float32))
         ids.write_text("", encoding="utf-8")
         return
-    matrix = np.lib.format.open_memmap(npy, mode="w+", dtype=np.float32, shape=(count, encoder.dim))
+    matrix = npy_for_writing(npy, (count, encoder.dim))  # its space reserved: a full disk is no SIGBUS
     with ids.open("w", encoding="utf-8", newline="\n") as ids_file:
 
         def write(offset: int, chunk: list[Document], vectors: np.ndarray) -> None:

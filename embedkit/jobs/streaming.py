@@ -28,6 +28,7 @@ from embedkit.jobs.run_report import EncoderRun, RunStart
 from embedkit.progress import ProgressBar
 from embedkit.storage.atomic import atomic_files
 from embedkit.storage.locking import locked
+from embedkit.storage.write_failures import npy_for_writing
 
 if TYPE_CHECKING:
     from embedkit.data.corpus import Document, ReadStats
@@ -169,7 +170,7 @@ def embed_to_file(
 def _write_npy(encoder: Encoder, corpus: str | Path, npy: Path, ids: Path, n: int, options: CorpusOptions,
                normalize: bool | None, progress: bool) -> None:
     """Fill `npy` (a memory map of [n, dim]) and `ids`; the map is closed when this returns."""
-    matrix = np.lib.format.open_memmap(npy, mode="w+", dtype=np.float32, shape=(n, encoder.dim))
+    matrix = npy_for_writing(npy, (n, encoder.dim))  # its space reserved: a full disk is no SIGBUS
     with ids.open("w", encoding="utf-8", newline="\n") as ids_file:
 
         def write(offset: int, documents: list[Document], vectors: np.ndarray) -> None:

@@ -28,6 +28,8 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
+from embedkit.storage.write_failures import named_write_failures
+
 # A test sets this to a function that raises or kills the process at a named step ("dir-staged",
 # "dir-aside", "dir-swapped", ...), to prove that an interruption there leaves a consistent state.
 fault_hook: Callable[[str], None] | None = None
@@ -122,19 +124,21 @@ def _remove(path: Path) -> None:
 def atomic_path(path: str | os.PathLike[str]) -> Iterator[Path]:
     """Yield a temporary path beside `path`; on success move it onto `path`, else delete it."""
     target = Path(path)
-    target.parent.mkdir(parents=True, exist_ok=True)
-    sweep_leftovers(target)
-    fd, tmp_name = tempfile.mkstemp(prefix=f".{target.name}.{os.getpid()}.", suffix=".tmp", dir=target.parent)
-    os.close(fd)
-    tmp = Path(tmp_name)
-    try:
-        yield tmp
-        if tmp.exists():
-            apply_umask(tmp)  # mkstemp created 0600; writers may have too
-        os.replace(tmp, target)
-    finally:
-        if tmp.exists():
-            tmp.unlink()
+    with named_write_failures(target):
+        target.parent.mkdir(parents=True, exist_ok=True)
+        sweep_leftovers(target)
+        prefix = f".{target.name}.{os.getpid()}."
+        fd, tmp_name = tempfile.mkstemp(prefix=prefix, suffix=".tmp", dir=target.parent)
+        os.close(fd)
+        tmp = Path(tmp_name)
+        try:
+            yield tmp
+            if tmp.exists():
+                apply_umask(tmp)  # mkstemp created 0600; writers may have too
+            os.replace(tmp, target)
+        finally:
+            with contextlib.suppress(OSError):  # a folder made unwritable: the error says so
+                tmp.unlink(missing_ok=True)
 
 
 def write_text_atomic(path: str | os.PathLike[str], text: str) -> None:
@@ -191,29 +195,31 @@ def atomic_dir(path: str | os.PathLike[str], *, replace: bool = True) -> Iterato
     `path` is untouched.
     """
     target = Path(path)
-    target.parent.mkdir(parents=True, exist_ok=True)
-    sweep_leftovers(target)
-    tmp = Path(tempfile.mkdtemp(prefix=f".{target.name}.{os.getpid()}.", suffix=".tmp", dir=target.parent))
-    try:
-        yield tmp
-        apply_umask(tmp)
-        fault_point("dir-staged")
-        if target.exists():
-            if not replace:
-                raise FileExistsError(f"{target} already exists")
-            if not exchange(tmp, target):
-                old = target.with_name(f".{target.name}.old-{os.getpid()}")
-                os.replace(target, old)
-                fault_point("dir-aside")
+    with named_write_failures(target):
+        target.parent.mkdir(parents=True, exist_ok=True)
+        sweep_leftovers(target)
+        prefix = f".{target.name}.{os.getpid()}."
+        tmp = Path(tempfile.mkdtemp(prefix=prefix, suffix=".tmp", dir=target.parent))
+        try:
+            yield tmp
+            apply_umask(tmp)
+            fault_point("dir-staged")
+            if target.exists():
+                if not replace:
+                    raise FileExistsError(f"{target} already exists")
+                if not exchange(tmp, target):
+                    old = target.with_name(f".{target.name}.old-{os.getpid()}")
+                    os.replace(target, old)
+                    fault_point("dir-aside")
+                    os.replace(tmp, target)
+                    tmp = old
+                fault_point("dir-swapped")
+                shutil.rmtree(tmp, ignore_errors=True)  # now the old folder
+            else:
                 os.replace(tmp, target)
-                tmp = old
-            fault_point("dir-swapped")
-            shutil.rmtree(tmp, ignore_errors=True)  # now the old folder
-        else:
-            os.replace(tmp, target)
-    finally:
-        if tmp.exists():
-            shutil.rmtree(tmp, ignore_errors=True)
+        finally:
+            if tmp.exists():
+                shutil.rmtree(tmp, ignore_errors=True)
 
 
 def scratch_dir(prefix: str) -> contextlib.AbstractContextManager[str]:
@@ -261,28 +267,29 @@ def atomic_files(*paths: str | os.PathLike[str]) -> Iterator[list[Path]]:
     the next write to the same files or by `embedkit clean`; before it, nothing has changed.
     """
     targets = [Path(p) for p in paths]
-    recover_files(targets[0])
     temps: list[Path] = []
-    try:
-        for target in targets:
-            target.parent.mkdir(parents=True, exist_ok=True)
-            sweep_leftovers(target)
-            prefix = f".{target.name}.{os.getpid()}."
-            fd, name = tempfile.mkstemp(prefix=prefix, suffix=".tmp", dir=target.parent)
-            os.close(fd)
-            temps.append(Path(name))
-        yield temps
-        for tmp in temps:
-            apply_umask(tmp)
-        pairs = [[str(tmp), str(target)] for tmp, target in zip(temps, targets, strict=True)]
-        write_json_atomic(_journal(targets[0]), {"pairs": pairs})
-        fault_point("files-journaled")
-        for index, (tmp, target) in enumerate(zip(temps, targets, strict=True)):
-            os.replace(tmp, target)
-            fault_point(f"files-moved-{index + 1}")
-        _journal(targets[0]).unlink(missing_ok=True)
-    finally:
-        if not _journal(targets[0]).exists():
+    with named_write_failures(targets[0]):
+        recover_files(targets[0])
+        try:
+            for target in targets:
+                target.parent.mkdir(parents=True, exist_ok=True)
+                sweep_leftovers(target)
+                prefix = f".{target.name}.{os.getpid()}."
+                fd, name = tempfile.mkstemp(prefix=prefix, suffix=".tmp", dir=target.parent)
+                os.close(fd)
+                temps.append(Path(name))
+            yield temps
             for tmp in temps:
-                with contextlib.suppress(FileNotFoundError):
-                    tmp.unlink()
+                apply_umask(tmp)
+            pairs = [[str(tmp), str(target)] for tmp, target in zip(temps, targets, strict=True)]
+            write_json_atomic(_journal(targets[0]), {"pairs": pairs})
+            fault_point("files-journaled")
+            for index, (tmp, target) in enumerate(zip(temps, targets, strict=True)):
+                os.replace(tmp, target)
+                fault_point(f"files-moved-{index + 1}")
+            _journal(targets[0]).unlink(missing_ok=True)
+        finally:
+            if not _journal(targets[0]).exists():
+                for tmp in temps:
+                    with contextlib.suppress(OSError):  # a folder made unwritable: the error says so
+                        tmp.unlink(missing_ok=True)

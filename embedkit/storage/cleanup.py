@@ -14,7 +14,6 @@ from pathlib import Path
 
 from embedkit.storage.atomic import _pid_alive, recover_files, sweep_leftovers
 from embedkit.storage.versioned import clean as clean_versions
-from embedkit.storage.versioned import is_versioned
 
 SCRATCH_PREFIXES = ("embedkit-export-", "embedkit-onnx-scratch-")
 # a temporary file or commit journal of a killed `embed --shard` write (`embedkit.jobs.parts`)
@@ -38,9 +37,7 @@ def clean_target(target: str | Path) -> tuple[list[Path], bool]:
         part_removed, part_completed = _part_leftovers(target)
         removed += part_removed
         completed = completed or part_completed
-    staging = target.is_dir() and any(p.name.startswith(".staging-") for p in target.iterdir())
-    if target.is_dir() and (is_versioned(target) or staging):
-        removed += clean_versions(target)
+    removed += clean_versions(target)  # only in a folder that carries embedkit's marker
     run_dir = target.parent / f".{target.name}.overwrite-run"  # a killed `train --overwrite`
     if run_dir.is_dir():
         shutil.rmtree(run_dir, ignore_errors=True)

@@ -1,6 +1,7 @@
 """Folders replaced in one step: complete versions in subfolders and one pointer file that names the live one.
 
 ROOT/
+    .embedkit-versions the marker that this folder is embedkit's: `clean` deletes nothing elsewhere
     CURRENT            one line, the live version's name; switched by an atomic rename
     v-000003/          the live version: the folder's files and checksums.json
     v-000002/          the previous one, kept so that a reader that read CURRENT just before a
@@ -15,16 +16,13 @@ A folder without CURRENT is the older flat layout: its files are read where they
 first new version replaces them.
 
 `checksums.json` records every file's size and SHA-256 when the version is published;
-`verify_checksums` checks them on load. Hashing a 15 GB index (10M x 384 float32) takes seconds,
-so a file's hash is cached by (path, size, mtime, inode) in this process and in the user's cache
-folder: a load re-hashes only a file that was rewritten.
+`embedkit.storage.checksums.verify_checksums` checks them on load, at a bounded cost, and in full for
+`embedkit verify`.
 """
 
 from __future__ import annotations
 
 import contextlib
-import hashlib
-import json
 import os
 import re
 import shutil
@@ -33,14 +31,15 @@ from collections.abc import Iterator
 from pathlib import Path
 
 from embedkit.errors import InputError
-from embedkit.storage.atomic import apply_umask, fault_point, write_json_atomic, write_text_atomic
+from embedkit.storage.atomic import apply_umask, fault_point, write_text_atomic
+from embedkit.storage.checksums import CHECKSUMS, verify_checksums, write_checksums
+from embedkit.storage.write_failures import named_write_failures
 
 POINTER = "CURRENT"
-CHECKSUMS = "checksums.json"
+MARKER = ".embedkit-versions"
 _VERSION = re.compile(r"^v-(\d{6,})$")
 _STAGING = re.compile(r"^\.staging-")
-_CHUNK = 8 << 20
-_cache: dict[tuple[str, int, int, int], str] = {}
+__all__ = ["CHECKSUMS", "current_dir", "is_versioned", "new_version", "clean", "verify_checksums"]
 
 
 def current_dir(root: str | Path) -> Path:
@@ -61,6 +60,25 @@ def is_versioned(root: str | Path) -> bool:
     return (Path(root) / POINTER).is_file()
 
 
+def owns(root: str | Path) -> bool:
+    """Whether `root` is a versioned folder of embedkit's: its marker, or (written before the marker)
+    a CURRENT that names a version folder holding `checksums.json`. Other folders are never cleaned.
+    """
+    root = Path(root)
+    if (root / MARKER).is_file():
+        return True
+    try:
+        live = current_dir(root)
+    except InputError:
+        return False
+    return live != root and (live / CHECKSUMS).is_file()
+
+
+def holds_no_version(root: str | Path) -> bool:
+    """Whether `root` holds nothing but what a killed first write leaves: the marker, staging folders."""
+    return all(p.name == MARKER or _STAGING.match(p.name) for p in Path(root).iterdir())
+
+
 def _versions(root: Path) -> list[Path]:
     found = [p for p in root.iterdir() if _VERSION.match(p.name) and p.is_dir()] if root.is_dir() else []
     return sorted(found, key=lambda p: int(p.name[2:]))
@@ -74,38 +92,45 @@ def new_version(root: str | Path, *, keep_files: tuple[str, ...] = ()) -> Iterat
     version is untouched. `keep_files`: names in ROOT that are not the flat layout's (never removed).
     """
     root = Path(root)
-    root.mkdir(parents=True, exist_ok=True)
-    stage = Path(tempfile.mkdtemp(prefix=f".staging-{os.getpid()}-", dir=root))
+    created = not root.exists()
+    with named_write_failures(root):
+        root.mkdir(parents=True, exist_ok=True)
+        if not (root / MARKER).is_file():
+            write_text_atomic(root / MARKER, "embedkit versioned folder (see embedkit/versioned.py)\n")
+        stage = Path(tempfile.mkdtemp(prefix=f".staging-{os.getpid()}-", dir=root))
     try:
-        yield stage
-        write_checksums(stage)
-        apply_umask(stage)
-        fault_point("version-staged")
-        versions = _versions(root)
-        number = int(versions[-1].name[2:]) + 1 if versions else 1
-        final = root / f"v-{number:06d}"
-        os.rename(stage, final)
-        fault_point("version-renamed")
-        flat = [p for p in root.iterdir() if p.is_file() and not is_versioned(root)]
-        write_text_atomic(root / POINTER, final.name + "\n")  # the one step that switches readers
-        fault_point("version-switched")
-        for path in flat:  # the older flat layout's files, now replaced by the version
-            if path.name not in keep_files and not path.name.startswith("."):
-                path.unlink(missing_ok=True)
-        clean(root)
+        with named_write_failures(root):  # the disk full, the folder made unwritable: one line
+            yield stage
+            write_checksums(stage)
+            apply_umask(stage)
+            fault_point("version-staged")
+            versions = _versions(root)
+            number = int(versions[-1].name[2:]) + 1 if versions else 1
+            final = root / f"v-{number:06d}"
+            os.rename(stage, final)
+            fault_point("version-renamed")
+            flat = [p for p in root.iterdir() if p.is_file() and not is_versioned(root)]
+            write_text_atomic(root / POINTER, final.name + "\n")  # the one step that switches readers
+            fault_point("version-switched")
+            for path in flat:  # the older flat layout's files, now replaced by the version
+                if path.name not in keep_files and not path.name.startswith("."):
+                    path.unlink(missing_ok=True)
+            clean(root)
     finally:
         if stage.exists():
             shutil.rmtree(stage, ignore_errors=True)
+        if created and not is_versioned(root) and holds_no_version(root):
+            shutil.rmtree(root, ignore_errors=True)  # a failed first write leaves no folder behind
 
 
 def clean(root: str | Path) -> list[Path]:
     """Remove staging folders, temporary files and versions older than the previous one.
 
     The caller holds `write_lock(root)` (no writer is at work), so every staging folder is a
-    killed run's. Returns what was removed.
+    killed run's. A folder that is not embedkit's (`owns`) is left alone. Returns what was removed.
     """
     root = Path(root)
-    if not root.is_dir():
+    if not root.is_dir() or not owns(root):
         return []
     removed: list[Path] = []
     live = current_dir(root)
@@ -127,77 +152,3 @@ def clean(root: str | Path) -> list[Path]:
                 entry.unlink(missing_ok=True)
             removed.append(entry)
     return removed
-
-
-# --- checksums -----------------------------------------------------------------------------------
-
-
-def file_sha256(path: Path) -> str:
-    """SHA-256 of `path`, cached by (path, size, mtime, inode): a file is hashed once until rewritten."""
-    stat = path.stat()
-    key = (str(path.resolve()), stat.st_size, stat.st_mtime_ns, stat.st_ino)
-    if key in _cache:
-        return _cache[key]
-    disk = _cache_file(key)
-    with contextlib.suppress(OSError, ValueError, KeyError, TypeError):
-        record = json.loads(disk.read_text(encoding="utf-8"))
-        if record["key"] == list(key):
-            _cache[key] = str(record["sha256"])
-            return _cache[key]
-    digest = hashlib.sha256()
-    with path.open("rb") as fh:
-        while block := fh.read(_CHUNK):
-            digest.update(block)
-    _cache[key] = digest.hexdigest()
-    with contextlib.suppress(OSError):
-        write_json_atomic(disk, {"key": list(key), "sha256": _cache[key]})
-    return _cache[key]
-
-
-def _cache_file(key: tuple[str, int, int, int]) -> Path:
-    base = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "embedkit" / "checksums"
-    return base / (hashlib.sha1(key[0].encode()).hexdigest() + ".json")
-
-
-def write_checksums(folder: Path) -> dict[str, dict[str, object]]:
-    """Record every file's size and SHA-256 in `folder/checksums.json`, subfolders' files included.
-
-    Keys are paths relative to `folder` ("index.faiss", "lexical/meta.json"); names that start with
-    a dot (an engine's lock and bookkeeping files) are not recorded.
-    """
-    files = (p for p in sorted(folder.rglob("*")) if p.is_file() and p.name != CHECKSUMS)
-    sums = {
-        p.relative_to(folder).as_posix(): {"bytes": p.stat().st_size, "sha256": file_sha256(p)}
-        for p in files
-        if not any(part.startswith(".") for part in p.relative_to(folder).parts)
-    }
-    write_json_atomic(folder / CHECKSUMS, {"files": sums})
-    return sums
-
-
-def verify_checksums(folder: Path, names: tuple[str, ...] | None = None) -> None:
-    """Check the files `checksums.json` lists (or only `names`); a folder without it is not checked.
-
-    A missing file, a size or a hash that differs is an `InputError`.
-    """
-    path = folder / CHECKSUMS
-    if not path.is_file():
-        return  # written before checksums were recorded
-    try:
-        files = json.loads(path.read_text(encoding="utf-8"))["files"]
-        entries = {str(k): (int(v["bytes"]), str(v["sha256"])) for k, v in files.items()}
-    except (OSError, ValueError, KeyError, TypeError, AttributeError):
-        raise InputError(f"{path} is damaged: rebuild the folder") from None
-    for name, (size, sha) in entries.items():
-        if names is not None and name not in names:
-            continue
-        file = folder / name
-        if not file.is_file():
-            raise InputError(f"{file} is missing: the folder is incomplete")
-        actual = file.stat().st_size
-        if actual != size:
-            raise InputError(f"file {file} is truncated or altered: {actual} bytes, not {size}")
-        if file_sha256(file) != sha:
-            raise InputError(
-                f"corrupt file {file}: its content does not match the checksum recorded when it was written"
-            )

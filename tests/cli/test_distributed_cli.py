@@ -137,3 +137,14 @@ def test_embed_ray_starts_and_stops_its_own_cluster(sharded, runner, tiny_bert, 
     assert not ray.is_initialized()
     vectors = np.concatenate([np.load(tmp_path / "parts" / f"part-{i}-of-2.npy") for i in range(2)])
     np.testing.assert_allclose(vectors, np.load(folder / "all.npy"), atol=1e-5)
+
+
+def test_bad_device_or_precision_creates_no_output_folder(runner, tmp_path):
+    corpus = tmp_path / "corpus.txt"
+    corpus.write_text("wing flow\nshock waves\n")
+    out = tmp_path / "parts"
+    exit2(runner, ["embed", str(corpus), "--out", str(out), "--shard", "0/2", "--device", "gpu9"],
+          "unknown device 'gpu9'")
+    exit2(runner, ["embed", str(corpus), "--out", str(out), "--shard", "0/2", "--precision", "fp8"],
+          "unknown precision 'fp8'")
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["corpus.txt"]

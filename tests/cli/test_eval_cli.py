@@ -39,6 +39,32 @@ def test_sts_prints_a_table_and_writes_json(tiny_bert: Path, tmp_path: Path) -> 
     assert written["fingerprint"] == encoder.fingerprint
 
 
+def test_sts_with_constant_predictions_is_undefined_and_exits_1(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import numpy as np
+
+    import embedkit.cli.evaluate as evaluate
+
+    class Constant:
+        path, fingerprint, backend, device = None, "x", "test", "cpu"
+
+        def encode(self, texts, batch_size=64, normalize=None, progress=False):
+            return np.ones((len(texts), 4), np.float32) / 2  # every cosine is 1: no ranking
+
+    monkeypatch.setattr(evaluate, "_load", lambda *args: Constant())
+    first, second = write_sts(tmp_path / "a.tsv"), write_sts(tmp_path / "b.tsv")
+    out = tmp_path / "sts.json"
+    result = runner.invoke(app, ["eval", "sts", str(first), str(second), "--json", str(out)])
+    assert result.exit_code == 1
+    assert result.stderr == (
+        "error: Spearman is undefined for a, b: the model gives every pair the same cosine similarity "
+        "(a collapsed or broken model); no mean and no JSON written\n"
+    )
+    assert "nan" not in result.stdout and "undefined" in result.stdout
+    assert not out.exists()
+
+
 def test_retrieval_writes_metrics_and_per_query(tiny_bert: Path, tmp_path: Path) -> None:
     folder = write_beir(tmp_path / "beir")
     per_query, out = tmp_path / "per-query.jsonl", tmp_path / "retrieval.json"
@@ -104,6 +130,7 @@ def test_retrieval_with_an_index_checks_its_model(tiny_bert: Path, tmp_path: Pat
         (b"sentence1\tsentence2\tscore\n\xff\tb\t1\n", "x.tsv", "line 2 is not valid UTF-8"),
         ("", "x.csv", "x.csv is empty"),
         ("a", "x.parquet", "unknown format '.parquet'"),
+        ("sentence1\tsentence2\tscore\tScore\na\tb\t1\t2\n", "x.tsv", "names column 'score' twice"),
     ],
 )
 def test_sts_bad_input_exits_2_with_one_line(

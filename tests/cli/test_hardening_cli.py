@@ -321,3 +321,43 @@ def test_a_part_write_killed_between_its_renames_is_completed_by_clean(tmp_path)
     assert any(p.name.startswith(".part-0-of-2.") for p in parts.iterdir())
     assert CliRunner().invoke(app, ["clean", str(parts)]).exit_code == 0
     assert sorted(p.name for p in parts.iterdir()) == [p.name for p in sorted(names)]
+
+
+# --- usage: a bare group, choices checked before loading -----------------------------------------
+
+
+@pytest.mark.parametrize(("args", "names"), [([], "train, export, embed"), (["eval"], "sts, sts-retrieval")])
+def test_a_group_without_its_command_is_one_usage_line(runner, args, names):
+    result = runner.invoke(app, args)
+    assert result.exit_code == 2
+    assert result.stderr.splitlines() == [result.stderr.strip()] and result.stdout == ""
+    assert result.stderr.startswith("error: missing command: embedkit") and names in result.stderr
+
+
+def test_fusion_and_mode_are_checked_before_the_index_loads(runner, tmp_path, monkeypatch):
+    from embedkit.index import SearchIndex
+
+    def never(*args, **kwargs):
+        raise AssertionError("the index was loaded before the arguments were checked")
+
+    monkeypatch.setattr(SearchIndex, "load", never)
+    index = str(tmp_path / "idx")
+    (tmp_path / "idx").mkdir()
+    exit2(runner, ["search", index, "wing", "--fusion", "borda"], "unknown fusion method 'borda'")
+    exit2(runner, ["search", index, "wing", "--mode", "sparse"], "unknown search mode 'sparse'")
+    exit2(runner, ["eval", "retrieval", str(tmp_path), "--index", index, "--fusion", "borda"],
+          "unknown fusion method 'borda'")
+
+
+def test_lexical_search_for_stopwords_only_finds_nothing_and_says_so(runner, tmp_path, tiny_bert):
+    corpus = tmp_path / "corpus.txt"
+    corpus.write_text("shock waves on a wing\nthe boundary layer of a flat plate\nheat transfer in jets\n")
+    out = tmp_path / "idx"
+    result = runner.invoke(app, ["index", str(corpus), "--out", str(out), "--model", str(tiny_bert)])
+    assert result.exit_code == 0, result.output
+    result = runner.invoke(app, ["search", str(out), "the of and a", "--mode", "lexical", "--json"])
+    assert result.exit_code == 0, result.output
+    assert json.loads(result.stdout) == {"query": "the of and a", "mode": "lexical", "hits": []}
+    assert "note: no lexical hits for 'the of and a'" in result.stderr
+    result = runner.invoke(app, ["search", str(out), "boundary layer", "--mode", "lexical", "--json"])
+    assert [h["id"] for h in json.loads(result.stdout)["hits"]] == ["2"] and "note:" not in result.stderr

@@ -61,6 +61,10 @@ def bad_inputs(tmp_path: Path, tiny_bert: Path) -> dict[str, tuple[list[str], st
             [str(tmp_path / "ok.txt"), *base, "--device", "cuda"],
             "torch sees no CUDA GPU",
         ),
+        "nothing to resume": (
+            [str(tmp_path / "ok.txt"), *base, "--resume"],
+            r"nothing to resume in .*out: it holds no checkpoint",
+        ),
     }
 
 
@@ -74,6 +78,7 @@ def bad_inputs(tmp_path: Path, tiny_bert: Path) -> dict[str, tuple[list[str], st
         "unknown method",
         "bad --set",
         "cuda without a GPU",
+        "nothing to resume",
     ],
 )
 def test_bad_input_exits_2_with_one_line_and_writes_nothing(
@@ -143,7 +148,7 @@ def test_nproc_hands_each_rank_the_same_command_line(
     monkeypatch.setattr(launch, "launch", lambda nproc, argv: seen.append((nproc, argv)))
     out = tmp_path / "out"
     args = [str(corpus), "--out", str(out), "--base", str(tiny_bert), "--batch-size", "4", "--lr", "0.001"]
-    args += ["--set", "warmup_ratio=0", "--set", "queue_size=8", "--resume", "--quiet"]
+    args += ["--set", "warmup_ratio=0", "--set", "queue_size=8", "--split-sentences", "--quiet"]
     result = CliRunner().invoke(app, ["train", *args, "--nproc", "2"])
     assert result.exit_code == 0, result.output
     ((nproc, argv),) = seen
@@ -158,7 +163,7 @@ def test_nproc_hands_each_rank_the_same_command_line(
     ]:
         assert argv[argv.index(flag) + 1] == value
     assert [argv[i + 1] for i, a in enumerate(argv) if a == "--set"] == ["warmup_ratio=0", "queue_size=8"]
-    assert "--resume" in argv and "--quiet" in argv and "--overwrite" not in argv
+    assert "--split-sentences" in argv and "--quiet" in argv and "--overwrite" not in argv
 
 
 def test_nproc_checks_the_batch_and_torchrun(

@@ -13,6 +13,7 @@ import pytest
 from embedkit.data.corpus import (
     Document,
     ReadStats,
+    corpus_file,
     load_sentences,
     read_documents,
     split_into_sentences,
@@ -196,3 +197,48 @@ def test_load_sentences_splits_before_removing_duplicates() -> None:
     sample = load_sentences(["One here. Two here.", "Two here. Three here."], split_sentences=True)
     assert sample.sentences == ["One here.", "Two here.", "Three here."]
     assert (sample.stats.read, sample.stats.after_split, sample.stats.duplicates) == (2, 4, 1)
+
+
+def test_a_fifo_or_pipe_corpus_is_refused_at_once(tmp_path: Path, tiny_bert: Path) -> None:
+    """A corpus is read twice (count, then embed): a FIFO's second pass would wait forever."""
+    import os
+    import subprocess
+    import sys
+
+    fifo = tmp_path / "corpus.txt"
+    os.mkfifo(fifo)
+    with pytest.raises(InputError, match=r"corpus .*corpus.txt is a pipe or FIFO, not a file"):
+        corpus_file(fifo)  # before anything opens it: opening a FIFO waits for a writer
+    code = "import sys; from embedkit.cli.app import main; sys.argv[0] = 'embedkit'; main()"
+    args = ["embed", str(fifo), "--out", str(tmp_path / "v.npy"), "--model", str(tiny_bert)]
+    done = subprocess.run([sys.executable, "-c", code, *args], capture_output=True, text=True, timeout=120)
+    assert done.returncode == 2 and len(done.stderr.splitlines()) == 1, done.stderr
+    assert done.stderr.startswith(f"error: corpus {fifo} is a pipe or FIFO")
+    # the shell's `<(zcat ...)`: a pipe with no file name extension
+    read_end, write_end = os.pipe()
+    try:
+        with pytest.raises(InputError, match="is a pipe or FIFO"):
+            corpus_file(f"/dev/fd/{read_end}")
+    finally:
+        os.close(read_end)
+        os.close(write_end)
+
+
+@pytest.mark.parametrize("name", ["c.csv", "c.tsv"])
+def test_a_column_named_twice_is_an_error_naming_it(tmp_path: Path, name: str) -> None:
+    sep = "," if name.endswith(".csv") else "\t"
+    path = tmp_path / name
+    path.write_text(sep.join(["id", "text", "text"]) + "\n" + sep.join(["1", "first", "second"]) + "\n")
+    with pytest.raises(InputError, match=rf"{name}: the header names column 'text' twice"):
+        list(read_documents(path))
+
+
+@pytest.mark.parametrize("newline", ["\r", "\r\n", "\n"])
+def test_lines_ended_by_cr_alone_are_read_like_any_others(tmp_path: Path, newline: str) -> None:
+    path = tmp_path / "c.csv"
+    path.write_bytes(newline.join(["id,text", "a,wing flow", 'b,"shock, waves"', ""]).encode())
+    docs = list(read_documents(path))
+    assert [(d.id, d.text) for d in docs] == [("a", "wing flow"), ("b", "shock, waves")]
+    txt = tmp_path / "c.txt"
+    txt.write_bytes(newline.join(["one", "two", "three"]).encode())
+    assert [(d.id, d.text) for d in read_documents(txt)] == [("1", "one"), ("2", "two"), ("3", "three")]

@@ -144,6 +144,11 @@ def test_beir_errors(tmp_path: Path) -> None:
     (folder / "corpus.jsonl").write_text('{"_id": "d1", "text": "a"}\n{"_id": "d1", "text": "b"}\n')
     with pytest.raises(InputError, match=r"line 2 repeats document id 'd1'"):
         read_beir(folder)
+    queries = _beir(tmp_path / "queries")
+    repeated = '{"_id": "q1", "text": "wing lift"}\n{"_id": "q1", "text": "drag"}\n'
+    _write(queries / "queries.jsonl.gz", repeated, gz=True)
+    with pytest.raises(InputError, match=r"queries.jsonl.gz: line 2 repeats query id 'q1'"):
+        read_beir(queries)
 
 
 def test_read_the_bundled_gzipped_cranfield() -> None:

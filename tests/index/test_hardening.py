@@ -16,7 +16,7 @@ from runtime_helpers import TableEncoder, write_jsonl
 from embedkit.errors import InputError
 from embedkit.index import INDEX_FILE, META_FILE, SearchIndex, build_index
 from embedkit.index.folder import index_files_dir
-from embedkit.storage.versioned import CHECKSUMS
+from embedkit.storage.versioned import CHECKSUMS, MARKER
 
 WORKER = Path(__file__).with_name("writer_worker.py")
 DIM = 32
@@ -131,7 +131,7 @@ def test_kill_between_the_steps_of_an_append(tmp_path, tiny_bert, step, new_is_l
     assert run_worker(job) == 0
     assert ids_in(out) == (new if new_is_live else old) | {f"c{i}" for i in range(5)}
     names = sorted(p.name for p in out.iterdir())
-    assert not [n for n in names if n.startswith(".")], names
+    assert not [n for n in names if n.startswith(".") and n != MARKER], names
     assert len([n for n in names if n.startswith("v-")]) <= 2  # the live version and the previous one
 
 
@@ -304,3 +304,27 @@ def test_retrieval_with_an_index_of_another_corpus_is_refused(tmp_path, tiny_ber
     report = RetrievalEvaluator(folders["right"], index=tmp_path / "idx").evaluate(encoder)
     exact = RetrievalEvaluator(folders["right"]).evaluate(encoder)
     assert report.metrics == pytest.approx(exact.metrics)
+
+
+def test_clean_acts_only_on_folders_that_carry_embedkits_marker(tmp_path, tiny_bert):
+    from typer.testing import CliRunner
+
+    from embedkit.cli.app import app
+
+    foreign = tmp_path / "photos"
+    for name in ("v-000001", "v-000002", ".staging-backup"):
+        (foreign / name).mkdir(parents=True)
+        (foreign / name / "keep.txt").write_text("mine")
+    result = CliRunner().invoke(app, ["clean", str(foreign)])
+    assert result.exit_code == 0 and "nothing to clean" in result.stdout, result.output
+    assert sorted(p.name for p in foreign.iterdir()) == [".staging-backup", "v-000001", "v-000002"]
+
+    out = tmp_path / "idx"  # a first build killed before its version was published
+    job = {"op": "build", "model": str(tiny_bert), "out": str(out), "prefix": "a", "n": 5, "seed": 0}
+    assert run_worker(job, env={"EMBEDKIT_FAULT_AT": "version-staged"}) == -9
+    assert [p for p in out.iterdir() if p.name.startswith(".staging-")]
+    result = CliRunner().invoke(app, ["clean", str(out)])
+    assert result.exit_code == 0 and "removed" in result.stdout, result.output
+    assert not [p for p in out.iterdir() if p.name.startswith(".staging-")]
+    assert run_worker(job) == 0  # the folder still counts as empty for a new build
+    assert ids_in(out) == {f"a{i}" for i in range(5)}

@@ -104,6 +104,9 @@ def test_any_query_text_returns_hits_and_never_an_sql_error(
         assert len(hybrid) == 3
         if not lexical:  # no lexical terms, or none found: hybrid is the dense ranking
             assert [(h.id, h.score) for h in hybrid] == [(h.id, h.score) for h in dense]
+        assert all(h.dense_score is None and h.lexical_score for h in lexical)  # lexical only, as asked
+        if query in ("the of and", "!!! ... ???", "", "🙂"):  # no terms: no hits, never dense ones
+            assert lexical == []
 
 
 def test_an_index_without_a_lexical_side_searches_dense_and_names_the_fix(

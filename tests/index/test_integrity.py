@@ -1,0 +1,132 @@
+"""Checksums on open at a bounded cost, and `embedkit verify` in full: damage that keeps the metadata."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import numpy as np
+import pytest
+from runtime_helpers import TableEncoder, write_jsonl
+from typer.testing import CliRunner
+
+from embedkit.cli.app import app
+from embedkit.errors import InputError
+from embedkit.index import INDEX_FILE, SearchIndex, build_index
+from embedkit.index.folder import DOCS_FILE, index_files_dir
+from embedkit.index.integrity import verify_index
+from embedkit.storage import checksums
+from embedkit.storage.checksums import ChecksumMismatch
+
+DIM = 32
+
+
+@pytest.fixture(autouse=True)
+def own_cache(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
+    monkeypatch.setattr(checksums, "_cache", {})
+
+
+def small_index(tmp_path: Path, tiny_bert: Path, n: int = 60) -> Path:
+    vectors = np.random.default_rng(0).standard_normal((n, DIM))
+    ids = [f"d{i}" for i in range(n)]
+    texts = [f"text of {i} about wings and flow {i * 7}" for i in ids]
+    corpus = write_jsonl(tmp_path / "corpus.jsonl", ids, texts)
+    out = tmp_path / "idx"
+    build_index(corpus, out, TableEncoder(tiny_bert, dict(zip(texts, vectors, strict=True))), kind="flat")
+    return out
+
+
+def rot(path: Path, offset: int) -> None:
+    """Flip one byte at `offset`, then put the mtime back, as bit rot or a restored copy would leave it."""
+    stat = path.stat()
+    data = bytearray(path.read_bytes())
+    data[offset] ^= 0xFF
+    path.write_bytes(bytes(data))
+    os.utime(path, ns=(stat.st_atime_ns, stat.st_mtime_ns))
+    assert path.stat().st_size == stat.st_size and path.stat().st_mtime_ns == stat.st_mtime_ns
+
+
+def stale_cache(path: Path, sha: str) -> None:
+    """Make the hash cache claim the damaged file still has `sha`: the metadata says nothing changed."""
+    checksums._remember(checksums._key(path), sha)
+
+
+def test_same_size_edit_with_the_mtime_restored_is_not_served(tmp_path, tiny_bert):
+    out = small_index(tmp_path, tiny_bert)
+    with SearchIndex.load(out):  # hashes and caches every file
+        pass
+    docs = index_files_dir(out) / DOCS_FILE
+    rot(docs, docs.stat().st_size // 2)
+    with pytest.raises(InputError, match=f"corrupt file {docs}"):
+        SearchIndex.load(out)
+
+
+def test_bit_rot_that_keeps_every_stat_field_is_caught_in_a_small_file(tmp_path, tiny_bert):
+    out = small_index(tmp_path, tiny_bert)
+    docs = index_files_dir(out) / DOCS_FILE
+    before = checksums.read_checksums(docs.parent)[DOCS_FILE].sha256
+    rot(docs, docs.stat().st_size // 2)
+    stale_cache(docs, before)
+    with pytest.raises(ChecksumMismatch, match=f"corrupt file {docs}"):
+        SearchIndex.load(out)  # small files are hashed in full on every open, whatever the cache says
+
+
+def test_a_large_file_is_sampled_on_open_and_read_in_full_by_verify(tmp_path, tiny_bert, monkeypatch):
+    monkeypatch.setattr(checksums, "MIN_BLOCK", 1024)  # index.faiss (~7.7 KB) spans several blocks
+    out = small_index(tmp_path, tiny_bert)
+    monkeypatch.setattr(checksums, "OPEN_FULL_BYTES", 0)  # every file is "large" on open
+    path = index_files_dir(out) / INDEX_FILE
+    entry = checksums.read_checksums(path.parent)[INDEX_FILE]
+    assert len(entry.blocks) == -(-entry.size // 1024) >= 4
+
+    rot(path, entry.size - 1)  # the last block is sampled on every open
+    stale_cache(path, entry.sha256)
+    last = rf"\(bytes {(len(entry.blocks) - 1) * 1024}-{entry.size - 1}\)"
+    with pytest.raises(ChecksumMismatch, match=rf"corrupt file .*{INDEX_FILE} {last}"):
+        SearchIndex.load(out)
+    rot(path, entry.size - 1)  # repaired
+
+    monkeypatch.setattr(checksums, "SAMPLED_BLOCKS", 0)  # only the first and last blocks are read
+    rot(path, 1024 + 5)  # the second block: beyond what this open samples
+    stale_cache(path, entry.sha256)
+    with SearchIndex.load(out):  # the documented bound of the check on open
+        pass
+    with pytest.raises(ChecksumMismatch, match=rf"corrupt file .*{INDEX_FILE} \(bytes 1024-2047\)"):
+        verify_index(out)
+
+
+def test_verify_command(tmp_path, tiny_bert):
+    runner = CliRunner()
+    out = small_index(tmp_path, tiny_bert)
+    done = runner.invoke(app, ["verify", str(out)])
+    listed = len(checksums.read_checksums(index_files_dir(out)))
+    assert done.exit_code == 0, done.output
+    assert f"{listed} files" in done.stdout and "all match their checksums" in done.stdout
+
+    docs = index_files_dir(out) / DOCS_FILE
+    before = checksums.read_checksums(docs.parent)[DOCS_FILE].sha256
+    rot(docs, 100)
+    stale_cache(docs, before)
+    done = runner.invoke(app, ["verify", str(out)])
+    assert done.exit_code == 1
+    assert done.stderr.startswith(f"error: corrupt file {docs}") and len(done.stderr.splitlines()) == 1
+
+    (docs.parent / checksums.CHECKSUMS).unlink()
+    done = runner.invoke(app, ["verify", str(out)])
+    assert done.exit_code == 2 and "nothing to verify against" in done.stderr
+    done = runner.invoke(app, ["verify", str(tmp_path)])
+    assert done.exit_code == 2 and done.stderr == f"error: not an embedkit index: {tmp_path}\n"
+
+
+def test_files_in_subfolders_are_listed_and_checked(tmp_path):
+    folder = tmp_path / "v"
+    (folder / "lexical").mkdir(parents=True)
+    (folder / "lexical" / "segment.idx").write_bytes(b"postings" * 100)
+    (folder / "lexical" / ".lock").write_bytes(b"")
+    (folder / "a.bin").write_bytes(b"a")
+    assert set(checksums.write_checksums(folder)) == {"a.bin", "lexical/segment.idx"}
+    checksums.verify_checksums(folder)
+    rot(folder / "lexical" / "segment.idx", 3)
+    with pytest.raises(ChecksumMismatch, match="segment.idx"):
+        checksums.verify_checksums(folder)
