@@ -102,10 +102,12 @@ def cached_sha256(path: Path) -> str:
 
 
 def _listed(folder: Path) -> Iterator[Path]:
+    """Every file of `folder` and its subfolders but lock files (tantivy's `.tantivy-*.lock`, which a
+    reader may create) and writers' temporary files; hidden data files (`.managed.json`) count."""
     for path in sorted(folder.rglob("*")):
-        relative = path.relative_to(folder)
-        hidden = any(part.startswith(".") for part in relative.parts)  # temp and lock files
-        if path.is_file() and not hidden and relative.as_posix() != CHECKSUMS:
+        name = path.name
+        transient = name.endswith(".lock") or (name.startswith(".") and name.endswith(".tmp"))
+        if path.is_file() and not transient and path.relative_to(folder).as_posix() != CHECKSUMS:
             yield path
 
 

@@ -123,9 +123,11 @@ def test_files_in_subfolders_are_listed_and_checked(tmp_path):
     folder = tmp_path / "v"
     (folder / "lexical").mkdir(parents=True)
     (folder / "lexical" / "segment.idx").write_bytes(b"postings" * 100)
-    (folder / "lexical" / ".lock").write_bytes(b"")
+    (folder / "lexical" / ".tantivy-meta.lock").write_bytes(b"")
+    (folder / "lexical" / ".managed.json").write_text("[]")
     (folder / "a.bin").write_bytes(b"a")
-    assert set(checksums.write_checksums(folder)) == {"a.bin", "lexical/segment.idx"}
+    (folder / ".a.bin.123.x.tmp").write_bytes(b"")
+    assert set(checksums.write_checksums(folder)) == {"a.bin", "lexical/segment.idx", "lexical/.managed.json"}
     checksums.verify_checksums(folder)
     rot(folder / "lexical" / "segment.idx", 3)
     with pytest.raises(ChecksumMismatch, match="segment.idx"):
