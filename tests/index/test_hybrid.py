@@ -212,6 +212,16 @@ def test_default_hybrid_is_dense_search_with_the_feedback_query(tmp_path: Path, 
         assert all(h.dense_score == pytest.approx(float(cosines[h.row]), abs=1e-5) for h in hits)
 
 
+def _three_document_index(tmp_path: Path, tiny_bert: Path) -> Path:
+    """`embedkit index` of three short documents (ids 1-3), as a user runs it."""
+    corpus = tmp_path / "docs.txt"
+    corpus.write_text("shock waves on a wing\nheat transfer in a layer\njet noise\n")
+    out = tmp_path / "idx"
+    built = CliRunner().invoke(app, ["index", str(corpus), "--out", str(out), "--model", str(tiny_bert)])
+    assert built.exit_code == 0, built.output
+    return out
+
+
 def test_a_legacy_lexical_side_is_refused_with_the_fix_and_reindexed(tmp_path: Path, tiny_bert: Path) -> None:
     """An index whose BM25 postings an earlier embedkit kept in SQLite: dense works, the rest names
     `--reindex-lexical`, which rebuilds the side from the stored documents (no model needed)."""
@@ -221,14 +231,7 @@ def test_a_legacy_lexical_side_is_refused_with_the_fix_and_reindexed(tmp_path: P
     from embedkit.storage.atomic import write_json_atomic
     from embedkit.storage.versioned import write_checksums
 
-    corpus = tmp_path / "docs.txt"
-    corpus.write_text("shock waves on a wing\nheat transfer in a layer\njet noise\n")
-    out = tmp_path / "idx"
-    runner = CliRunner()
-    assert (
-        runner.invoke(app, ["index", str(corpus), "--out", str(out), "--model", str(tiny_bert)]).exit_code
-        == 0
-    )
+    out, runner = _three_document_index(tmp_path, tiny_bert), CliRunner()
     live = index_files_dir(out)  # make it look like an earlier embedkit's index
     shutil.rmtree(live / "lexical")
     db = sqlite3.connect(live / "docs.sqlite")
@@ -266,14 +269,7 @@ def test_a_legacy_lexical_side_is_refused_with_the_fix_and_reindexed(tmp_path: P
 def test_a_changed_lexical_file_is_refused_with_exit_2(tmp_path: Path, tiny_bert: Path) -> None:
     from embedkit.index.folder import index_files_dir
 
-    corpus = tmp_path / "docs.txt"
-    corpus.write_text("shock waves on a wing\nheat transfer in a layer\njet noise\n")
-    out = tmp_path / "idx"
-    runner = CliRunner()
-    assert (
-        runner.invoke(app, ["index", str(corpus), "--out", str(out), "--model", str(tiny_bert)]).exit_code
-        == 0
-    )
+    out, runner = _three_document_index(tmp_path, tiny_bert), CliRunner()
     target = max((index_files_dir(out) / "lexical").glob("*.idx"), key=lambda p: p.stat().st_size)
     data = bytearray(target.read_bytes())
     data[len(data) // 2] ^= 0xFF  # same size, other content
