@@ -1,4 +1,8 @@
-"""Export a Hugging Face encoder, with its pooling and L2 normalisation, as one ONNX graph.
+"""Export a Hugging Face encoder, with its sentence-transformers modules, as one ONNX graph.
+
+The modules after the Transformer (pooling in any mode, Dense with its activation, Normalize, as
+`embedkit.encode.st_modules` reads them) are traced with the backbone, so the graph's output is
+the model's sentence vector, of the last Dense's size where there is one.
 
 The graph maps `input_ids`, `attention_mask` (and `token_type_ids` when the model takes them)
 to `sentence_embedding` [batch, dim], optionally also `token_embeddings` [batch, seq, dim],
@@ -20,7 +24,9 @@ from pathlib import Path
 
 import torch
 
-from embedkit.encode.torch_backend import load_backbone, pool
+from embedkit.encode.st_modules import SentenceModules
+from embedkit.encode.torch_backend import load_backbone
+from embedkit.encode.torch_head import SentenceHead
 from embedkit.errors import InputError
 
 # model_type values of config.json we export: BERT-style encoders whose attention the
@@ -45,14 +51,14 @@ class GraphInfo:
 
 
 class SentenceEmbeddingGraph(torch.nn.Module):
-    """Backbone + pooling (+ L2 normalisation): the module that is traced into ONNX."""
+    """Backbone + pooling, Dense and Normalize (+ L2 normalisation): the module that is traced."""
 
     def __init__(
-        self, backbone: torch.nn.Module, pooling: str, normalize: bool, token_embeddings: bool
+        self, backbone: torch.nn.Module, modules: SentenceModules, normalize: bool, token_embeddings: bool
     ) -> None:
         super().__init__()
         self.backbone = backbone
-        self.pooling = pooling
+        self.head = SentenceHead(modules)
         self.normalize = normalize
         self.token_embeddings = token_embeddings
 
@@ -66,10 +72,7 @@ class SentenceEmbeddingGraph(torch.nn.Module):
         if token_type_ids is not None:
             inputs["token_type_ids"] = token_type_ids
         hidden = self.backbone(**inputs).last_hidden_state  # (B, T, H)
-        vectors = pool(hidden, attention_mask, self.pooling)  # (B, H)
-        if self.normalize:
-            # Same clamp as torch.nn.functional.normalize, written out so the tracer emits plain ops.
-            vectors = vectors / vectors.norm(p=2, dim=-1, keepdim=True).clamp(min=1e-12)
+        vectors = self.head(hidden, attention_mask, self.normalize)  # (B, D)
         return (vectors, hidden) if self.token_embeddings else (vectors,)
 
 
@@ -96,12 +99,12 @@ def export_graph(
     backbone: torch.nn.Module,
     path: Path,
     *,
-    pooling: str,
+    modules: SentenceModules,
     normalize: bool,
     opset: int,
     token_embeddings: bool = False,
 ) -> GraphInfo:
-    """Trace `backbone` + pooling (+ normalisation) to an ONNX file at `path`."""
+    """Trace `backbone` + `modules` (+ normalisation) to an ONNX file at `path`."""
     config = backbone.config
     hidden_size = int(config.hidden_size if hasattr(config, "hidden_size") else config.dim)
     num_heads = int(getattr(config, "num_attention_heads", 0) or getattr(config, "n_heads", 0))
@@ -125,7 +128,7 @@ def export_graph(
     if token_embeddings:
         dynamic_axes["token_embeddings"] = {0: "batch", 1: "sequence"}
 
-    wrapper = SentenceEmbeddingGraph(backbone, pooling, normalize, token_embeddings).eval()
+    wrapper = SentenceEmbeddingGraph(backbone, modules, normalize, token_embeddings).eval()
     with warnings.catch_warnings(), torch.inference_mode(False), torch.no_grad():
         # The tracer warns about its own deprecation and about Python-side shape checks that it
         # records as constants; the dynamic-axes tests (batch 1/7, length 5/40) guard the result.
@@ -144,9 +147,9 @@ def export_graph(
     return GraphInfo(
         input_names=tuple(input_names),
         output_names=tuple(output_names),
-        pooling=pooling,
+        pooling=modules.pooling_name,
         normalize=normalize,
-        dim=hidden_size,
+        dim=modules.dim if modules.dense else len(modules.pooling) * hidden_size,
         num_attention_heads=num_heads,
         hidden_size=hidden_size,
         opset=opset,

@@ -28,6 +28,7 @@ from embedkit.encode.model_folder import (
 )
 from embedkit.encode.onnx_backend import PRECISION_FILES, OnnxEncoder
 from embedkit.encode.ort_import import import_onnxruntime
+from embedkit.encode.st_modules import read_st_modules
 from embedkit.errors import InputError, RunFailure
 from embedkit.export.parity import (
     ParityFailure,
@@ -115,7 +116,6 @@ def export_model(
     sts = _read_dev_sts(dev_sts) if dev_sts is not None else None
 
     # torch, transformers and onnxruntime are imported only here, after the inputs passed.
-    from embedkit.encode.torch_backend import TorchEncoder
     from embedkit.export.onnx_graph import (
         check_architecture,
         export_graph,
@@ -123,9 +123,11 @@ def export_model(
         load_eager_backbone,
     )
     from embedkit.export.optimize import optimize_graph
+    from embedkit.export.reference import reference_encoder as make_reference
 
     check_architecture(config)
-    reference_encoder = TorchEncoder(source, device=device)
+    reference_encoder = make_reference(source, device, spec.max_seq_length)
+    reference_name = reference_encoder.name
     fingerprint = model_fingerprint(source)
     reports: list[ParityReport] = []
     import_onnxruntime()  # before any onnxruntime submodule: without its telemetry notice
@@ -136,7 +138,7 @@ def export_model(
         info = export_graph(
             load_eager_backbone(source),
             raw,
-            pooling=spec.pooling,
+            modules=spec.modules or read_st_modules(source, 0),
             normalize=normalize,
             opset=opset,
             token_embeddings=token_embeddings,
@@ -182,7 +184,7 @@ def export_model(
         # The encoder reads this to run the parity check; it is rewritten with the figures below.
         write_json_atomic(stage / "embedkit.json", metadata)
 
-        say("embedding the parity sentences with PyTorch")
+        say(f"embedding the parity sentences with {reference_name}")
         texts = builtin_sentences(spec.max_seq_length) + extra
         checks = _Checks(texts, reference_encoder.encode(texts, PARITY_BATCH_SIZE, normalize, progress), sts)
         if sts is not None:
@@ -202,6 +204,7 @@ def export_model(
             "builtin_sentences": len(texts) - len(extra),
             "calibration_sentences": len(extra),
             "dev_sts": str(dev_sts) if dev_sts is not None else None,
+            "reference": reference_name,
             "torch_sts_spearman": checks.torch_sts,
             "gates": asdict(gates),
             **{r.precision: r.as_json() for r in reports},

@@ -139,7 +139,7 @@ def train_stage1(
 ) -> list[float]:
     """MLM alone on the auxiliary network's trainable part; returns the loss of every step."""
     from embedkit.encode.batching import TokenBatcher
-    from embedkit.encode.torch_backend import pool
+    from embedkit.encode.torch_head import pool
     from embedkit.training.model import make_scheduler
     from embedkit.training.trainer import autocast, pad_batch, steps_per_epoch
 

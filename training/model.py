@@ -34,8 +34,9 @@ import torch
 from safetensors import SafetensorError
 from torch import nn
 
-from embedkit.encode.model_folder import pooling_from_folder
-from embedkit.encode.torch_backend import load_backbone, pool
+from embedkit.encode.st_modules import pooling_from_folder, read_st_modules
+from embedkit.encode.torch_backend import load_backbone
+from embedkit.encode.torch_head import pool
 from embedkit.errors import InputError
 from embedkit.training import ami, infocse, losses
 from embedkit.training.config import TrainConfig
@@ -71,9 +72,24 @@ class StepOutput:
 
 
 def resolve_pooling(pooling: str, base_path: Path) -> str:
-    """`auto` takes the base folder's own pooling (`1_Pooling/config.json`), else cls (SimCSE)."""
+    """`auto` takes the base folder's own pooling (`1_Pooling/config.json`), else cls (SimCSE).
+
+    Training trains the Transformer and saves it with mean or cls pooling: a base whose pipeline
+    holds Dense modules, or pools otherwise, is refused rather than saved without its head.
+    """
+    modules = read_st_modules(base_path, 0)
+    if modules.dense:
+        raise InputError(
+            f"{base_path / 'modules.json'}: the base model has a Dense module; training keeps only the "
+            "Transformer and its pooling, so it would drop it. Train from the model without its Dense head"
+        )
     if pooling == "auto":
-        return pooling_from_folder(base_path) or "cls"
+        pooling = pooling_from_folder(base_path) or "cls"
+        if pooling not in ("mean", "cls"):
+            raise InputError(
+                f"the base model pools with {pooling!r}; training uses mean or cls: "
+                "pass --pooling mean or cls"
+            )
     return pooling
 
 

@@ -3,8 +3,9 @@
 This is the one place that knows the folder conventions, shared by training (which writes
 them), export (which reads a torch folder) and the runtime (which reads both kinds):
 
-- a torch folder: `config.json`, `model.safetensors`, tokenizer files, `modules.json`,
-  `1_Pooling/config.json`, optionally `sentence_bert_config.json` and `embedkit.json`;
+- a torch folder: `config.json`, `model.safetensors`, tokenizer files, optionally
+  `sentence_bert_config.json`, `embedkit.json` and sentence-transformers' `modules.json` with
+  its modules' folders (read by `embedkit.encode.st_modules`);
 - an ONNX folder: `model.onnx` (and variants), tokenizer files, `embedkit.json`.
 
 No torch here.
@@ -18,12 +19,14 @@ import json
 from dataclasses import dataclass, field
 from functools import cached_property
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from embedkit.errors import InputError
 
+if TYPE_CHECKING:
+    from embedkit.encode.st_modules import SentenceModules
+
 DEFAULT_BASE_MODEL = "all-MiniLM-L6-v2"
-POOLING_MODES = ("mean", "cls")
 _WEIGHT_FILES = ("model.safetensors", "pytorch_model.bin")
 _OFFSET_POSITIONS = ("roberta", "xlm-roberta", "camembert")
 
@@ -69,48 +72,21 @@ class ModelSpec:
 
     path: Path
     kind: str  # "torch" (Hugging Face weights) or "onnx"
-    pooling: str  # "mean" or "cls"
+    pooling: str  # a pooling name of `st_modules`: "mean", "cls", "max", ..., or "cls+mean"
     normalize: bool  # whether the model's own pipeline L2-normalises the sentence vector
     max_seq_length: int
-    dim: int
+    dim: int  # the sentence vector's size (after any Dense module), not always the hidden size
     model_type: str  # config.json's model_type, e.g. "bert"
     metadata: dict[str, Any] = field(default_factory=dict, compare=False)  # embedkit.json, if any
+    # A torch folder's sentence-transformers pipeline (pooling, Dense, Normalize); None for ONNX,
+    # whose graph holds it.
+    modules: SentenceModules | None = field(default=None, compare=False)
 
     @cached_property
     def fingerprint(self) -> str:
         """The weights' fingerprint (`model_fingerprint`), computed once per spec."""
         recorded = self.metadata.get("fingerprint")
         return str(recorded) if recorded else _weights_fingerprint(self.path)
-
-
-def pooling_from_folder(path: Path) -> str | None:
-    """The pooling that sentence-transformers' `1_Pooling/config.json` declares, or None without one."""
-    for module in _st_modules(path):
-        if module.get("type", "").endswith("Pooling"):
-            config_path = path / module.get("path", "") / "config.json"
-            if config_path.is_file():
-                config = read_json(config_path)
-                if config.get("pooling_mode_mean_tokens"):
-                    return "mean"
-                if config.get("pooling_mode_cls_token"):
-                    return "cls"
-                raise InputError(f"{config_path}: only mean and cls pooling are supported")
-    return None
-
-
-def normalize_from_folder(path: Path) -> bool:
-    return any(m.get("type", "").endswith("Normalize") for m in _st_modules(path))
-
-
-def _st_modules(path: Path) -> list[dict[str, Any]]:
-    modules_path = path / "modules.json"
-    if not modules_path.is_file():
-        return []
-    try:
-        modules = json.loads(modules_path.read_text(encoding="utf-8"))
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
-        raise InputError(f"cannot read {modules_path}: {exc}") from None
-    return [m for m in modules if isinstance(m, dict)] if isinstance(modules, list) else []
 
 
 def read_model_spec(model: str | Path | ModelSpec | None) -> ModelSpec:
@@ -147,23 +123,27 @@ def read_model_spec(model: str | Path | ModelSpec | None) -> ModelSpec:
     if not isinstance(max_len, int) or isinstance(max_len, bool) or max_len < 1:
         raise InputError(f"{st_path}: 'max_seq_length' must be a positive integer, got {max_len!r}")
     _check_positions(max_len, config, path)
-    hidden = config.get("hidden_size", 0)
+    hidden = config.get("hidden_size", config.get("dim", 0))  # DistilBERT's config calls it dim
     if not isinstance(hidden, int) or isinstance(hidden, bool) or hidden < 0:
         raise InputError(f"{path / 'config.json'}: 'hidden_size' must be a positive integer, got {hidden!r}")
-    if "dim" in meta and hidden and meta["dim"] != hidden:
+    from embedkit.encode.st_modules import read_st_modules  # it reads its JSON with read_json
+
+    modules = read_st_modules(path, hidden)
+    if "dim" in meta and hidden and meta["dim"] != modules.dim:
         raise InputError(
-            f"{path / 'embedkit.json'} says dim {meta['dim']}, but the model's hidden_size is {hidden}: "
+            f"{path / 'embedkit.json'} says dim {meta['dim']}, but the model gives {modules.dim}-d vectors: "
             "the folder is damaged"
         )
     return ModelSpec(
         path=path,
         kind="torch",
-        pooling=pooling_from_folder(path) or "cls",
-        normalize=normalize_from_folder(path),
+        pooling=modules.pooling_name,
+        normalize=modules.normalize,
         max_seq_length=max_len,
-        dim=int(config.get("hidden_size", 0)),
+        dim=modules.dim,
         model_type=str(config.get("model_type", "")),
         metadata=meta,
+        modules=modules,
     )
 
 
@@ -189,7 +169,7 @@ def _check_metadata(meta: dict[str, Any], path: Path) -> None:
         if key in meta:
             _integer(meta, key, path)
     checks = {
-        "pooling": (lambda v: v in ("mean", "cls"), "mean or cls"),
+        "pooling": (_is_pooling_name, "a pooling such as mean, cls or cls+mean"),
         "normalize": (lambda v: isinstance(v, bool), "true or false"),
         "model_type": (lambda v: isinstance(v, str), "a string"),
         "fingerprint": (lambda v: isinstance(v, str) and bool(v), "a non-empty string"),
@@ -198,6 +178,16 @@ def _check_metadata(meta: dict[str, Any], path: Path) -> None:
     for key, (ok, what) in checks.items():
         if key in meta and not ok(meta[key]):
             raise InputError(f"{path}: {key!r} must be {what}, got {meta[key]!r}: the folder is damaged")
+
+
+def _is_pooling_name(value: object) -> bool:
+    from embedkit.encode.st_modules import parse_pooling_name
+
+    try:
+        parse_pooling_name(value)  # type: ignore[arg-type]
+    except InputError:
+        return False
+    return True
 
 
 def _integer(meta: dict[str, Any], key: str, path: Path) -> int:
@@ -238,7 +228,13 @@ def _fingerprint_of(model: str | Path | None) -> str:
 
 def _weights_fingerprint(path: Path) -> str:
     weights = [path / w for w in _WEIGHT_FILES if (path / w).is_file()]
-    if not weights:
+    if weights:
+        # A Dense module's weights change every vector: they are part of the model. (The sort in
+        # fingerprint_files is stable, so a folder without Dense keeps its fingerprint.)
+        from embedkit.encode.st_modules import dense_weight_files
+
+        weights += dense_weight_files(path)
+    else:
         weights = sorted(path.glob("*.onnx"))
     if not weights:
         raise InputError(f"not a model folder: {path} (no weights found)")

@@ -1,7 +1,8 @@
 """Embedding with a torch model folder: the reference that ONNX exports are checked against.
 
 The same tokenization and length-sorted batching as the ONNX runtime (`embedkit.encode.batching`),
-pooling as the folder's `1_Pooling/config.json` declares, normalisation as `modules.json` does.
+then the folder's sentence-transformers modules after the Transformer (pooling in any mode, Dense,
+Normalize) as `modules.json` lists them (`embedkit.encode.st_modules`, `embedkit.encode.torch_head`).
 """
 
 from __future__ import annotations
@@ -16,17 +17,9 @@ from embedkit.encode.batching import TokenBatcher, encode_in_order
 from embedkit.encode.devices import torch_device
 from embedkit.encode.model_folder import ModelSpec, read_model_spec
 from embedkit.encode.protocol import EncoderBase
+from embedkit.encode.st_modules import read_st_modules
+from embedkit.encode.torch_head import SentenceHead
 from embedkit.errors import InputError
-
-
-def pool(token_embeddings: torch.Tensor, attention_mask: torch.Tensor, mode: str) -> torch.Tensor:
-    """Sentence vector from token vectors: masked mean, or the first ([CLS]) token."""
-    if mode == "cls":
-        return token_embeddings[:, 0]
-    if mode == "mean":
-        mask = attention_mask.unsqueeze(-1).to(token_embeddings.dtype)  # (B, T, 1)
-        return (token_embeddings * mask).sum(1) / mask.sum(1).clamp(min=1e-9)
-    raise InputError(f"unknown pooling {mode!r}: use mean or cls")
 
 
 def load_backbone(path: Path, **kwargs: object) -> torch.nn.Module:
@@ -59,12 +52,16 @@ class TorchEncoder(EncoderBase):
             raise InputError(f"{spec.path} is an ONNX folder; load it with embedkit.load_encoder")
         self.spec = spec
         self.path = spec.path
-        self.pooling = pooling or spec.pooling
+        modules = spec.modules if spec.modules is not None else read_st_modules(spec.path, 0)
+        if pooling is not None:
+            modules = modules.with_pooling(pooling)
+        self.pooling = modules.pooling_name
         self.normalize_default = spec.normalize
         self.max_seq_length = int(max_seq_length or spec.max_seq_length)
         self.device = torch_device(device)
         self.model = load_backbone(spec.path).to(self.device).eval()
-        self.dim = int(self.model.config.hidden_size)
+        self.head = SentenceHead(modules).to(self.device).eval()
+        self.dim = modules.dim if modules.hidden_size else int(self.model.config.hidden_size)
         self.batcher = TokenBatcher(spec.path, self.max_seq_length)
         self.uses_token_type_ids = "token_type_ids" in inspect.signature(self.model.forward).parameters
 
@@ -90,9 +87,6 @@ class TorchEncoder(EncoderBase):
             if self.uses_token_type_ids:
                 inputs["token_type_ids"] = torch.from_numpy(batch.token_type_ids).to(self.device)
             hidden = self.model(**inputs).last_hidden_state
-            vectors = pool(hidden, inputs["attention_mask"], self.pooling).float()
-            if do_normalize:
-                vectors = torch.nn.functional.normalize(vectors, dim=-1)
-            return vectors.cpu().numpy()
+            return self.head(hidden, inputs["attention_mask"], do_normalize).cpu().numpy()
 
         return encode_in_order(self.batcher, texts, batch_size, self.dim, run, progress)

@@ -10,6 +10,7 @@ import pytest
 onnxruntime = pytest.importorskip("onnxruntime")
 torch = pytest.importorskip("torch")
 
+from embedkit.encode.st_modules import SentenceModules  # noqa: E402
 from embedkit.errors import InputError  # noqa: E402
 from embedkit.export.onnx_graph import (  # noqa: E402
     check_architecture,
@@ -60,7 +61,8 @@ def exported(tmp_path_factory: pytest.TempPathFactory, tiny_bert: Path, tiny_ber
     ):
         backbone = load_eager_backbone(folder)
         raw = out / f"{name}.onnx"
-        info = export_graph(backbone, raw, pooling=pooling, normalize=normalize, opset=17)
+        modules = SentenceModules((pooling,), (), False, int(backbone.config.hidden_size))
+        info = export_graph(backbone, raw, modules=modules, normalize=normalize, opset=17)
         fused = out / f"{name}_fused.onnx"
         fusion = optimize_graph(raw, fused, num_heads=info.num_attention_heads, hidden_size=info.hidden_size)
         graphs[name] = (folder, info, raw, fused, fusion, int(backbone.config.vocab_size))
@@ -108,7 +110,8 @@ def test_fused_graph_has_attention_fusions(exported: dict):
 def test_token_embeddings_output(tmp_path: Path, tiny_bert: Path):
     backbone = load_eager_backbone(tiny_bert)
     path = tmp_path / "tokens.onnx"
-    info = export_graph(backbone, path, pooling="mean", normalize=True, opset=17, token_embeddings=True)
+    modules = SentenceModules(("mean",), (), False, int(backbone.config.hidden_size))
+    info = export_graph(backbone, path, modules=modules, normalize=True, opset=17, token_embeddings=True)
     assert info.output_names == ("sentence_embedding", "token_embeddings")
     session = onnxruntime.InferenceSession(str(path), providers=["CPUExecutionProvider"])
     ids, mask = random_batch(int(backbone.config.vocab_size), 3, 9, seed=1)

@@ -114,7 +114,7 @@ def test_broken_graph_fails_and_writes_nothing(
     real_export = onnx_graph.export_graph
 
     def wrong_pooling(*args, **kwargs):
-        kwargs["pooling"] = "cls"  # the model pools by mean: the graph no longer matches PyTorch
+        kwargs["modules"] = kwargs["modules"].with_pooling("cls")  # the model pools by mean: wrong graph
         return real_export(*args, **kwargs)
 
     monkeypatch.setattr(onnx_graph, "export_graph", wrong_pooling)

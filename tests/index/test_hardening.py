@@ -266,7 +266,7 @@ def test_wrong_dim_in_model_metadata(tmp_path, tiny_bert):
     with pytest.raises(InputError, match="'dim' must be a positive integer"):
         read_model_spec(model)
     (model / "embedkit.json").write_text(json.dumps({"dim": 7}))
-    with pytest.raises(InputError, match="says dim 7, but the model's hidden_size is 32"):
+    with pytest.raises(InputError, match="says dim 7, but the model gives 32-d vectors"):
         read_model_spec(model)
 
 

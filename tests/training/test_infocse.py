@@ -17,7 +17,7 @@ import torch
 from tiny_models import make_tiny_bert
 
 from embedkit.encode.batching import TokenBatcher
-from embedkit.encode.torch_backend import pool
+from embedkit.encode.torch_head import pool
 from embedkit.training import checkpoint as ckpt
 from embedkit.training.config import INFOCSE_WEIGHT, TrainConfig
 from embedkit.training.infocse import IGNORE, mask_tokens, special_token_ids

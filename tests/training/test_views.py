@@ -113,7 +113,7 @@ def test_the_queue_receives_the_positive_views_keys(tiny_bert: Path) -> None:
     with torch.no_grad():
         out = model.step(batch, None)
         inputs = model.model_inputs(batch["positive"])
-        from embedkit.encode.torch_backend import pool
+        from embedkit.encode.torch_head import pool
 
         hidden = model.momentum(**inputs)
         expected = model.head(pool(hidden, inputs["attention_mask"], model.pooling))
