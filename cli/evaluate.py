@@ -223,10 +223,11 @@ def retrieval(
 
         meta = read_index_meta(index)  # fail on a bad folder before loading anything
     from embedkit.errors import InputError
+    from embedkit.index.search import SEARCH_MODES
 
-    if mode not in ("dense", "lexical", "hybrid", "all"):
-        raise InputError(f"unknown --mode {mode!r}: use dense, lexical, hybrid or all")
-    modes = ["dense", "lexical", "hybrid"] if mode == "all" else [mode]
+    if mode not in (*SEARCH_MODES, "all"):
+        raise InputError(f"unknown --mode {mode!r}: use {', '.join(SEARCH_MODES)} or all")
+    modes = list(SEARCH_MODES) if mode == "all" else [mode]
     evaluators = {
         m: RetrievalEvaluator(
             beir_dir,

@@ -15,9 +15,8 @@ from pathlib import Path
 
 import numpy as np
 
+from embedkit.encode.precisions import check_precision
 from embedkit.errors import InputError, RunFailure
-
-PRECISIONS = ("fp32", "fp16", "int8")
 
 
 @dataclass(frozen=True)
@@ -87,8 +86,9 @@ def judge(
     torch_sts_spearman: float | None = None,
 ) -> ParityReport:
     """Apply `precision`'s gate to per-sentence cosines (and the STS drop for int8)."""
-    if precision not in PRECISIONS:
-        raise InputError(f"unknown precision {precision!r}: use one of {', '.join(PRECISIONS)}")
+    if precision is None:
+        raise InputError("parity needs a precision")
+    check_precision(precision)
     if not len(cosines) or len(cosines) != len(texts):
         raise InputError(f"parity needs one cosine per sentence, got {len(cosines)} for {len(texts)}")
     worst = int(np.argmin(cosines))

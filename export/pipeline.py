@@ -26,8 +26,9 @@ from embedkit.encode.model_folder import (
     read_model_spec,
     resolve_model_path,
 )
-from embedkit.encode.onnx_backend import PRECISION_FILES, OnnxEncoder
+from embedkit.encode.onnx_backend import OnnxEncoder
 from embedkit.encode.ort_import import import_onnxruntime
+from embedkit.encode.precisions import PRECISION_FILES
 from embedkit.encode.st_modules import read_st_modules
 from embedkit.errors import InputError, RunFailure
 from embedkit.export.parity import (

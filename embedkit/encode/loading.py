@@ -11,18 +11,15 @@ from pathlib import Path
 
 from embedkit.encode.devices import check_device
 from embedkit.encode.model_folder import ModelSpec, read_model_spec
+from embedkit.encode.precisions import check_precision
 from embedkit.encode.protocol import Encoder
 from embedkit.errors import InputError
-
-# The ONNX precisions an export may hold (model.onnx, model_fp16.onnx, model_int8.onnx).
-ONNX_PRECISIONS = ("fp32", "fp16", "int8")
 
 
 def check_encoding_options(device: str, precision: str | None) -> str:
     """The device and precision names checked, before a command creates any output; the device."""
     device = check_device(device)
-    if precision is not None and precision not in ONNX_PRECISIONS:
-        raise InputError(f"unknown precision {precision!r}: use {', '.join(ONNX_PRECISIONS)}")
+    check_precision(precision)
     return device
 
 

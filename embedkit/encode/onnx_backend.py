@@ -15,12 +15,13 @@ from typing import Any
 import numpy as np
 
 from embedkit.encode.batching import Batch, TokenBatcher, encode_in_order, l2_normalize
+from embedkit.encode.devices import check_device
 from embedkit.encode.model_folder import ModelSpec, model_fingerprint, read_json, resolve_model_path
 from embedkit.encode.ort_import import import_onnxruntime
+from embedkit.encode.precisions import PRECISION_FILES, check_precision
 from embedkit.encode.protocol import EncoderBase
 from embedkit.errors import InputError
 
-PRECISION_FILES = {"fp32": "model.onnx", "fp16": "model_fp16.onnx", "int8": "model_int8.onnx"}
 OUTPUT_NAME = "sentence_embedding"
 
 
@@ -102,8 +103,7 @@ def create_session(file: Path, device: str = "auto", intra_op_threads: int | Non
     """
     ort = import_onnxruntime()
 
-    if device not in ("auto", "cpu", "cuda") and not (device.startswith("cuda:") and device[5:].isdigit()):
-        raise InputError(f"unknown device {device!r}: use auto, cpu, cuda or cuda:N")
+    check_device(device)
     want_cuda = device != "cpu" and cuda_listed()
     if device.startswith("cuda") and not want_cuda:
         raise InputError(
@@ -158,8 +158,7 @@ class OnnxEncoder(EncoderBase):
         self.path = path.path if isinstance(path, ModelSpec) else resolve_model_path(path)
         self.metadata = read_export_metadata(self.path, spec.metadata if spec else None)
         available = available_precisions(self.path, self.metadata)
-        if precision is not None and precision not in PRECISION_FILES:
-            raise InputError(f"unknown precision {precision!r}: use one of {', '.join(PRECISION_FILES)}")
+        check_precision(precision)
         if precision is not None and precision not in available:
             has = ", ".join(available)
             raise InputError(

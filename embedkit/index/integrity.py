@@ -24,13 +24,11 @@ from typing import Any, TypeVar
 import numpy as np
 
 from embedkit.errors import InputError
+from embedkit.index.kinds import SCORE_OVERSHOOT
 from embedkit.storage.checksums import CHECKSUMS, read_checksums, verify_checksums
 
 T = TypeVar("T")
 _ATTEMPTS = 20
-# float32 inner products of stored unit vectors overshoot 1 by ~1e-6 (flat, HNSW); IVF-PQ scores
-# against a 4-bit-per-dimension reconstruction, which is not unit length and measured up to 1.1 here.
-_TOLERANCE = {"flat": 1e-3, "hnsw": 1e-3, "ivf-pq": 1.0}
 
 
 def load_consistent(path: Path, live: Callable[[Path], Path], read: Callable[[Path], T]) -> T:
@@ -56,7 +54,7 @@ def check_scores(scores: np.ndarray, rows: np.ndarray, meta: dict[str, Any], pat
     if not meta.get("normalized", True) or scores.size == 0:
         return
     found = scores[rows >= 0]
-    bound = 1 + _TOLERANCE.get(str(meta.get("kind")), 1.0)
+    bound = 1 + SCORE_OVERSHOOT.get(str(meta.get("kind")), 1.0)
     if found.size and (not np.all(np.isfinite(found)) or float(np.max(np.abs(found))) > bound):
         worst = float(np.max(np.abs(np.nan_to_num(found, nan=np.inf))))
         raise InputError(

@@ -17,6 +17,10 @@ from embedkit.errors import InputError
 
 BUILT_KINDS = ("flat", "hnsw", "ivf-pq")  # what an index is; recorded in embedkit-index.json
 KINDS = ("auto", *BUILT_KINDS)  # what a build may ask for
+# How far above 1 a kind's cosine scores may go before the index is called damaged: float32
+# inner products of stored unit vectors overshoot by ~1e-6 (flat, HNSW); IVF-PQ scores against a
+# 4-bit-per-dimension reconstruction, which is not unit length and measured up to 1.1 here.
+SCORE_OVERSHOOT = {"flat": 1e-3, "hnsw": 1e-3, "ivf-pq": 1.0}
 
 # The threshold: below ~100k vectors exact search is fast enough and loses no recall.
 AUTO_FLAT_MAX = 100_000

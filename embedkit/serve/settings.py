@@ -24,6 +24,7 @@ from __future__ import annotations
 import ipaddress
 from dataclasses import dataclass
 
+from embedkit.encode.loading import check_encoding_options
 from embedkit.errors import InputError
 
 DEFAULT_MAX_BATCH_TOKENS = 4096
@@ -32,7 +33,6 @@ DEFAULT_MAX_TEXTS = 2048
 DEFAULT_MAX_BODY_BYTES = 8 * 2**20
 DEFAULT_MAX_QUEUE_TEXTS = 16384
 DEFAULT_MAX_K = 1000
-PRECISIONS = ("fp32", "fp16", "int8")
 
 
 @dataclass(frozen=True)
@@ -59,12 +59,7 @@ class ServeConfig:
     def check(self) -> None:
         if not 0 <= self.port <= 65535:
             raise InputError(f"--port must be 0 to 65535, got {self.port}")
-        if self.device not in ("auto", "cpu", "cuda") and not (
-            self.device.startswith("cuda:") and self.device[5:].isdigit()
-        ):
-            raise InputError(f"unknown device {self.device!r}: use auto, cpu, cuda or cuda:N")
-        if self.precision is not None and self.precision not in PRECISIONS:
-            raise InputError(f"unknown precision {self.precision!r}: use {', '.join(PRECISIONS)}")
+        check_encoding_options(self.device, self.precision)
         if self.api_key is not None and (not self.api_key.strip() or self.api_key != self.api_key.strip()):
             raise InputError("the API key is empty or has surrounding spaces")
         positive = ("max_batch_tokens", "workers", "max_texts", "max_body_bytes", "max_queue_texts", "max_k")
