@@ -54,8 +54,14 @@ def available_precisions(path: Path, meta: dict[str, Any]) -> list[str]:
     return [p for p, name in precision_files(meta).items() if (path / name).is_file()]
 
 
-def session_options(intra_op_threads: int | None = None):  # -> onnxruntime.SessionOptions
-    """Full graph optimization (fuses int8 MatMulInteger chains at load); threads as asked."""
+def session_options(
+    intra_op_threads: int | None = None, spinning: bool = True
+):  # -> onnxruntime.SessionOptions
+    """Full graph optimization (fuses int8 MatMulInteger chains at load); threads as asked.
+
+    `spinning=False`: the intra-op threads sleep between runs instead of busy-waiting, which a
+    server of many small batches on shared cores wants (`embedkit.serve.engine`).
+    """
     ort = import_onnxruntime()
 
     options = ort.SessionOptions()
@@ -64,6 +70,8 @@ def session_options(intra_op_threads: int | None = None):  # -> onnxruntime.Sess
         if intra_op_threads < 0:
             raise InputError(f"intra_op_threads must be 0 (all cores) or more, got {intra_op_threads}")
         options.intra_op_num_threads = intra_op_threads
+    if not spinning:
+        options.add_session_config_entry("session.intra_op.allow_spinning", "0")
     options.log_severity_level = 3  # errors only: CUDA fallbacks are checked below, not logged
     return options
 
@@ -95,7 +103,9 @@ def preload_cuda_libraries() -> None:
         preload()
 
 
-def create_session(file: Path, device: str = "auto", intra_op_threads: int | None = None):
+def create_session(
+    file: Path, device: str = "auto", intra_op_threads: int | None = None, spinning: bool = True
+):
     """An InferenceSession on `device`, and "cuda" or "cpu" for where it really runs.
 
     onnxruntime-gpu silently falls back to CPU when the CUDA libraries are missing, so the
@@ -120,7 +130,7 @@ def create_session(file: Path, device: str = "auto", intra_op_threads: int | Non
         ort.set_default_logger_severity(3)
     try:
         session = ort.InferenceSession(
-            str(file), sess_options=session_options(intra_op_threads), providers=providers
+            str(file), sess_options=session_options(intra_op_threads, spinning), providers=providers
         )
     except InputError:
         raise
@@ -143,7 +153,10 @@ def create_session(file: Path, device: str = "auto", intra_op_threads: int | Non
 
 
 class OnnxEncoder(EncoderBase):
-    """Encode texts with an exported ONNX folder; same interface as TorchEncoder."""
+    """Encode texts with an exported ONNX folder; same interface as TorchEncoder.
+
+    `intra_op_threads` and `spinning` set the ONNX Runtime session (see `session_options`).
+    """
 
     backend = "onnx"
 
@@ -153,6 +166,7 @@ class OnnxEncoder(EncoderBase):
         device: str = "auto",
         precision: str | None = None,
         intra_op_threads: int | None = None,
+        spinning: bool = True,
     ) -> None:
         spec = path if isinstance(path, ModelSpec) and path.kind == "onnx" else None
         self.path = path.path if isinstance(path, ModelSpec) else resolve_model_path(path)
@@ -171,10 +185,13 @@ class OnnxEncoder(EncoderBase):
             # int8 is never a default: it trades accuracy for CPU speed, the user's call.
             gpu_possible = device != "cpu" and cuda_listed()
             chosen = "fp16" if gpu_possible and "fp16" in available else "fp32"
-        self.session, self.device = create_session(self.path / files[chosen], device, intra_op_threads)
+        file = self.path / files[chosen]
+        self.session, self.device = create_session(file, device, intra_op_threads, spinning)
         if precision is None and chosen == "fp16" and self.device == "cpu":
             chosen = "fp32"  # CUDA was listed but the session fell back: fp32 is the CPU default
-            self.session, self.device = create_session(self.path / files[chosen], "cpu", intra_op_threads)
+            self.session, self.device = create_session(
+                self.path / files[chosen], "cpu", intra_op_threads, spinning
+            )
         self.precision = chosen
         self.input_names = {i.name for i in self.session.get_inputs()}
         if OUTPUT_NAME not in {o.name for o in self.session.get_outputs()}:

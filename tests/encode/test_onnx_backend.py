@@ -211,3 +211,16 @@ def test_runtime_path_never_imports_torch(exported):
         "assert not heavy, heavy\n"
     )
     subprocess.run([sys.executable, "-c", code], check=True, timeout=120)
+
+
+def test_spinning_is_a_session_option_of_the_encoder(exported, sentences: list[str]):
+    def allows_spinning(encoder: OnnxEncoder) -> str:
+        options = encoder.session.get_session_options()
+        try:
+            return options.get_session_config_entry("session.intra_op.allow_spinning")
+        except Exception:  # unset: ONNX Runtime's default, spinning
+            return "1"
+
+    default, quiet = (OnnxEncoder(exported.out_dir, device="cpu", spinning=s) for s in (True, False))
+    assert (allows_spinning(default), allows_spinning(quiet)) == ("1", "0")
+    np.testing.assert_array_equal(default.encode(sentences[:4]), quiet.encode(sentences[:4]))
