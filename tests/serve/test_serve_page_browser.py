@@ -8,6 +8,7 @@ downloads a browser here. Without it the tests skip, naming the browser they nee
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 from pathlib import Path
@@ -162,4 +163,34 @@ def test_the_docs_page_lists_every_route(browser, server, tmp_path: Path):
     assert titles == expected
     assert "inputs *" in page.inner_text("#operations")
     page.screenshot(path=str(tmp_path / "docs.png"))
+    context.close()
+
+
+def test_a_snippet_shows_its_matched_terms_and_nothing_else_as_markup(browser, server):
+    """tantivy's snippets are HTML with the terms in <b>; the page keeps only those as <mark>s."""
+    hostile = "the <b>shock</b> wave &lt;i&gt;x&lt;/i&gt; "
+    hostile += '<img src=x onerror="window.hit=1"><script>window.hit=2</script>'
+    answer = {
+        "object": "list",
+        "model": "m",
+        "mode": "lexical",
+        "results": [{"query": "q", "hits": [{"rank": 1, "id": "s1", "score": 1.0, "snippet": hostile}]}],
+    }
+    context = browser.new_context()
+    page = context.new_page()
+    page.route(
+        "**/search",
+        lambda route: route.fulfill(status=200, content_type="application/json", body=json.dumps(answer)),
+    )
+    page.goto(server.url)
+    enter_key(page, KEY)
+    page.wait_for_selector("#search:not([hidden])")
+    page.fill("#query", "shock")
+    page.select_option("#mode", "lexical")
+    run_search(page)
+    snippet = page.locator(".snippet")
+    assert snippet.inner_text() == "the shock wave <i>x</i> window.hit=2"
+    assert page.eval_on_selector_all(".snippet mark", "ms => ms.map(m => m.textContent)") == ["shock"]
+    assert page.locator(".snippet img, .snippet script, .snippet i").count() == 0
+    assert page.evaluate("window.hit") is None
     context.close()
