@@ -27,4 +27,7 @@ def packages() -> list[str]:
     return found
 
 
-setup(packages=packages(), package_dir=ROOTS, package_data={"embedkit": ["py.typed"]})
+# the server's search and docs pages (embedkit/serve/static): HTML, CSS and JavaScript
+PACKAGE_DATA = {"embedkit": ["py.typed"], "embedkit.serve": ["static/*.html", "static/*.css", "static/*.js"]}
+
+setup(packages=packages(), package_dir=ROOTS, package_data=PACKAGE_DATA)

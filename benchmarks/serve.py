@@ -3,6 +3,7 @@
     .venv/bin/python benchmarks/serve.py --model MODEL_ONNX [--duration 10] [--json out.json]
     .venv/bin/python benchmarks/serve.py --model MODEL_ONNX --tune        # batching settings grid
     .venv/bin/python benchmarks/serve.py --model MODEL_ONNX --grouping    # padded batch vs length groups
+    .venv/bin/python benchmarks/serve.py --model MODEL_ONNX --mixed       # short requests beside long ones
     .venv/bin/python benchmarks/serve.py --model MODEL_ONNX --url http://127.0.0.1:7997 --name infinity
 
 Sentences: the Wikipedia sample of ../shared/data (shuffled, seed 0). For each concurrency (1, 8,
@@ -196,6 +197,34 @@ async def closed_loop(url: str, requests: list[bytes], clients: int, warmup: flo
     return len(latencies), latencies, answered[0]
 
 
+async def beside(url: str, short: list[bytes], long: list[bytes], clients: int, args) -> tuple[int, list]:
+    """One client's single-sentence requests while `clients` others send long ones (closed loops)."""
+    alone, background = await asyncio.gather(
+        closed_loop(url, short, 1, args.warmup, args.duration),
+        closed_loop(url, long, clients, args.warmup, args.duration),
+    )
+    return alone[0], alone[1]
+
+
+def mixed(url: str, texts: list[str], args: argparse.Namespace) -> dict:
+    """p50/p99 of a one-sentence request alone, then beside 8 clients sending 64 sentences each."""
+    short = request_bytes(url, texts, 1, args.name, args.path)
+    long = request_bytes(url, texts, 64, args.name, args.path)
+    row = {}
+    for label, clients in (("alone", 0), ("beside 8 x 64", 8)):
+        if clients:
+            count, latencies = asyncio.run(beside(url, short, long, clients, args))
+        else:
+            count, latencies, _ = asyncio.run(closed_loop(url, short, 1, args.warmup, args.duration))
+        wait_idle(url)
+        latencies.sort()
+        p50 = 1000 * statistics.median(latencies)
+        p99 = 1000 * latencies[min(len(latencies) - 1, int(0.99 * len(latencies)))]
+        row[label] = {"answered": count, "p50_ms": p50, "p99_ms": p99}
+        print(f"  one sentence, {label}: p50 {p50:.1f} ms, p99 {p99:.1f} ms ({count} answered)", flush=True)
+    return row
+
+
 def batch_totals(url: str) -> tuple[float, float] | None:
     """(texts, batches) run so far, from embedkit's /metrics; None for other servers."""
     try:
@@ -289,6 +318,7 @@ def main() -> None:
     parser.add_argument(
         "--grouping", action="store_true", help="only: padded calls vs length groups, offline"
     )
+    parser.add_argument("--mixed", action="store_true", help="only: short requests beside 8 long ones")
     parser.add_argument("--json", type=Path, default=None)
     args = parser.parse_args()
     texts = sentences(args.sentences)
@@ -299,6 +329,14 @@ def main() -> None:
         grouping(args.model, texts[: min(len(texts), 512)], args.precision)
         return
     report: dict = {"model": args.model, "sentences": len(texts), "duration_s": args.duration, "runs": []}
+    if args.mixed:
+        server = None if args.url else ServerProcess(args.model, [*precision, *args.serve_option])
+        report["mixed"] = mixed(args.url or server.url, texts, args)
+        if server is not None:
+            server.stop()
+        if args.json:
+            args.json.write_text(json.dumps(report, indent=2))
+        return
 
     offline = [] if args.no_offline else [offline_rate(args.model, texts, args.precision)]
     if offline:

@@ -94,6 +94,18 @@ def test_the_wheel_ships_every_module_of_the_source_tree(wheel: Path) -> None:
     assert sorted(shipped - expected) == [], "in the wheel, not in the source tree"
 
 
+def test_the_wheel_ships_the_servers_pages(wheel: Path) -> None:
+    static = ROOT / "embedkit" / "serve" / "static"
+    pages = [p for p in static.iterdir() if p.suffix in (".html", ".css", ".js")]
+    expected = {f"embedkit/serve/static/{p.name}" for p in pages}
+    assert {"embedkit/serve/static/index.html", "embedkit/serve/static/docs.html"} <= expected
+    with zipfile.ZipFile(wheel) as archive:
+        shipped = {n for n in archive.namelist() if n.startswith("embedkit/serve/static/")}
+        assert shipped == expected
+        for name in expected:
+            assert archive.read(name) == (ROOT / name).read_bytes()
+
+
 def test_the_wheel_ships_the_license_and_declares_it(wheel: Path) -> None:
     with zipfile.ZipFile(wheel) as archive:
         licenses = [n for n in archive.namelist() if n.endswith(".dist-info/licenses/LICENSE")]

@@ -35,9 +35,10 @@ from embedkit.errors import InputError
 from embedkit.serve.batching import BatcherClosed, QueueFull
 from embedkit.serve.engine import SEARCH_MODES, Embedded, Engine, ServedModel, hit_record
 from embedkit.serve.metrics import CONTENT_TYPE
+from embedkit.serve.page import PATHS, ApiHelpers, extra_routes
 
 log = logging.getLogger("embedkit.serve")
-ROUTES = ("/v1/embeddings", "/search", "/v1/models", "/health", "/metrics")
+ROUTES = tuple(dict.fromkeys(("/v1/embeddings", "/search", "/v1/models", "/health", "/metrics", *PATHS)))
 TRUNCATED_HEADER = "X-Embedkit-Truncated"
 
 
@@ -285,6 +286,8 @@ def create_app(engine: Engine) -> ASGIApp:
             Route("/v1/models", models, methods=["GET"]),
             Route("/health", health, methods=["GET"]),
             Route("/metrics", metrics, methods=["GET"]),
+            # the search page, /docs, /openapi.json and TEI's routes (embedkit.serve.page)
+            *extra_routes(engine, ApiHelpers(authorize, require_ready, read_object, embed, ApiError)),
         ],
         exception_handlers={ApiError: api_error, HTTPException: http_error, Exception: server_error},
         lifespan=lifespan,

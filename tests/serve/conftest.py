@@ -29,3 +29,11 @@ def tiny_index(tiny_onnx: Path, tmp_path_factory: pytest.TempPathFactory) -> Pat
     corpus = folder / "corpus.jsonl"
     corpus.write_text("".join(json.dumps(record) + "\n" for record in CORPUS), encoding="utf-8")
     return build_index(corpus, folder / "index", model=tiny_onnx, device="cpu").path
+
+
+@pytest.fixture(scope="session")
+def tiny_onnx_encoder(tiny_onnx: Path):
+    """`tiny_onnx` loaded as `embedkit search` loads it: the reference for the server's vectors."""
+    from embedkit import load_encoder
+
+    return load_encoder(tiny_onnx, device="cpu")

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
 import queue
 import re
@@ -10,7 +11,7 @@ import subprocess
 import sys
 import threading
 import time
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 
 CORPUS = [
@@ -106,3 +107,14 @@ class Server:
 
     def output(self) -> str:
         return "".join(self.stdout) + "".join(self.stderr)
+
+
+@contextlib.contextmanager
+def serving(args: Sequence[str]) -> Iterator[Server]:
+    """`embedkit serve ARGS`, ready; stopped at the end, where it must exit 0."""
+    process = Server(args)
+    try:
+        process.wait_ready()
+        yield process
+    finally:
+        assert process.stop() == 0, process.output()

@@ -15,7 +15,7 @@ httpx = pytest.importorskip("httpx")
 openai = pytest.importorskip("openai")
 parser = pytest.importorskip("prometheus_client.parser")
 
-from serve_helpers import Server  # noqa: E402
+from serve_helpers import Server, serving  # noqa: E402
 
 KEY = "test-key-123"
 MAX_TEXTS = 100
@@ -32,12 +32,8 @@ TEXTS = [
 def server(tiny_onnx: Path, tiny_index: Path):
     args = [str(tiny_onnx), "--index", str(tiny_index), "--api-key", KEY, "--max-texts", str(MAX_TEXTS)]
     args += ["--max-body-mb", str(MAX_BODY_BYTES / 2**20), "--max-wait-ms", "2"]
-    process = Server(args)
-    try:
-        process.wait_ready()
+    with serving(args) as process:
         yield process
-    finally:
-        assert process.stop() == 0, process.output()
 
 
 @pytest.fixture(scope="module")

@@ -1,0 +1,85 @@
+"""The routes beside the API's own: the search page (`GET /`), `/openapi.json`, `/docs`, the page's
+static files, and text-embeddings-inference's routes (`tei`).
+
+The pages are plain HTML, CSS and JavaScript shipped in `embedkit/serve/static/` (package data; no
+CDN, no external fonts). They hold no data: the page script asks for the API key once (kept in the
+tab's sessionStorage) and fetches everything through the API with it, so the pages are served
+without the key and a server with a key discloses nothing to a visitor without it. A
+Content-Security-Policy of 'self' keeps the page from loading or sending anything elsewhere.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+from importlib import resources
+from typing import Any
+
+import orjson
+from starlette.requests import Request
+from starlette.responses import Response
+from starlette.routing import Route
+
+from embedkit.serve import tei
+from embedkit.serve.engine import Embedded, Engine, ServedModel
+from embedkit.serve.openapi import OPERATIONS, openapi_document
+
+MEDIA_TYPES = {".html": "text/html; charset=utf-8", ".css": "text/css", ".js": "text/javascript"}
+STATIC_FILES = ("search.js", "docs.js", "common.js", "style.css")
+SECURITY_HEADERS = {
+    "Content-Security-Policy": "default-src 'self'; img-src 'self' data:; frame-ancestors 'none'",
+    "X-Content-Type-Options": "nosniff",
+    "Referrer-Policy": "no-referrer",
+    "Cache-Control": "no-cache",
+}
+# Every path that `MetricsMiddleware` counts by name besides the app's own.
+PATHS = tuple(dict.fromkeys(op.path for op in OPERATIONS))
+
+
+@dataclass(frozen=True)
+class ApiHelpers:
+    """What the extra routes take from the app: its key check, readiness, body reader, batched
+    embedding (abandoned when the client goes) and its error class."""
+
+    authorize: Callable[[Request], None]
+    require_ready: Callable[[], ServedModel]
+    read_object: Callable[[Request], Awaitable[dict[str, Any]]]
+    embed: Callable[[Request, list[str]], Awaitable[Embedded]]
+    ApiError: type[Exception]
+
+
+def static_file(name: str) -> Response:
+    """A file of `embedkit/serve/static` with its media type and the security headers."""
+    data = resources.files("embedkit.serve").joinpath("static", name).read_bytes()
+    media = MEDIA_TYPES[name[name.rindex(".") :]]
+    return Response(data, media_type=media, headers=SECURITY_HEADERS)
+
+
+def extra_routes(engine: Engine, helpers: ApiHelpers) -> list[Route]:
+    """The page, docs, static, openapi and TEI routes of an app over `engine`."""
+    from embedkit import __version__
+
+    async def search_page(request: Request) -> Response:
+        return static_file("index.html")
+
+    async def docs_page(request: Request) -> Response:
+        return static_file("docs.html")
+
+    async def static(request: Request) -> Response:
+        name = request.path_params["name"]
+        if name not in STATIC_FILES:
+            raise helpers.ApiError(404, f"no static file {name!r}", "not_found")
+        return static_file(name)
+
+    async def openapi(request: Request) -> Response:
+        helpers.authorize(request)
+        body = orjson.dumps(openapi_document(engine.config, __version__))
+        return Response(body, media_type="application/json")
+
+    return [
+        Route("/", search_page, methods=["GET"]),
+        Route("/docs", docs_page, methods=["GET"]),
+        Route("/static/{name}", static, methods=["GET"]),
+        Route("/openapi.json", openapi, methods=["GET"]),
+        *tei.routes(engine, helpers),
+    ]

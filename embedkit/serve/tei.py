@@ -1,0 +1,153 @@
+"""text-embeddings-inference's routes: `POST /embed` (and `POST /`) and `GET /info`.
+
+A client written for TEI (huggingface_hub's `InferenceClient(base_url).feature_extraction`, which
+posts to the base URL itself, LangChain's and LlamaIndex's TEI embeddings) works unchanged.
+The shapes follow TEI's router: the request `{"inputs": str | [str], "normalize": true,
+"truncate": false}`, the answer a list of vectors, and every error `{"error", "error_type"}` with
+TEI's statuses: an input over `max_input_length` tokens without `truncate` is a Validation
+error (413, as TEI answers it), an empty list 400 (Empty), the model loading 503 (Unhealthy), the
+queue full 429 (Overloaded), a failure inside the model 424 (Backend). A missing or wrong key is
+401 with error_type Unauthorized (TEI answers a bare 401).
+
+Two differences: the vectors are the model's own output, L2-normalized when `normalize` is true,
+so a model that normalizes inside its graph refuses `normalize: false` (422); and an input over
+`max_input_length` is counted by the server's tokenizer before the batcher counts it again (one
+more tokenization, about 0.1 ms a sentence).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from typing import Any
+
+import orjson
+from starlette.requests import Request
+from starlette.responses import Response
+from starlette.routing import Route
+
+from embedkit.encode.batching import l2_normalize
+from embedkit.serve.engine import INLINE_TOKENIZE_CHARS, Engine, ServedModel
+from embedkit.serve.schemas import TEI_EMBED, BodyError
+
+log = logging.getLogger("embedkit.serve")
+DTYPES = {"fp32": "float32", "fp16": "float16"}  # TEI's names; others (int8) as embedkit names them
+
+
+class TeiError(Exception):
+    def __init__(self, status: int, error_type: str, message: str) -> None:
+        super().__init__(message)
+        self.status, self.error_type, self.message = status, error_type, message
+
+
+def tei_response(payload: Any, status: int = 200, headers: dict[str, str] | None = None) -> Response:
+    body = orjson.dumps(payload, option=orjson.OPT_SERIALIZE_NUMPY)
+    return Response(body, status_code=status, headers=headers, media_type="application/json")
+
+
+def from_api_error(exc: Any, engine: Engine) -> TeiError:
+    """The app's `ApiError` (key, loading, body, busy) as TEI would have answered it."""
+    if exc.status == 401:
+        return TeiError(401, "Unauthorized", exc.message)
+    if exc.status == 503:
+        # a ready model answers 503 only when the queue is full or the server is stopping
+        return (
+            TeiError(429, "Overloaded", exc.message)
+            if engine.ready
+            else TeiError(503, "Unhealthy", exc.message)
+        )
+    return TeiError(exc.status, "Validation", exc.message)
+
+
+def over_long(model: ServedModel, texts: list[str]) -> int | None:
+    """The position of the first text that the model's tokenizer truncates, or None."""
+    for i, encoding in enumerate(model.tokenizer.encode_batch(texts)):
+        if encoding.overflowing:
+            return i
+    return None
+
+
+def routes(engine: Engine, helpers: Any) -> list[Route]:
+    """TEI's routes over `engine`; `helpers` has the app's `authorize`, `require_ready`,
+    `read_object`, `embed` and its `ApiError` class."""
+    config = engine.config
+
+    async def answer(request: Request, work) -> Response:
+        try:
+            return tei_response(await work(request))
+        except TeiError as exc:
+            return tei_error(exc)
+        except helpers.ApiError as exc:
+            error = from_api_error(exc, engine)
+            return tei_error(error, exc.headers)
+        except Exception as exc:  # a failure inside the model: TEI's Backend error
+            log.error("%s %s failed: %s", request.method, request.url.path, exc, exc_info=exc)
+            line = str(exc).splitlines()[0] if str(exc) else ""
+            return tei_error(TeiError(424, "Backend", f"{type(exc).__name__}: {line}".rstrip(": ")))
+
+    def tei_error(exc: TeiError, headers: dict[str, str] | None = None) -> Response:
+        return tei_response({"error": exc.message, "error_type": exc.error_type}, exc.status, headers)
+
+    async def embed_work(request: Request) -> Any:
+        helpers.authorize(request)
+        model = helpers.require_ready()
+        body = await helpers.read_object(request)
+        if body.get("inputs") == []:
+            raise TeiError(400, "Empty", "`inputs` cannot be empty")
+        try:
+            values = TEI_EMBED.check(body, config)
+        except BodyError as exc:
+            raise TeiError(exc.status, "Validation", exc.message) from None
+        texts = values["inputs"]
+        if not values["normalize"] and getattr(model.encoder, "normalize_default", False):
+            message = f"{model.name} L2-normalizes its vectors itself: normalize=false cannot give raw ones"
+            raise TeiError(422, "Validation", message)
+        if not values["truncate"]:
+            if sum(map(len, texts)) > INLINE_TOKENIZE_CHARS:
+                longest = await asyncio.to_thread(over_long, model, texts)
+            else:
+                longest = over_long(model, texts)
+            if longest is not None:
+                raise TeiError(
+                    413,
+                    "Validation",
+                    f"Input validation error: `inputs` must have less than {model.max_seq_length} tokens "
+                    f"(inputs[{longest}] has more); send truncate=true to cut it",
+                )
+        result = await helpers.embed(request, texts)
+        return l2_normalize(result.vectors) if values["normalize"] else result.vectors
+
+    async def info_work(request: Request) -> dict[str, Any]:
+        from embedkit import __version__
+
+        helpers.authorize(request)
+        model = helpers.require_ready()
+        return {
+            "model_id": model.name,
+            "model_sha": None,
+            "model_dtype": DTYPES.get(model.precision, model.precision),
+            "model_type": {"embedding": {"pooling": str(getattr(model.encoder, "pooling", "mean"))}},
+            # texts the queue holds (embedkit bounds texts waiting, not requests)
+            "max_concurrent_requests": config.max_queue_texts,
+            "max_input_length": model.max_seq_length,
+            "max_batch_tokens": config.max_batch_tokens,
+            "max_batch_requests": None,
+            "max_client_batch_size": config.max_texts,
+            "auto_truncate": False,
+            "tokenization_workers": 1,
+            "version": __version__,
+            "sha": None,
+            "docker_label": None,
+        }
+
+    async def embed(request: Request) -> Response:
+        return await answer(request, embed_work)
+
+    async def info(request: Request) -> Response:
+        return await answer(request, info_work)
+
+    return [
+        Route("/embed", embed, methods=["POST"]),
+        Route("/", embed, methods=["POST"]),
+        Route("/info", info, methods=["GET"]),
+    ]

@@ -1,0 +1,272 @@
+"""text-embeddings-inference's routes and /openapi.json, on `embedkit serve` as a real process.
+
+TEI's clients are the reference for its routes (huggingface_hub's InferenceClient); the encoder's
+own `encode` for the vectors; jsonschema and openapi-spec-validator for the description, every
+documented response of every route checked against it.
+"""
+
+from __future__ import annotations
+
+import threading
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+pytest.importorskip("uvicorn")
+pytest.importorskip("starlette")
+httpx = pytest.importorskip("httpx")
+jsonschema = pytest.importorskip("jsonschema")
+
+from serve_helpers import Server, serving  # noqa: E402
+
+KEY = "tei-key-7"
+MAX_TEXTS = 8
+MAX_BODY_BYTES = 16 * 1024
+TEXTS = ["the wing flow is high", "a man is playing guitar on the beach", "one"]
+LONG = " ".join(["pressure"] * 200)  # far over the tiny model's 64 tokens
+
+
+@pytest.fixture(scope="module")
+def server(tiny_onnx: Path, tiny_index: Path):
+    args = [str(tiny_onnx), "--index", str(tiny_index), "--api-key", KEY, "--max-texts", str(MAX_TEXTS)]
+    with serving([*args, "--max-body-mb", str(MAX_BODY_BYTES / 2**20), "--max-wait-ms", "1"]) as process:
+        yield process
+
+
+@pytest.fixture(scope="module")
+def encoder(tiny_onnx_encoder):
+    return tiny_onnx_encoder
+
+
+@pytest.fixture
+def client(server: Server):
+    with httpx.Client(base_url=server.url, headers={"Authorization": f"Bearer {KEY}"}, timeout=30) as c:
+        yield c
+
+
+def test_huggingface_inference_client_gets_the_encoders_vectors(server: Server, encoder):
+    hub = pytest.importorskip("huggingface_hub")
+    api = hub.InferenceClient(base_url=server.url, api_key=KEY)
+    many = np.asarray(api.feature_extraction(TEXTS))
+    assert many.shape == (len(TEXTS), encoder.dim)
+    np.testing.assert_allclose(many, encoder.encode(TEXTS), atol=1e-5)
+    one = np.asarray(api.feature_extraction("the cat eats food"))
+    np.testing.assert_allclose(one.reshape(-1), encoder.encode(["the cat eats food"])[0], atol=1e-5)
+    with pytest.raises(hub.errors.HfHubHTTPError) as caught:
+        hub.InferenceClient(base_url=server.url, api_key="wrong").feature_extraction("x")
+    assert caught.value.response.status_code == 401
+
+
+def test_embed_follows_teis_shapes(client, encoder):
+    got = client.post("/embed", json={"inputs": TEXTS})
+    assert got.status_code == 200, got.text
+    np.testing.assert_allclose(np.array(got.json()), encoder.encode(TEXTS), atol=1e-5)
+    # TEI answers an input over max_input_length without truncate with 413, error_type Validation
+    too_long = client.post("/embed", json={"inputs": ["short", LONG]})
+    assert too_long.status_code == 413
+    assert too_long.json()["error_type"] == "Validation" and "inputs[1]" in too_long.json()["error"]
+    cut = client.post("/embed", json={"inputs": LONG, "truncate": True})
+    assert cut.status_code == 200
+    np.testing.assert_allclose(np.array(cut.json()), encoder.encode([LONG]), atol=1e-5)
+    empty = client.post("/embed", json={"inputs": []})
+    assert (empty.status_code, empty.json()["error_type"]) == (400, "Empty")
+    # the tiny model normalizes inside its graph: raw vectors cannot be had
+    raw = client.post("/embed", json={"inputs": "x", "normalize": False})
+    assert raw.status_code == 422 and "normalize" in raw.json()["error"]
+    bad = client.post("/embed", json={"inputs": "x", "truncate": "yes"})
+    assert bad.status_code == 422 and "'truncate'" in bad.json()["error"]
+
+
+def test_info_has_teis_fields(client, tiny_onnx: Path):
+    info = client.get("/info").json()
+    assert info["model_id"] == tiny_onnx.name
+    assert (info["max_input_length"], info["max_client_batch_size"]) == (64, MAX_TEXTS)
+    assert info["model_dtype"] == "float32" and info["model_type"] == {"embedding": {"pooling": "mean"}}
+    assert info["auto_truncate"] is False
+
+
+# ---- /openapi.json ---------------------------------------------------------------------------
+
+
+def validator_for(document: dict, content_schema: dict):
+    """A validator of one response body, resolving the document's `#/components/...` references."""
+    root = {"$schema": "https://json-schema.org/draft/2020-12/schema", **content_schema}
+    root["components"] = document["components"]
+    return jsonschema.Draft202012Validator(root)
+
+
+def check_against(document: dict, method: str, path: str, response: httpx.Response) -> None:
+    spec = document["paths"][path][method]["responses"]
+    status = str(response.status_code)
+    assert status in spec, f"{method} {path} answered {status}, not documented: {response.text[:200]}"
+    ((media, content),) = spec[status]["content"].items()
+    if media != "application/json":
+        assert response.headers["content-type"].startswith(media)
+        return
+    validator_for(document, content["schema"]).validate(response.json())
+
+
+def live_calls() -> list[tuple[str, str, dict, int]]:
+    """(method, path, httpx arguments, expected status) for every documented live answer."""
+    no_key = {"headers": {"Authorization": "Bearer nope"}}
+    over = {"json": {"input": ["a"] * (MAX_TEXTS + 1)}}
+    return [
+        ("post", "/v1/embeddings", {"json": {"input": TEXTS}}, 200),
+        ("post", "/v1/embeddings", {"json": {"input": TEXTS, "encoding_format": "base64"}}, 200),
+        ("post", "/v1/embeddings", {"content": b"[1, 2]"}, 400),
+        ("post", "/v1/embeddings", {"json": {"input": "x"}, **no_key}, 401),
+        ("post", "/v1/embeddings", over, 413),
+        ("post", "/v1/embeddings", {"json": {"input": 3}}, 422),
+        ("post", "/search", {"json": {"query": "shock wave", "k": 3, "mode": "hybrid"}}, 200),
+        ("post", "/search", {"json": {"queries": ["shock wave", "cat"], "k": 2}}, 200),
+        ("post", "/search", {"content": b"{"}, 400),
+        ("post", "/search", {"json": {"query": "x"}, **no_key}, 401),
+        ("post", "/search", {"json": {"queries": ["q"] * (MAX_TEXTS + 1)}}, 413),
+        ("post", "/search", {"json": {"query": "x", "k": 0}}, 422),
+        ("get", "/v1/models", {}, 200),
+        ("get", "/v1/models", no_key, 401),
+        ("get", "/health", {}, 200),
+        ("get", "/metrics", {}, 200),
+        ("get", "/metrics", no_key, 401),
+        ("post", "/embed", {"json": {"inputs": TEXTS}}, 200),
+        ("post", "/embed", {"content": b"nope"}, 400),
+        ("post", "/embed", {"json": {"inputs": []}}, 400),
+        ("post", "/embed", {"json": {"inputs": "x"}, **no_key}, 401),
+        ("post", "/embed", {"json": {"inputs": [LONG]}}, 413),
+        ("post", "/embed", {"json": {"inputs": "x", "normalize": 1}}, 422),
+        ("post", "/", {"json": {"inputs": "a single text"}}, 200),
+        ("post", "/", {"json": {"inputs": ["x"] * (MAX_TEXTS + 1)}}, 413),
+        ("post", "/", {"content": b"{}}"}, 400),
+        ("post", "/", {"json": {"inputs": "x"}, **no_key}, 401),
+        ("post", "/", {"json": {"inputs": 5}}, 422),
+        ("get", "/info", {}, 200),
+        ("get", "/info", no_key, 401),
+        ("get", "/openapi.json", {}, 200),
+        ("get", "/openapi.json", no_key, 401),
+        ("get", "/", {}, 200),
+        ("get", "/docs", {}, 200),
+    ]
+
+
+@pytest.fixture(scope="module")
+def document(server: Server) -> dict:
+    return httpx.get(f"{server.url}/openapi.json", headers={"Authorization": f"Bearer {KEY}"}).json()
+
+
+def test_the_description_is_valid_openapi_31(document: dict):
+    validate = pytest.importorskip("openapi_spec_validator").validate
+    validate(document)  # raises on an invalid document
+    assert document["openapi"] == "3.1.0"
+    schema = document["components"]["schemas"]
+    assert schema["EmbeddingsRequest"]["properties"]["input"]["oneOf"][1]["maxItems"] == MAX_TEXTS
+
+
+def test_every_documented_answer_of_every_route_fits_the_description(client, document: dict):
+    seen = set()
+    for method, path, arguments, status in live_calls():
+        response = client.request(method.upper(), path, **arguments)
+        assert response.status_code == status, (method, path, response.text[:300])
+        check_against(document, method, path, response)
+        seen.add((method, path, str(status)))
+    for method, path, response in loading_and_indexless_answers():
+        check_against(document, method, path, response)
+        seen.add((method, path, str(response.status_code)))
+    documented = {
+        (method, path, status)
+        for path, operations in document["paths"].items()
+        for method, operation in operations.items()
+        for status in operation["responses"]
+    }
+    # not provoked here: a client that leaves (499) and TEI's full queue (429), tested elsewhere
+    rare = {("post", "/v1/embeddings", "499"), ("post", "/embed", "429"), ("post", "/", "429")}
+    assert documented - rare == seen
+
+
+def loading_and_indexless_answers() -> list[tuple[str, str, httpx.Response]]:
+    """503 from every route while a model loads, then 404 from /search with no index (in-process)."""
+    from starlette.testclient import TestClient
+    from test_serve_app import FakeEncoder
+
+    from embedkit.serve.app import create_app
+    from embedkit.serve.engine import Engine, ServedModel
+    from embedkit.serve.settings import ServeConfig
+
+    gate = threading.Event()
+
+    def load(config):
+        assert gate.wait(10)
+        return ServedModel(FakeEncoder())
+
+    original = ServedModel.load
+    ServedModel.load = staticmethod(load)
+    answers = []
+    try:
+        with TestClient(create_app(Engine(ServeConfig(max_wait_ms=0)))) as app:
+            for method, path, body in [
+                ("post", "/v1/embeddings", {"input": "x"}),
+                ("post", "/search", {"query": "x"}),
+                ("get", "/v1/models", None),
+                ("get", "/health", None),
+                ("post", "/embed", {"inputs": "x"}),
+                ("post", "/", {"inputs": "x"}),
+                ("get", "/info", None),
+            ]:
+                response = app.request(method.upper(), path, json=body)
+                assert response.status_code == 503, (path, response.text)
+                answers.append((method, path, response))
+            gate.set()
+            for _ in range(200):
+                if app.get("/health").status_code == 200:
+                    break
+                threading.Event().wait(0.02)
+            answers.append(("post", "/search", app.post("/search", json={"query": "x"})))
+            assert answers[-1][2].status_code == 404
+    finally:
+        ServedModel.load = original
+    return answers
+
+
+@pytest.mark.parametrize(
+    "body",
+    [
+        {"query": "x"},
+        {"queries": ["a", "b"], "k": 5, "mode": "lexical"},
+        {"query": "x", "queries": ["y"]},
+        {},
+        {"query": ["x"]},
+        {"query": "x", "k": 0},
+        {"query": "x", "k": 1001},
+        {"query": "x", "k": True},
+        {"query": "x", "k": 2.5},
+        {"query": "x", "mode": "fuzzy"},
+        {"query": "  "},
+        {"queries": []},
+        {"queries": ["ok", " "]},
+        {"queries": [1, 2]},
+    ],
+)
+def test_search_checks_agree_with_the_description(client, document: dict, body: dict):
+    """The hand-written /search checks and the described request body take the same bodies."""
+    validator = validator_for(document, {"$ref": "#/components/schemas/SearchRequest"})
+    response = client.post("/search", json=body)
+    assert validator.is_valid(body) == (response.status_code == 200), response.text
+
+
+@pytest.mark.parametrize(
+    "body",
+    [
+        {"input": "x"},
+        {"input": ["a", "b"], "model": "m", "encoding_format": "base64"},
+        {"input": []},
+        {"input": ""},
+        {"input": [[1, 2]]},
+        {"model": "m"},
+        {"input": "x", "encoding_format": "int8"},
+        {"input": "x", "model": 3},
+    ],
+)
+def test_embeddings_checks_agree_with_the_description(client, document: dict, body: dict):
+    validator = validator_for(document, {"$ref": "#/components/schemas/EmbeddingsRequest"})
+    response = client.post("/v1/embeddings", json=body)
+    assert validator.is_valid(body) == (response.status_code == 200), response.text
