@@ -10,6 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
+from embedkit.index.search import SEARCH_MODES
 from embedkit.serve.schemas import OPENAI_EMBEDDINGS, SEARCH, TEI_EMBED, Body
 from embedkit.serve.settings import ServeConfig
 
@@ -103,7 +104,7 @@ RESPONSES: dict[str, dict[str, Any]] = {
         "properties": {
             "object": {"const": "list"},
             "model": {"type": "string"},
-            "mode": {"enum": ["dense", "lexical", "hybrid"]},
+            "mode": {"enum": list(SEARCH_MODES)},
             "results": {
                 "type": "array",
                 "items": {
