@@ -65,6 +65,16 @@ def serve(
     max_texts: Annotated[
         int, typer.Option("--max-texts", min=1, help="Texts (or queries) in one request; more is a 413.")
     ] = settings.DEFAULT_MAX_TEXTS,
+    max_queue_tokens: Annotated[
+        int | None,
+        typer.Option(
+            "--max-queue-tokens",
+            min=1,
+            help="Tokens waiting for the model beyond which a request gets 503 + Retry-After, and a "
+            "request larger than that alone 413 (default: 65,536 on a CPU, about 10 s of work; "
+            "4,194,304 on a GPU).",
+        ),
+    ] = None,
     max_body_mb: Annotated[
         float, typer.Option("--max-body-mb", min=0.001, help="Request body size limit in MiB; more is a 413.")
     ] = settings.DEFAULT_MAX_BODY_BYTES / 2**20,
@@ -90,6 +100,7 @@ def serve(
         workers=workers,
         max_texts=max_texts,
         max_queue_texts=max(settings.DEFAULT_MAX_QUEUE_TEXTS, max_texts),
+        max_queue_tokens=max_queue_tokens,
         max_body_bytes=int(max_body_mb * 2**20),
         access_log=access_log,
         ort_spinning=ort_spinning,

@@ -28,6 +28,7 @@ def load_encoder(
     device: str = "auto",
     precision: str | None = None,
     intra_op_threads: int | None = None,
+    spinning: bool = True,
 ) -> Encoder:
     """Open a model folder for embedding, whatever its kind.
 
@@ -38,7 +39,8 @@ def load_encoder(
     folder runs in fp32 only. The bundled model runs as its ONNX form, exported once on first use
     (`embedkit.encode.default_onnx`). `intra_op_threads`: ONNX Runtime's threads per session (None:
     one per core), so that several encoders on one machine do not oversubscribe it; torch follows
-    its own setting (`OMP_NUM_THREADS`, which Ray sets for its workers).
+    its own setting (`OMP_NUM_THREADS`, which Ray sets for its workers). `spinning=False`: ONNX
+Runtime's CPU threads sleep between runs (a server's setting; see `session_options`).
 
     >>> encoder = load_encoder("runs/my-model-onnx")  # doctest: +SKIP
     >>> encoder.encode(["a sentence", "another"]).shape  # doctest: +SKIP
@@ -53,7 +55,9 @@ def load_encoder(
     if spec.kind == "onnx":
         from embedkit.encode.onnx_backend import OnnxEncoder
 
-        return OnnxEncoder(spec, device=device, precision=precision, intra_op_threads=intra_op_threads)
+        return OnnxEncoder(
+            spec, device=device, precision=precision, intra_op_threads=intra_op_threads, spinning=spinning
+        )
     if precision not in (None, "fp32"):
         raise InputError(
             f"precision {precision} needs an ONNX export; {spec.path} is a torch folder "

@@ -13,7 +13,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from embedkit.encode.batching import TokenBatcher, encode_in_order
+from embedkit.encode.batching import Batch, TokenBatcher, encode_in_order
 from embedkit.encode.devices import torch_device
 from embedkit.encode.model_folder import ModelSpec, read_model_spec
 from embedkit.encode.protocol import EncoderBase
@@ -74,19 +74,22 @@ class TorchEncoder(EncoderBase):
         return self.batcher.truncated
 
     @torch.inference_mode()
+    def run_batch(self, batch: Batch, normalize: bool | None = None) -> np.ndarray:
+        """Sentence vectors (float32 [B, dim]) of one padded batch; `normalize=None`: the model's."""
+        do_normalize = self.normalize_default if normalize is None else normalize
+        inputs = {
+            "input_ids": torch.from_numpy(batch.input_ids).to(self.device),
+            "attention_mask": torch.from_numpy(batch.attention_mask).to(self.device),
+        }
+        if self.uses_token_type_ids:
+            inputs["token_type_ids"] = torch.from_numpy(batch.token_type_ids).to(self.device)
+        hidden = self.model(**inputs).last_hidden_state
+        return self.head(hidden, inputs["attention_mask"], do_normalize).cpu().numpy()
+
     def encode_texts(
         self, texts: list[str], batch_size: int, normalize: bool | None, progress: bool
     ) -> np.ndarray:
-        do_normalize = self.normalize_default if normalize is None else normalize
-
-        def run(batch) -> np.ndarray:
-            inputs = {
-                "input_ids": torch.from_numpy(batch.input_ids).to(self.device),
-                "attention_mask": torch.from_numpy(batch.attention_mask).to(self.device),
-            }
-            if self.uses_token_type_ids:
-                inputs["token_type_ids"] = torch.from_numpy(batch.token_type_ids).to(self.device)
-            hidden = self.model(**inputs).last_hidden_state
-            return self.head(hidden, inputs["attention_mask"], do_normalize).cpu().numpy()
+        def run(batch: Batch) -> np.ndarray:
+            return self.run_batch(batch, normalize)
 
         return encode_in_order(self.batcher, texts, batch_size, self.dim, run, progress)

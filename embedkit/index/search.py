@@ -89,8 +89,17 @@ class SearchIndex:
     >>> hits = index.search_text(["shock waves on a wing"], k=5)  # with the documents  # doctest: +SKIP
     """
 
-    def __init__(self, path: Path, meta: dict[str, Any], index, store: DocStore, placement=None) -> None:
+    def __init__(
+        self,
+        path: Path,
+        meta: dict[str, Any],
+        index,
+        store: DocStore,
+        placement=None,
+        folder: Path | None = None,
+    ) -> None:
         self.path = path
+        self.folder = folder or path  # the version folder the files were read from
         self.meta = meta
         self.index = index
         self.store = store
@@ -104,11 +113,23 @@ class SearchIndex:
         A load that overlaps an append reads the old or the new version, never a mix of both.
         """
         path = Path(path)
-        meta, index, store = load_consistent(path, index_files_dir, cls._read_version)
+        folder, meta, index, store = load_consistent(
+            path, index_files_dir, lambda folder: (folder, *cls._read_version(folder))
+        )
         placement = GpuPlacement() if gpu else None
         if placement is not None:
             index = placement.to_gpu(index, meta["kind"])
-        return cls(path, meta, index, store, placement)
+        return cls(path, meta, index, store, placement, folder)
+
+    @property
+    def version(self) -> str | None:
+        """The version folder's name (`v-000003`), or None for an index of the flat layout."""
+        return self.folder.name if self.folder != self.path else None
+
+    def is_current(self) -> bool:
+        """Whether the version read is still the one `CURRENT` names (an append or a rebuild
+        since makes another one live). A file read: cheap enough for every request of a server."""
+        return index_files_dir(self.path) == self.folder
 
     @staticmethod
     def _read_version(folder: Path) -> tuple[dict[str, Any], Any, DocStore]:

@@ -2,15 +2,21 @@
 
 Routes: `POST /v1/embeddings` (the OpenAI embeddings API: an `openai` client with
 `base_url=".../v1"` works unchanged), `POST /search`, `GET /v1/models`, `GET /health` (never needs
-the key) and `GET /metrics` (Prometheus text). Every error is a JSON body in OpenAI's shape,
+the key) and `GET /metrics` (Prometheus text), plus the page, `/docs`, `/openapi.json` and TEI's
+routes (`embedkit.serve.page`). Every error is a JSON body in OpenAI's shape,
 `{"error": {"message", "type", "param", "code"}}`: 400 for a body that is not a JSON object, 422
 for a field of the wrong type or value (an empty input list or string included), 401 for a
-missing or wrong key, 404 for an unknown route or /search without an index, 413 for a body or
-a list over the limits, 503 while the model loads or when the queue is full. An unexpected
-failure is a 500 with a one-line message; the traceback goes to the server's log only.
+missing or wrong key, 404 for an unknown route or /search without an index, 413 for a body, a
+list or a request's tokens over the limits, 503 with `Retry-After` while the model loads or when
+the queue (texts or tokens) is full. A client that leaves before its answer is counted as 499 and
+logged in one line, not as a server error. An unexpected failure is a 500 with a one-line
+message; the traceback goes to the server's log only. (uvicorn answers a request it cannot parse
+as HTTP, and the 500 of a forced exit after a second signal, itself, in plain text: it offers no
+hook for those.)
 
-Bodies are parsed with orjson and checked by hand, not by a schema library: the messages then
-say exactly what is wrong, and a request costs less of the CPU the model needs.
+Bodies are parsed with orjson and checked against the definitions of `embedkit.serve.schemas`,
+the same ones `/openapi.json` publishes. The handlers are module-level functions over the app's
+`Server` (`request.app.state.server`).
 """
 
 from __future__ import annotations
@@ -26,16 +32,18 @@ from typing import Any
 import orjson
 from starlette.applications import Starlette
 from starlette.exceptions import HTTPException
-from starlette.requests import Request
+from starlette.requests import ClientDisconnect, Request
 from starlette.responses import Response
 from starlette.routing import Route
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from embedkit.errors import InputError
-from embedkit.serve.batching import BatcherClosed, QueueFull
-from embedkit.serve.engine import SEARCH_MODES, Embedded, Engine, ServedModel, hit_record
+from embedkit.index.search import hit_record
+from embedkit.serve.batching import BatcherClosed, QueueFull, TooLarge
+from embedkit.serve.engine import Embedded, Engine, ServedModel
 from embedkit.serve.metrics import CONTENT_TYPE
 from embedkit.serve.page import PATHS, ApiHelpers, extra_routes
+from embedkit.serve.schemas import SEARCH, BodyError, check_texts, json_type
 
 log = logging.getLogger("embedkit.serve")
 ROUTES = tuple(dict.fromkeys(("/v1/embeddings", "/search", "/v1/models", "/health", "/metrics", *PATHS)))
@@ -67,17 +75,20 @@ def error_response(error: ApiError) -> Response:
     return json_response(payload, error.status, error.headers)
 
 
-def create_app(engine: Engine) -> ASGIApp:
-    """The ASGI app; its lifespan loads the model in the background and closes it on shutdown."""
-    config = engine.config
-    key = config.api_key.encode() if config.api_key else None
-    started = int(time.time())
+class Server:
+    """The app's state: the engine, the key, and the checks every route shares."""
 
-    def authorize(request: Request) -> None:
-        if key is None:
+    def __init__(self, engine: Engine) -> None:
+        self.engine = engine
+        self.config = engine.config
+        self.key = engine.config.api_key.encode() if engine.config.api_key else None
+        self.started = int(time.time())
+
+    def authorize(self, request: Request) -> None:
+        if self.key is None:
             return
         scheme, _, token = request.headers.get("authorization", "").partition(" ")
-        if scheme.lower() != "bearer" or not hmac.compare_digest(token.strip().encode(), key):
+        if scheme.lower() != "bearer" or not hmac.compare_digest(token.strip().encode(), self.key):
             raise ApiError(
                 401,
                 "missing or wrong API key: send the header 'Authorization: Bearer KEY'",
@@ -85,99 +96,50 @@ def create_app(engine: Engine) -> ASGIApp:
                 headers={"WWW-Authenticate": "Bearer"},
             )
 
-    def require_ready() -> ServedModel:
+    def require_ready(self) -> ServedModel:
+        engine = self.engine
         if not engine.ready or engine.model is None:
             message = "the model failed to load" if engine.error else "the model is loading; retry shortly"
             raise ApiError(503, message, "service_unavailable", headers={"Retry-After": "1"})
         return engine.model
 
-    async def read_object(request: Request) -> dict[str, Any]:
-        limit = config.max_body_bytes
+    async def read_object(self, request: Request) -> dict[str, Any]:
+        limit = self.config.max_body_bytes
         length = request.headers.get("content-length", "")
         if length.isdigit() and int(length) > limit:
             raise ApiError(413, f"the body has {int(length):,} bytes; this server takes at most {limit:,}")
         chunks, size = [], 0
-        async for chunk in request.stream():
-            size += len(chunk)
-            if size > limit:
-                raise ApiError(413, f"the body is over this server's limit of {limit:,} bytes")
-            chunks.append(chunk)
+        try:
+            async for chunk in request.stream():
+                size += len(chunk)
+                if size > limit:
+                    raise ApiError(413, f"the body is over this server's limit of {limit:,} bytes")
+                chunks.append(chunk)
+        except ClientDisconnect:
+            raise self.client_gone(request, f"after {size:,} bytes of its body") from None
         try:
             body = orjson.loads(b"".join(chunks))
         except orjson.JSONDecodeError as exc:
             raise ApiError(400, f"the body is not valid JSON: {exc}") from None
         if not isinstance(body, dict):
-            raise ApiError(400, f"the body must be a JSON object, not {_json_type(body)}")
+            raise ApiError(400, f"the body must be a JSON object, not {json_type(body)}")
         return body
 
-    def texts_of(value: Any, param: str) -> list[str]:
-        if isinstance(value, str):
-            value = [value]
-            single = True
-        elif isinstance(value, list):
-            single = False
-        else:
-            kind = _json_type(value)
-            raise ApiError(422, f"'{param}' must be a string or a list of strings, not {kind}", param=param)
-        if not value:
-            raise ApiError(422, f"'{param}' is an empty list", param=param)
-        if len(value) > config.max_texts:
-            limit = config.max_texts
-            raise ApiError(413, f"'{param}' has {len(value):,} texts; this server takes at most {limit:,}")
-        for i, text in enumerate(value):
-            where = f"'{param}'" if single else f"{param}[{i}]"
-            if not isinstance(text, str):
-                if isinstance(text, (int, list)) and not isinstance(text, bool):
-                    raise ApiError(422, f"{where}: token ids are not accepted; send text", param=param)
-                raise ApiError(422, f"{where} must be a string, not {_json_type(text)}", param=param)
-            if not text.strip():
-                raise ApiError(422, f"{where} is an empty string", param=param)
-        return value
+    def client_gone(self, request: Request, when: str) -> ApiError:
+        """The client closed the connection: its doing, so counted apart from server errors."""
+        self.engine.metrics.count_disconnect()
+        client = request.client.host if request.client else "a client"
+        log.info("%s %s: %s closed the connection %s", request.method, request.url.path, client, when)
+        return ApiError(499, "the client closed the connection", "client_closed_request")
 
-    async def embeddings(request: Request) -> Response:
-        authorize(request)
-        model = require_ready()
-        body = await read_object(request)
-        texts = texts_of(body.get("input"), "input")
-        encoding = body.get("encoding_format", "float")
-        if encoding not in ("float", "base64"):
-            message = f"'encoding_format' must be float or base64, not {encoding!r}"
-            raise ApiError(422, message, param="encoding_format")
-        if not isinstance(body.get("model", ""), str):
-            raise ApiError(422, "'model' must be a string", param="model")
-        dimensions = body.get("dimensions")
-        if dimensions is not None and dimensions != model.dim:
-            message = f"this model gives {model.dim}-d vectors; 'dimensions' cannot change that"
-            raise ApiError(422, message, param="dimensions")
-        result = await embed(request, texts)
-        vectors = result.vectors
-        if encoding == "base64":
-            # OpenAI's encoding: the little-endian float32 bytes of each vector, base64.
-            little = vectors.astype("<f4", copy=False)
-            data = [
-                {"object": "embedding", "index": i, "embedding": base64.b64encode(row.tobytes()).decode()}
-                for i, row in enumerate(little)
-            ]
-        else:
-            data = [{"object": "embedding", "index": i, "embedding": row} for i, row in enumerate(vectors)]
-        usage = {
-            "prompt_tokens": result.tokens,
-            "total_tokens": result.tokens,
-            "truncated_texts": result.truncated,  # also in the X-Embedkit-Truncated header
-        }
-        payload = {"object": "list", "data": data, "model": model.name, "usage": usage}
-        return json_response(payload, headers={TRUNCATED_HEADER: str(result.truncated)})
+    def texts_of(self, value: Any, param: str) -> list[str]:
+        return check_texts(value, param, self.config.max_texts)
 
-    def busy(exc: Exception) -> ApiError:
-        return ApiError(
-            503, f"the server is busy: {exc}", "service_unavailable", headers={"Retry-After": "1"}
-        )
-
-    async def embed(request: Request, texts: list[str]) -> Embedded:
+    async def embed(self, request: Request, texts: list[str]) -> Embedded:
         """`engine.embed`, abandoned when the client disconnects: its texts still queued are then
         dropped rather than computed for nobody (clients that time out and retry would otherwise
         pile work up behind themselves)."""
-        work = asyncio.ensure_future(engine.embed(texts))
+        work = asyncio.ensure_future(self.engine.embed(texts))
         gone = asyncio.ensure_future(_disconnected(request))
         try:
             await asyncio.wait((work, gone), return_when=asyncio.FIRST_COMPLETED)
@@ -185,75 +147,159 @@ def create_app(engine: Engine) -> ASGIApp:
             gone.cancel()
         if not work.done():
             work.cancel()
-            raise ApiError(499, "the client closed the connection", "client_closed_request")
+            raise self.client_gone(request, "while its texts were queued")
         try:
             return work.result()
-        except QueueFull as exc:
-            raise busy(exc) from None
+        except (QueueFull, TooLarge) as exc:
+            raise queue_error(exc) from None
         except BatcherClosed:
             raise ApiError(503, "the server is shutting down", "service_unavailable") from None
 
-    async def search(request: Request) -> Response:
-        authorize(request)
-        model = require_ready()
-        if model.index is None:
-            message = "this server has no index: start it with `embedkit serve --index INDEX_DIR`"
-            raise ApiError(404, message, "not_found")
-        body = await read_object(request)
-        if ("query" in body) == ("queries" in body):
-            raise ApiError(422, "give one of 'query' (a string) or 'queries' (a list of strings)")
-        param = "query" if "query" in body else "queries"
-        if param == "query" and not isinstance(body["query"], str):
-            raise ApiError(422, f"'query' must be a string, not {_json_type(body['query'])}", param="query")
-        queries = texts_of(body[param], param)
-        k = body.get("k", 10)
-        if not isinstance(k, int) or isinstance(k, bool) or not 1 <= k <= config.max_k:
-            raise ApiError(422, f"'k' must be an integer from 1 to {config.max_k}, not {k!r}", param="k")
-        mode = body.get("mode")
-        if mode is not None and mode not in SEARCH_MODES:
-            message = f"'mode' must be one of {', '.join(SEARCH_MODES)}, not {mode!r}"
-            raise ApiError(422, message, param="mode")
-        try:
-            results, truncated = await engine.search(queries, k, mode)
-        except InputError as exc:
-            raise ApiError(400, str(exc).splitlines()[0], param="mode" if mode else None) from None
-        except QueueFull as exc:
-            raise busy(exc) from None
-        payload = {
-            "object": "list",
-            "model": model.name,
-            "mode": mode or "dense",
-            "results": [
-                {"query": query, "hits": [hit_record(rank, hit) for rank, hit in enumerate(hits, 1)]}
-                for query, hits in zip(queries, results, strict=True)
-            ],
-        }
-        return json_response(payload, headers={TRUNCATED_HEADER: str(truncated)})
 
-    async def models(request: Request) -> Response:
-        authorize(request)
-        model = require_ready()
-        card = {"id": model.name, "object": "model", "created": started, "owned_by": "embedkit"}
-        card.update(
-            backend=model.backend,
-            device=model.device,
-            precision=model.precision,
-            dim=model.dim,
-            max_seq_length=model.max_seq_length,
-            index=model.index is not None,
+def queue_error(exc: QueueFull | TooLarge) -> ApiError:
+    """503 with the seconds the queued work needs for a full queue; 413 for a request that can
+    never fit it."""
+    if isinstance(exc, TooLarge):
+        return ApiError(413, str(exc))
+    headers = {"Retry-After": str(exc.retry_after)}
+    return ApiError(503, f"the server is busy: {exc}", "service_unavailable", headers=headers)
+
+
+def server_of(request: Request) -> Server:
+    return request.app.state.server
+
+
+async def embeddings(request: Request) -> Response:
+    server = server_of(request)
+    server.authorize(request)
+    model = server.require_ready()
+    body = await server.read_object(request)
+    texts = server.texts_of(body.get("input"), "input")
+    encoding = body.get("encoding_format", "float")
+    if encoding not in ("float", "base64"):
+        message = f"'encoding_format' must be float or base64, not {encoding!r}"
+        raise ApiError(422, message, param="encoding_format")
+    if not isinstance(body.get("model", ""), str):
+        raise ApiError(422, "'model' must be a string", param="model")
+    dimensions = body.get("dimensions")
+    if dimensions is not None and dimensions != model.dim:
+        message = f"this model gives {model.dim}-d vectors; 'dimensions' cannot change that"
+        raise ApiError(422, message, param="dimensions")
+    result = await server.embed(request, texts)
+    vectors = result.vectors
+    if encoding == "base64":
+        # OpenAI's encoding: the little-endian float32 bytes of each vector, base64.
+        little = vectors.astype("<f4", copy=False)
+        data = [
+            {"object": "embedding", "index": i, "embedding": base64.b64encode(row.tobytes()).decode()}
+            for i, row in enumerate(little)
+        ]
+    else:
+        data = [{"object": "embedding", "index": i, "embedding": row} for i, row in enumerate(vectors)]
+    usage = {
+        "prompt_tokens": result.tokens,
+        "total_tokens": result.tokens,
+        "truncated_texts": result.truncated,  # also in the X-Embedkit-Truncated header
+    }
+    payload = {"object": "list", "data": data, "model": model.name, "usage": usage}
+    return json_response(payload, headers={TRUNCATED_HEADER: str(result.truncated)})
+
+
+async def search(request: Request) -> Response:
+    """`embedkit search --json`'s records over HTTP: the mode used (the index's default when none is
+    asked for), the fusion and weight of a hybrid search, and the index version answered from."""
+    server = server_of(request)
+    server.authorize(request)
+    model = server.require_ready()
+    if model.index is None:
+        message = "this server has no index: start it with `embedkit serve --index INDEX_DIR`"
+        raise ApiError(404, message, "not_found")
+    body = await server.read_object(request)
+    values = SEARCH.check(body, server.config)
+    queries = [values["query"]] if "query" in values else values["queries"]
+    mode = values.get("mode")
+    fusion, alpha = values["fusion"], float(values["alpha"])
+    try:
+        answer = await server.engine.search(
+            queries, values["k"], mode, fusion=fusion, alpha=alpha, snippets=values["snippets"]
         )
-        return json_response({"object": "list", "data": [card]})
+    except InputError as exc:
+        raise ApiError(400, str(exc).splitlines()[0], param="mode" if mode else None) from None
+    except (QueueFull, TooLarge) as exc:
+        raise queue_error(exc) from None
+    how = {"mode": answer.mode, **({"fusion": fusion, "alpha": alpha} if answer.mode == "hybrid" else {})}
+    payload = {
+        "object": "list",
+        "model": model.name,
+        **how,
+        "index_version": answer.index_version,
+        "results": [
+            {"query": query, "hits": [hit_record(rank, hit) for rank, hit in enumerate(hits, 1)]}
+            for query, hits in zip(queries, answer.hits, strict=True)
+        ],
+    }
+    return json_response(payload, headers={TRUNCATED_HEADER: str(answer.truncated)})
 
-    async def health(request: Request) -> Response:
-        if engine.ready and engine.model is not None:
-            return json_response({"status": "ok", "model": engine.model.name})
-        if engine.error is not None:
-            return json_response({"status": "error", "message": str(engine.error).splitlines()[0]}, 503)
-        return json_response({"status": "loading"}, 503, {"Retry-After": "1"})
 
-    async def metrics(request: Request) -> Response:
-        authorize(request)
-        return Response(engine.metrics.render(), media_type=CONTENT_TYPE)
+async def models(request: Request) -> Response:
+    server = server_of(request)
+    server.authorize(request)
+    model = server.require_ready()
+    card = {"id": model.name, "object": "model", "created": server.started, "owned_by": "embedkit"}
+    card.update(
+        backend=model.backend,
+        device=model.device,
+        precision=model.precision,
+        dim=model.dim,
+        max_seq_length=model.max_seq_length,
+        index=model.index is not None,
+    )
+    return json_response({"object": "list", "data": [card]})
+
+
+async def health(request: Request) -> Response:
+    engine = server_of(request).engine
+    if engine.ready and engine.model is not None:
+        status = {"status": "ok", "model": engine.model.name}
+        if engine.model.index is not None:
+            status["index_version"] = engine.model.index_version
+        return json_response(status)
+    if engine.error is not None:
+        return json_response({"status": "error", "message": str(engine.error).splitlines()[0]}, 503)
+    return json_response({"status": "loading"}, 503, {"Retry-After": "1"})
+
+
+async def metrics(request: Request) -> Response:
+    server = server_of(request)
+    server.authorize(request)
+    return Response(server.engine.metrics.render(), media_type=CONTENT_TYPE)
+
+
+async def api_error(request: Request, exc: Exception) -> Response:
+    assert isinstance(exc, ApiError)
+    return error_response(exc)
+
+
+async def body_error(request: Request, exc: Exception) -> Response:
+    assert isinstance(exc, BodyError)
+    return error_response(ApiError(exc.status, exc.message, param=exc.param))
+
+
+async def http_error(request: Request, exc: Exception) -> Response:
+    assert isinstance(exc, HTTPException)
+    kind = "not_found" if exc.status_code == 404 else "invalid_request_error"
+    return error_response(ApiError(exc.status_code, str(exc.detail), kind, headers=exc.headers))
+
+
+async def server_error(request: Request, exc: Exception) -> Response:
+    log.error("%s %s failed: %s", request.method, request.url.path, exc, exc_info=exc)
+    message = f"internal error: {type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}"
+    return error_response(ApiError(500, message.rstrip(": "), "server_error"))
+
+
+def create_app(engine: Engine) -> ASGIApp:
+    """The ASGI app; its lifespan loads the model in the background and closes it on shutdown."""
+    server = Server(engine)
 
     @contextlib.asynccontextmanager
     async def lifespan(app: Starlette):
@@ -265,20 +311,7 @@ def create_app(engine: Engine) -> ASGIApp:
                 await loading
         await engine.close()
 
-    async def api_error(request: Request, exc: Exception) -> Response:
-        assert isinstance(exc, ApiError)
-        return error_response(exc)
-
-    async def http_error(request: Request, exc: Exception) -> Response:
-        assert isinstance(exc, HTTPException)
-        kind = "not_found" if exc.status_code == 404 else "invalid_request_error"
-        return error_response(ApiError(exc.status_code, str(exc.detail), kind, headers=exc.headers))
-
-    async def server_error(request: Request, exc: Exception) -> Response:
-        log.error("%s %s failed: %s", request.method, request.url.path, exc, exc_info=exc)
-        message = f"internal error: {type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}"
-        return error_response(ApiError(500, message.rstrip(": "), "server_error"))
-
+    helpers = ApiHelpers(server.authorize, server.require_ready, server.read_object, server.embed, ApiError)
     app = Starlette(
         routes=[
             Route("/v1/embeddings", embeddings, methods=["POST"]),
@@ -287,11 +320,17 @@ def create_app(engine: Engine) -> ASGIApp:
             Route("/health", health, methods=["GET"]),
             Route("/metrics", metrics, methods=["GET"]),
             # the search page, /docs, /openapi.json and TEI's routes (embedkit.serve.page)
-            *extra_routes(engine, ApiHelpers(authorize, require_ready, read_object, embed, ApiError)),
+            *extra_routes(engine, helpers),
         ],
-        exception_handlers={ApiError: api_error, HTTPException: http_error, Exception: server_error},
+        exception_handlers={
+            ApiError: api_error,
+            BodyError: body_error,
+            HTTPException: http_error,
+            Exception: server_error,
+        },
         lifespan=lifespan,
     )
+    app.state.server = server
     return MetricsMiddleware(app, engine)
 
 
@@ -326,10 +365,3 @@ async def _disconnected(request: Request) -> None:
     """Return when the client has gone (the body is read by then: only a disconnect can come)."""
     while (await request.receive())["type"] != "http.disconnect":
         pass
-
-
-def _json_type(value: Any) -> str:
-    names = {dict: "an object", list: "a list", str: "a string", bool: "a boolean", type(None): "null"}
-    if isinstance(value, (int, float)) and not isinstance(value, bool):
-        return "a number"
-    return names.get(type(value), type(value).__name__)

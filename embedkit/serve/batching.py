@@ -14,19 +14,34 @@ Inside a batch, texts are sorted by length and cut into groups that pad little
 and on 32 random Wikipedia sentences one padded call ran at half the rate of the same texts in
 length groups (all-MiniLM-L6-v2, ONNX, 2 CPU cores; `MAX_PADDING`, benchmarks/README.md).
 
-The class knows nothing of HTTP or tokenizers: it takes texts with their token counts and a
-`run_batch(texts, tokens) -> float32 [n, dim]` function, so it is tested on its own.
+The queue is bounded twice: by texts (`max_queue_texts`) and by tokens (`max_queue_tokens`), so
+that one request of long texts cannot hold the model for a minute while every other client
+waits. Beyond either bound a request is refused at once (`QueueFull`, with the seconds the queued
+work should take at the measured rate, for `Retry-After`); a request larger than the whole token
+budget is refused for good (`TooLarge`).
+
+Short requests do not wait behind long ones: a request of at most `SMALL_REQUEST_TEXTS` texts
+joins a lane of its own that batches take first (a long request's texts wait at most
+`MAX_BYPASS_S` for them), and once the model's rate is known a batch holds about
+`TARGET_BATCH_S` of work, so a short request that arrives while one runs waits that long, not a
+whole `max_batch_tokens` batch (on a CPU, where a large budget only makes batches slower).
+
+The class knows nothing of HTTP or tokenizers: it takes items (texts, or anything `run_batch`
+embeds, such as the server's tokenized texts) with their token counts and a
+`run_batch(items, tokens) -> float32 [n, dim]` function, so it is tested on its own.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import math
 import time
 from collections import deque
 from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 
@@ -34,7 +49,15 @@ from embedkit.errors import InputError
 
 
 class QueueFull(Exception):
-    """More texts are waiting than the queue takes: the caller should answer 503 and retry later."""
+    """More texts or tokens are waiting than the queue takes: answer 503, retry in `retry_after` s."""
+
+    def __init__(self, message: str, retry_after: int = 1) -> None:
+        super().__init__(message)
+        self.retry_after = retry_after
+
+
+class TooLarge(Exception):
+    """One request has more tokens than the whole queue takes: it can never be queued (413)."""
 
 
 class BatcherClosed(Exception):
@@ -46,6 +69,14 @@ class BatcherClosed(Exception):
 # sentences ran at 18 sentences/s as one padded call, 35 / 33-35 / 30-31 in groups padded at most
 # 10% / 25% / 50%, and 36 as length-sorted batches of 64; 25% needs about 5 calls per 32 texts.
 MAX_PADDING = 0.25
+# A request this small (one query, a few sentences) takes the short lane.
+SMALL_REQUEST_TEXTS = 8
+# How long a long request's texts may be passed by short ones before they go first again.
+MAX_BYPASS_S = 1.0
+# A batch's work in seconds once the rate is known: what a short request may wait behind it. The
+# token budget becomes min(max_batch_tokens, rate x this), and at least MIN_BATCH_TOKENS.
+TARGET_BATCH_S = 0.1
+MIN_BATCH_TOKENS = 256
 
 
 @dataclass(frozen=True)
@@ -90,7 +121,7 @@ class _Job:
 class _Item:
     __slots__ = ("job", "position", "text", "tokens", "arrived")
 
-    def __init__(self, job: _Job, position: int, text: str, tokens: int, arrived: float) -> None:
+    def __init__(self, job: _Job, position: int, text: Any, tokens: int, arrived: float) -> None:
         self.job, self.position, self.text, self.tokens, self.arrived = job, position, text, tokens, arrived
 
 
@@ -105,23 +136,31 @@ class DynamicBatcher:
 
     def __init__(
         self,
-        run_batch: Callable[[list[str], list[int]], np.ndarray],
+        run_batch: Callable[[list[Any], list[int]], np.ndarray],
         *,
         max_batch_tokens: int,
         max_wait_ms: float = 0.0,
         workers: int = 1,
         max_queue_texts: int = 1 << 30,
+        max_queue_tokens: int = 1 << 62,
         on_batch: Callable[[BatchStats], None] | None = None,
     ) -> None:
-        if max_batch_tokens < 1 or workers < 1 or max_queue_texts < 1 or max_wait_ms < 0:
-            raise InputError("max_batch_tokens, workers and max_queue_texts must be >= 1, max_wait_ms >= 0")
+        if min(max_batch_tokens, workers, max_queue_texts, max_queue_tokens) < 1 or max_wait_ms < 0:
+            raise InputError(
+                "max_batch_tokens, workers, max_queue_texts and max_queue_tokens must be >= 1, "
+                "max_wait_ms >= 0"
+            )
         self.run_batch = run_batch
         self.max_batch_tokens = max_batch_tokens
         self.max_wait = max_wait_ms / 1000.0
         self.workers = workers
         self.max_queue_texts = max_queue_texts
+        self.max_queue_tokens = max_queue_tokens
         self.on_batch = on_batch
-        self._queue: deque[_Item] = deque()
+        self._small: deque[_Item] = deque()  # texts of requests of <= SMALL_REQUEST_TEXTS texts
+        self._large: deque[_Item] = deque()  # the others
+        self._queued_tokens = 0  # the tokens of the texts in both lanes
+        self._rate = 0.0  # tokens a second of the batches run so far (moving average; 0: none yet)
         self._running = 0  # texts in batches that are running
         self._finished = -float("inf")  # when the last batch finished (perf_counter)
         self._closing = False
@@ -141,19 +180,25 @@ class DynamicBatcher:
     @property
     def queued(self) -> int:
         """Texts waiting for a batch."""
-        return len(self._queue)
+        return len(self._small) + len(self._large)
+
+    @property
+    def queued_tokens(self) -> int:
+        """Tokens of the texts waiting for a batch."""
+        return self._queued_tokens
 
     @property
     def running(self) -> int:
         """Texts in batches that are running now."""
         return self._running
 
-    async def embed(self, texts: Sequence[str], tokens: Sequence[int]) -> np.ndarray:
+    async def embed(self, texts: Sequence[Any], tokens: Sequence[int]) -> np.ndarray:
         """float32 [len(texts), dim]: the vectors of `texts`, in their order.
 
-        `tokens[i]` is text i's token count after truncation (it sizes batches; a wrong count
-        gives worse batches, never wrong vectors). Raises `QueueFull` when the queue cannot take
-        the texts, `BatcherClosed` after `close()`, and what `run_batch` raised for its batch.
+        `tokens[i]` is text i's token count after truncation (it sizes batches and bounds the
+        queue; a wrong count gives worse batches, never wrong vectors). Raises `QueueFull` when
+        the queue cannot take the texts now, `TooLarge` when it never can, `BatcherClosed` after
+        `close()`, and what `run_batch` raised for its batch.
         """
         if self._scheduler is None or self._closing:
             raise BatcherClosed("the batcher is not running")
@@ -161,23 +206,49 @@ class DynamicBatcher:
             raise ValueError(f"{len(texts)} texts but {len(tokens)} token counts")
         if not texts:
             raise ValueError("no texts to embed")
-        if len(self._queue) + len(texts) > self.max_queue_texts:
-            raise QueueFull(f"{len(self._queue)} texts are waiting; the queue takes {self.max_queue_texts}")
+        counts = [max(1, int(n)) for n in tokens]
+        total = sum(counts)
+        if total > self.max_queue_tokens:
+            raise TooLarge(
+                f"the request has {total:,} tokens; this server queues at most {self.max_queue_tokens:,}: "
+                "send fewer or shorter texts per request"
+            )
+        if self.queued + len(texts) > self.max_queue_texts:
+            raise QueueFull(
+                f"{self.queued} texts are waiting; the queue takes {self.max_queue_texts}",
+                self.retry_after(),
+            )
+        if self._queued_tokens + total > self.max_queue_tokens:
+            raise QueueFull(
+                f"{self._queued_tokens:,} tokens are waiting; the queue takes {self.max_queue_tokens:,}",
+                self.retry_after(),
+            )
         job = _Job(self._loop.create_future(), len(texts))
         now = time.perf_counter()
-        self._queue.extend(
-            _Item(job, i, text, max(1, int(n)), now)
-            for i, (text, n) in enumerate(zip(texts, tokens, strict=True))
+        lane = self._small if len(texts) <= SMALL_REQUEST_TEXTS else self._large
+        lane.extend(
+            _Item(job, i, text, n, now) for i, (text, n) in enumerate(zip(texts, counts, strict=True))
         )
+        self._queued_tokens += total
         self._arrived.set()
         try:
             return await job.future
         except asyncio.CancelledError:
             # The caller was cancelled (its client went away): its queued texts leave the queue.
-            if any(item.job is job for item in self._queue):
-                self._queue = deque(item for item in self._queue if item.job is not job)
+            if any(item.job is job for item in lane):
+                kept = [item for item in lane if item.job is not job]
+                lane.clear()
+                lane.extend(kept)
+                self._queued_tokens = sum(item.tokens for item in (*self._small, *self._large))
                 self._arrived.set()  # the head may have changed
             raise
+
+    def retry_after(self) -> int:
+        """Whole seconds until the queued tokens should have run, at the rate measured so far
+        (1 before any batch has run; at most 60)."""
+        if self._rate <= 0:
+            return 1
+        return int(min(60, max(1, math.ceil(self._queued_tokens / self._rate))))
 
     async def close(self) -> None:
         """Take no new texts, finish every queued and running batch, stop the worker threads."""
@@ -210,46 +281,71 @@ class DynamicBatcher:
             # The scheduler never fails on its own; if it is cancelled or breaks, no queued text
             # may wait forever.
             failure = exc if isinstance(exc, Exception) else BatcherClosed("the batcher stopped")
-            while self._queue:
-                job = self._queue.popleft().job
-                if not job.future.done():
-                    job.future.set_exception(failure)
+            for lane in (self._small, self._large):
+                while lane:
+                    job = lane.popleft().job
+                    if not job.future.done():
+                        job.future.set_exception(failure)
+            self._queued_tokens = 0
             raise
 
     async def _next_batch(self) -> list[_Item] | None:
         """Wait until the queue's head fills a batch or has waited max_wait, then take it."""
         while True:
-            while self._queue and self._queue[0].job.future.done():
-                self._queue.popleft()  # its request was cancelled or failed
-            if not self._queue:
+            for lane in (self._small, self._large):
+                while lane and lane[0].job.future.done():
+                    self._queued_tokens -= lane.popleft().tokens  # its request was cancelled or failed
+            if not self.queued:
                 if self._closing:
                     return None
                 self._arrived.clear()
                 await self._arrived.wait()
                 continue
-            count, full = self._plan()
+            counts, full = self._plan()
             # Wait from the later of the oldest text's arrival and the last batch's end: the
             # clients just answered then come back into this batch, instead of the queue settling
             # into two half-size batches that alternate (one runs while the other's clients return).
-            since = max(self._queue[0].arrived, self._finished)
+            oldest = min(lane[0].arrived for lane in (self._small, self._large) if lane)
+            since = max(oldest, self._finished)
             left = since + self.max_wait - time.perf_counter()
             if full or left <= 0 or self._closing:
                 break
             self._arrived.clear()
             with contextlib.suppress(asyncio.TimeoutError):
                 await asyncio.wait_for(self._arrived.wait(), left)
-        batch = [self._queue.popleft() for _ in range(count)]
+        batch = [lane.popleft() for lane, count in counts for _ in range(count)]
+        self._queued_tokens -= sum(item.tokens for item in batch)
         return [item for item in batch if not item.job.future.done()]
 
-    def _plan(self) -> tuple[int, bool]:
-        """How many texts from the queue's head fit the token budget, and whether the budget
+    def _lanes(self) -> tuple[deque[_Item], deque[_Item]]:
+        """The lanes in the order a batch takes them: short requests first, unless the oldest
+        long one has been passed for MAX_BYPASS_S."""
+        if self._large and time.perf_counter() - self._large[0].arrived > MAX_BYPASS_S:
+            return self._large, self._small
+        return self._small, self._large
+
+    def batch_tokens(self) -> int:
+        """This batch's token budget: `max_batch_tokens`, or about TARGET_BATCH_S of work at the
+        rate measured so far when that is less."""
+        if self._rate <= 0:
+            return self.max_batch_tokens
+        return min(self.max_batch_tokens, max(MIN_BATCH_TOKENS, int(self._rate * TARGET_BATCH_S)))
+
+    def _plan(self) -> tuple[list[tuple[deque[_Item], int]], bool]:
+        """How many texts of each lane's head fit the token budget, and whether the budget
         (rather than the end of the queue) stops there. The first text always fits."""
-        count = total = 0
-        for item in self._queue:
-            if count and total + item.tokens > self.max_batch_tokens:
-                return count, True
-            count, total = count + 1, total + item.tokens
-        return count, total >= self.max_batch_tokens
+        budget = self.batch_tokens()
+        counts: list[tuple[deque[_Item], int]] = []
+        taken = total = 0
+        for lane in self._lanes():
+            count = 0
+            for item in lane:
+                if taken and total + item.tokens > budget:
+                    counts.append((lane, count))
+                    return counts, True
+                count, taken, total = count + 1, taken + 1, total + item.tokens
+            counts.append((lane, count))
+        return counts, total >= budget
 
     async def _run(self, batch: list[_Item]) -> None:
         self._running += len(batch)
@@ -271,6 +367,10 @@ class DynamicBatcher:
             self._running -= len(batch)
             self._finished = time.perf_counter()
             self._slots.release()
+        ran = self._finished - start
+        if ran > 0:
+            rate = sum(tokens) / ran
+            self._rate = rate if self._rate <= 0 else 0.8 * self._rate + 0.2 * rate
         if self.on_batch is not None:
             self.on_batch(
                 BatchStats(

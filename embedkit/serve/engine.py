@@ -3,13 +3,22 @@
 Threads: the model runs in the batcher's worker threads; the index lives on one thread of its
 own, which opens it and runs every search (SQLite connections stay on the thread that opened
 them), and whose queries are embedded through the batcher like any other request's texts.
+
+Each request's texts are tokenized once: the token counts size the batches and bound the queue,
+and the same encodings are padded and run (`encoder.run_batch`), not tokenized again.
+
+The index follows its folder: before each search the index thread checks which version `CURRENT`
+names (one small file read), and when an append or a rebuild has published another one, it opens
+that version, swaps it in and closes the old one, so a server never answers from a version that
+`embedkit clean` may delete, and two servers on one index agree. A new version built with another
+model is not swapped in (the served model could not search it): the server keeps its version
+and logs once that it needs a restart. Responses name the version they were answered from.
 """
 
 from __future__ import annotations
 
 import asyncio
-import dataclasses
-import functools
+import logging
 from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
@@ -17,7 +26,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from embedkit.encode.batching import l2_normalize
+from embedkit.encode.batching import l2_normalize, pad_encodings
 from embedkit.encode.protocol import EncoderBase
 from embedkit.errors import InputError
 from embedkit.serve.batching import DynamicBatcher, length_groups
@@ -27,10 +36,23 @@ from embedkit.serve.settings import ServeConfig
 if TYPE_CHECKING:
     from embedkit import SearchIndex
 
+log = logging.getLogger("embedkit.serve")
 # Requests with more characters than this are tokenized in a thread, not in the event loop
 # (about 5 ms of tokenization on one core).
 INLINE_TOKENIZE_CHARS = 50_000
-SEARCH_MODES = ("dense", "lexical", "hybrid")
+# The queue's token bound when none is given: on a CPU about 10 s of work for all-MiniLM-L6-v2 on
+# 2 cores (a 512k-token request took 77 s there), on a GPU a few seconds' worth.
+AUTO_QUEUE_TOKENS = {"cpu": 65_536, "cuda": 4_194_304}
+
+
+@dataclass(frozen=True)
+class Answer:
+    """What a search answered: each query's hits, from which version, how."""
+
+    hits: list[list[Any]]  # per query, `Hit`s best first
+    truncated: int  # queries cut at the model's max length
+    mode: str  # the mode used: the one asked for, else the index's default
+    index_version: str | None  # the version folder answered from (None: an unversioned index)
 
 
 @dataclass(frozen=True)
@@ -74,61 +96,44 @@ class ServedModel:
         """Open the model (with `config.index`: the index and its model, or `config.model` checked
         against it). Blocking: minutes for a large model, so the server runs it in a thread."""
         from embedkit import SearchIndex, load_encoder
+        from embedkit.index.folder import check_model_for
 
+        # By default ONNX Runtime's CPU threads busy-wait for the next run after each one. An
+        # offline `encode` of large batches loses little by it, but a server runs many small
+        # length groups and shares the cores with its event loop: `benchmarks/serve.py` on 2
+        # shared CPU cores served 40 instead of 25 sentences/s to 8 single-sentence clients
+        # without spinning, 36 instead of 23 to 32 (benchmarks/README.md; `--ort-spinning` keeps it).
+        options = {"device": config.device, "precision": config.precision, "spinning": config.ort_spinning}
         if config.index is None:
-            encoder = load_encoder(config.model, device=config.device, precision=config.precision)
-            if not config.ort_spinning:
-                stop_spinning(encoder)
-            return cls(encoder)
+            return cls(load_encoder(config.model, **options))
         index = SearchIndex.load(config.index)
         try:
-            encoder = index.encoder(config.model, device=config.device, precision=config.precision)
-            if not config.ort_spinning:
-                stop_spinning(encoder)
-            return cls(encoder, index)
+            return cls(load_encoder(check_model_for(index.meta, config.model), **options), index)
         except BaseException:
             index.close()
             raise
 
-    def count_tokens(self, texts: Sequence[str]) -> tuple[list[int], int]:
-        """Each text's token count after truncation, and how many texts were truncated."""
+    def tokenize(self, texts: Sequence[str]) -> tuple[list[Any], list[int], int]:
+        """The texts' encodings (truncated at the model's length), their token counts, and how many
+        texts were truncated."""
         encodings = self.tokenizer.encode_batch(list(texts))
-        return [len(e.ids) for e in encodings], sum(1 for e in encodings if e.overflowing)
+        return encodings, [len(e.ids) for e in encodings], sum(1 for e in encodings if e.overflowing)
 
-    def run_batch(self, texts: list[str], tokens: list[int]) -> np.ndarray:
-        """One batch through the model, as `encoder.encode` computes it (the model's own
-        normalization): one forward pass per group of similar length (`length_groups`)."""
-        out = np.empty((len(texts), self.dim), dtype=np.float32)
+    def run_batch(self, encodings: list[Any], tokens: list[int]) -> np.ndarray:
+        """One batch of tokenized texts through the model, as `encoder.encode` computes it (the
+        model's own normalization): one forward pass per group of similar length."""
+        out = np.empty((len(encodings), self.dim), dtype=np.float32)
+        pad_id = self.encoder.batcher.pad_id
         for group in length_groups(tokens):
-            out[group] = self.encoder.encode([texts[i] for i in group], batch_size=len(group))
+            out[group] = self.encoder.run_batch(pad_encodings(encodings, np.asarray(group), pad_id))
         return out
+
+    @property
+    def index_version(self) -> str | None:
+        return self.index.version if self.index is not None else None
 
     def describe(self) -> str:
         return f"{self.name} ({self.backend}, {self.device}, {self.precision}, {self.dim}-d)"
-
-
-def stop_spinning(encoder: Any) -> None:
-    """Reopen an ONNX model on the CPU with ONNX Runtime's intra-op threads not spinning.
-
-    By default the threads busy-wait for the next run after each one. An offline `encode` of large
-    batches loses little by it, but a server runs many small length groups and shares the cores
-    with its event loop (and often other processes): `benchmarks/serve.py` on 2 shared CPU cores
-    served 40 instead of 25 sentences/s to 8 single-sentence clients without spinning, and 36
-    instead of 23 to 32 (benchmarks/README.md). `OnnxEncoder` takes no such option, so its session
-    is replaced (`--ort-spinning` keeps it).
-    """
-    if getattr(encoder, "backend", None) != "onnx" or str(encoder.device) != "cpu":
-        return
-    import onnxruntime as ort
-
-    from embedkit.encode.onnx_backend import precision_files, session_options
-
-    options = session_options()
-    options.add_session_config_entry("session.intra_op.allow_spinning", "0")
-    file = encoder.path / precision_files(encoder.metadata)[encoder.precision]
-    encoder.session = ort.InferenceSession(
-        str(file), sess_options=options, providers=["CPUExecutionProvider"]
-    )
 
 
 class Engine:
@@ -144,6 +149,7 @@ class Engine:
         self.on_ready: Callable[[ServedModel], None] | None = None
         self.on_error: Callable[[BaseException], None] | None = None
         self._index_thread = ThreadPoolExecutor(1, thread_name_prefix="embedkit-index")
+        self._last_warning = ""
         self.metrics.gauge(
             "embedkit_ready", "1 once the model answered its warm-up batch.", lambda: self.ready
         )
@@ -164,16 +170,22 @@ class Engine:
         loop = asyncio.get_running_loop()
         try:
             self.model = await loop.run_in_executor(self._index_thread, ServedModel.load, self.config)
+            queue_tokens = (
+                self.config.max_queue_tokens
+                or AUTO_QUEUE_TOKENS["cpu" if self.model.device == "cpu" else "cuda"]
+            )
             self.batcher = DynamicBatcher(
                 self.model.run_batch,
                 max_batch_tokens=self.config.max_batch_tokens,
                 max_wait_ms=self.config.max_wait_ms,
                 workers=self.config.workers,
                 max_queue_texts=self.config.max_queue_texts,
+                max_queue_tokens=max(queue_tokens, self.model.max_seq_length),
                 on_batch=self.metrics.observe_batch,
             )
             await self.batcher.start()
-            await self.batcher.embed(["warm-up"], [3])
+            encodings, lengths, _ = self.model.tokenize(["warm-up"])
+            await self.batcher.embed(encodings, lengths)
             self.ready = True
         except Exception as exc:
             self.error = exc
@@ -196,26 +208,67 @@ class Engine:
         assert self.model is not None and self.batcher is not None, "embed before the model is ready"
         texts = list(texts)
         if sum(map(len, texts)) > INLINE_TOKENIZE_CHARS:
-            lengths, truncated = await asyncio.to_thread(self.model.count_tokens, texts)
+            encodings, lengths, truncated = await asyncio.to_thread(self.model.tokenize, texts)
         else:
-            lengths, truncated = self.model.count_tokens(texts)
-        vectors = await self.batcher.embed(texts, lengths)
+            encodings, lengths, truncated = self.model.tokenize(texts)
+        vectors = await self.batcher.embed(encodings, lengths)
         self.metrics.count_texts(len(texts), sum(lengths), truncated)
         return Embedded(vectors, sum(lengths), truncated)
 
-    async def search(self, queries: list[str], k: int, mode: str | None = None) -> tuple[list[list], int]:
-        """Each query's hits (`SearchIndex.search_text`), and how many queries were truncated.
+    async def search(self, queries: list[str], k: int, mode: str | None = None, **options: Any) -> Answer:
+        """Each query's hits (`SearchIndex.search_text`) from the live version of the index.
 
-        `mode` (dense, lexical, hybrid; None: the index's default) goes to `search_text`, which
-        refuses lexical and hybrid on an index without a lexical side (`InputError`).
+        `mode` (dense, lexical, hybrid; None: the index's default) and `options` (fusion, alpha,
+        snippets) go to `search_text`, which refuses lexical and hybrid on an index without a
+        lexical side, and a bad fusion or weight (`InputError`).
         """
         assert self.model is not None and self.model.index is not None
-        index = self.model.index
         loop = asyncio.get_running_loop()
         encoder = BatchedEncoder(self, loop)
-        search = functools.partial(index.search_text, queries, k, encoder=encoder, mode=mode)
-        hits = await loop.run_in_executor(self._index_thread, search)
-        return hits, encoder.truncated
+
+        def run() -> Answer:
+            index = self._live_index()
+            used = mode or index.default_mode()
+            hits = index.search_text(queries, k, encoder=encoder, mode=used, **options)
+            return Answer(hits, encoder.truncated, used, index.version)
+
+        return await loop.run_in_executor(self._index_thread, run)
+
+    def _live_index(self) -> SearchIndex:
+        """On the index thread: the served index, moved to the version `CURRENT` names when an
+        append or a rebuild has published another one (the old one closed)."""
+        assert self.model is not None and self.model.index is not None
+        from embedkit import SearchIndex
+
+        served = self.model.index
+        try:
+            if served.is_current():
+                return served
+            fresh = SearchIndex.load(served.path)
+        except InputError as exc:  # the folder is being replaced or is damaged: keep what works
+            self._warn_once(
+                f"index {served.path}: {str(exc).splitlines()[0]}; answering from {served.version}"
+            )
+            return served
+        try:
+            fresh.check_encoder(self.model.encoder)
+        except InputError:
+            fresh.close()
+            self._warn_once(
+                f"index {served.path}: version {fresh.version} was built with another model; answering "
+                f"from {served.version} until the server is restarted"
+            )
+            return served
+        self.model.index = fresh
+        served.close()
+        self.metrics.count_index_swap()
+        log.info("index %s: now answering from %s (was %s)", served.path, fresh.version, served.version)
+        return fresh
+
+    def _warn_once(self, message: str) -> None:
+        if message != self._last_warning:
+            self._last_warning = message
+            log.warning("%s", message)
 
 
 class BatchedEncoder(EncoderBase):
@@ -249,17 +302,3 @@ class BatchedEncoder(EncoderBase):
         if normalize and not getattr(self._encoder, "normalize_default", False):
             vectors = l2_normalize(vectors)
         return vectors
-
-
-def hit_record(rank: int, hit: Any) -> dict[str, Any]:
-    """One hit as JSON: as `embedkit search --json` writes it, with every extra score the hit has
-    (hybrid search's dense, lexical and fused scores) and `metadata` always present."""
-    record: dict[str, Any] = {"rank": rank, "id": hit.id, "score": float(hit.score)}
-    for field in dataclasses.fields(hit):
-        if field.name not in ("id", "score", "row", "document"):
-            value = getattr(hit, field.name)
-            record[field.name] = float(value) if isinstance(value, (float, np.floating)) else value
-    doc = hit.document
-    if doc is not None:
-        record.update(title=doc.title, text=doc.text, metadata=doc.metadata or {})
-    return record

@@ -57,6 +57,8 @@ class Metrics:
         self.texts_embedded = 0
         self.prompt_tokens = 0
         self.truncated_texts = 0
+        self.client_disconnects = 0  # requests whose client left before its answer: not server errors
+        self.index_swaps = 0  # times the server moved to a newer version of its index
         self.gauges: dict[str, tuple[str, Callable[[], float]]] = {}  # name -> (help, read)
 
     def observe_request(self, route: str, status: int, seconds: float) -> None:
@@ -75,6 +77,12 @@ class Metrics:
         self.texts_embedded += texts
         self.prompt_tokens += tokens
         self.truncated_texts += truncated
+
+    def count_disconnect(self) -> None:
+        self.client_disconnects += 1
+
+    def count_index_swap(self) -> None:  # from the index thread: one int, atomic under the GIL
+        self.index_swaps += 1
 
     def gauge(self, name: str, help_text: str, read: Callable[[], float]) -> None:
         """A value read when /metrics is asked for (queue depth, readiness)."""
@@ -96,6 +104,16 @@ class Metrics:
             ("embedkit_texts_embedded_total", self.texts_embedded, "Texts embedded (requests and queries)."),
             ("embedkit_prompt_tokens_total", self.prompt_tokens, "Tokens of the texts embedded."),
             ("embedkit_truncated_texts_total", self.truncated_texts, "Texts cut at the model's max length."),
+            (
+                "embedkit_client_disconnects_total",
+                self.client_disconnects,
+                "Requests whose client closed the connection before the answer (counted as 499).",
+            ),
+            (
+                "embedkit_index_swaps_total",
+                self.index_swaps,
+                "Times the server moved to a newer index.",
+            ),
         ):
             _family(out, name, "counter", help_text)
             out.append(f"{name} {value}")

@@ -10,6 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
+from embedkit.index.fusion import FUSION_METHODS
 from embedkit.index.search import SEARCH_MODES
 from embedkit.serve.schemas import OPENAI_EMBEDDINGS, SEARCH, TEI_EMBED, Body
 from embedkit.serve.settings import ServeConfig
@@ -104,7 +105,19 @@ RESPONSES: dict[str, dict[str, Any]] = {
         "properties": {
             "object": {"const": "list"},
             "model": {"type": "string"},
-            "mode": {"enum": list(SEARCH_MODES)},
+            "mode": {
+                "enum": list(SEARCH_MODES),
+                "description": "the mode used: as asked, else the index's default",
+            },
+            "fusion": {
+                "enum": list(FUSION_METHODS),
+                "description": "hybrid only: how the rankings were fused",
+            },
+            "alpha": {"type": "number", "description": "hybrid only: the dense side's weight"},
+            "index_version": {
+                "type": ["string", "null"],
+                "description": "the index version answered from (the server follows appends)",
+            },
             "results": {
                 "type": "array",
                 "items": {
@@ -149,6 +162,7 @@ RESPONSES: dict[str, dict[str, Any]] = {
         "required": ["status"],
         "properties": {
             "status": {"enum": ["ok", "loading", "error"]},
+            "index_version": {"type": ["string", "null"], "description": "the index version served"},
             "model": {"type": "string"},
             "message": {"type": "string"},
         },

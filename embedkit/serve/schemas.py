@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from embedkit.index.fusion import DEFAULT_ALPHA, DEFAULT_FUSION, FUSION_METHODS
-from embedkit.serve.engine import SEARCH_MODES
+from embedkit.index.search import SEARCH_MODES
 from embedkit.serve.settings import ServeConfig
 
 # Field kinds: what JSON a field takes.
@@ -165,12 +165,25 @@ def check_texts(value: Any, param: str, max_items: int | None) -> list[str]:
     for i, text in enumerate(value):
         where = f"'{param}'" if single else f"{param}[{i}]"
         if not isinstance(text, str):
-            if isinstance(text, (int, list)) and not isinstance(text, bool):
+            if _token_ids(text):
                 raise BodyError(422, f"{where}: token ids are not accepted; send text", param)
+            if isinstance(text, list):
+                raise BodyError(
+                    422,
+                    f"{where} is a list: '{param}' must be a string or a list of strings, not nested lists",
+                    param,
+                )
             raise BodyError(422, f"{where} must be a string, not {json_type(text)}", param)
         if not text.strip():
             raise BodyError(422, f"{where} is an empty string", param)
     return value
+
+
+def _token_ids(value: Any) -> bool:
+    """An int, or a non-empty list of ints: what OpenAI's API takes as tokens."""
+    if isinstance(value, list):
+        return bool(value) and all(isinstance(v, int) and not isinstance(v, bool) for v in value)
+    return isinstance(value, int) and not isinstance(value, bool)
 
 
 def json_type(value: Any) -> str:

@@ -11,8 +11,10 @@ and `run_server` returns (exit status 0). A second signal stops without waiting.
 from __future__ import annotations
 
 import contextlib
+import logging
 import signal
 import socket
+import sys
 import threading
 from collections.abc import Callable, Iterator
 
@@ -53,6 +55,7 @@ def run_server(config: ServeConfig, echo: Callable[[str], None] = print) -> None
     ServedModel.check(config)
     sock = bind(config.host, config.port)
     url = f"{config.url.rsplit(':', 1)[0]}:{sock.getsockname()[1]}"
+    _log_to_stderr()
     engine = Engine(config)
     uv_config = uvicorn.Config(
         create_app(engine),
@@ -85,6 +88,18 @@ def run_server(config: ServeConfig, echo: Callable[[str], None] = print) -> None
     if server.force_exit:
         raise RunFailure("stopped on a second signal without waiting for the requests in flight")
     echo("stopped")
+
+
+def _log_to_stderr() -> None:
+    """The server's own lines (a client that left, a newer index version, a failure's traceback)
+    on stderr at INFO, whatever uvicorn's --access-log level is."""
+    log = logging.getLogger("embedkit.serve")
+    if not log.handlers:
+        handler = logging.StreamHandler(sys.stderr)
+        handler.setFormatter(logging.Formatter("embedkit serve: %(levelname)s: %(message)s"))
+        log.addHandler(handler)
+        log.setLevel(logging.INFO)
+        log.propagate = False
 
 
 class GracefulServer(uvicorn.Server):

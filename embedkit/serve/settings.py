@@ -11,6 +11,10 @@ Defaults and where they come from:
   back into one batch.
 - `max_texts` 2048: the OpenAI embeddings API's limit on inputs per request.
 - `max_body_bytes` 8 MiB: 2048 texts of 4,000 characters; larger bodies are refused while reading.
+- `max_queue_tokens` None (by device, `engine.AUTO_QUEUE_TOKENS`: 65,536 on a CPU): tokens waiting
+  for a batch, beyond which a request is refused with 503 and `Retry-After`, so that one request
+  of long texts cannot hold the model for a minute (a 2,000-text request of 4 KB texts, 512k
+  tokens, took 77 s on 2 CPU cores); a request larger than the whole bound is a 413.
 - `max_queue_texts` 16384: texts waiting for a batch, beyond which a request is refused with 503
   (on two CPU cores, a minute of work: a client would time out before its turn anyway).
 - `workers` 1: inference threads, each running whole batches on the one loaded model (ONNX
@@ -52,6 +56,7 @@ class ServeConfig:
     max_texts: int = DEFAULT_MAX_TEXTS  # texts (or queries) in one request
     max_body_bytes: int = DEFAULT_MAX_BODY_BYTES
     max_queue_texts: int = DEFAULT_MAX_QUEUE_TEXTS
+    max_queue_tokens: int | None = None  # None: by device (engine.AUTO_QUEUE_TOKENS)
     max_k: int = DEFAULT_MAX_K
     access_log: bool = False
     ort_spinning: bool = False  # let ONNX Runtime's CPU threads busy-wait (see engine.stop_spinning)
@@ -66,6 +71,8 @@ class ServeConfig:
         for name in positive:
             if getattr(self, name) < 1:
                 raise InputError(f"--{name.replace('_', '-')} must be at least 1, got {getattr(self, name)}")
+        if self.max_queue_tokens is not None and self.max_queue_tokens < 1:
+            raise InputError(f"--max-queue-tokens must be at least 1, got {self.max_queue_tokens}")
         if self.max_wait_ms < 0:
             raise InputError(f"--max-wait-ms must be 0 or more, got {self.max_wait_ms}")
         if self.max_queue_texts < self.max_texts:

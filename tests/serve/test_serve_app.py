@@ -18,6 +18,8 @@ from embedkit.serve.app import create_app  # noqa: E402
 from embedkit.serve.engine import Engine, ServedModel  # noqa: E402
 from embedkit.serve.settings import ServeConfig  # noqa: E402
 
+BOOM = 99  # the token id of the word "boom", on which the fake model fails
+
 
 class FakeTokenizer:
     """One token per word plus two, truncated at 8, as a BERT tokenizer with max length 8 counts."""
@@ -25,22 +27,28 @@ class FakeTokenizer:
     def encode_batch(self, texts: list[str]):
         out = []
         for text in texts:
-            n = len(text.split()) + 2
-            out.append(SimpleNamespace(ids=[0] * min(n, 8), overflowing=[1] if n > 8 else []))
+            ids = [0, *(BOOM if w == "boom" else 1 for w in text.split()), 0]
+            out.append(
+                SimpleNamespace(
+                    ids=ids[:8], type_ids=[0] * len(ids[:8]), overflowing=[1] if len(ids) > 8 else []
+                )
+            )
         return out
 
 
 class FakeEncoder:
+    """Each text's vector is [its token count, 1]: what the server sends is checkable by hand."""
+
     backend, device, precision, dim, max_seq_length = "fake", "cpu", "fp32", 2, 8
 
     def __init__(self) -> None:
         self.path = Path("/models/fake-model")
-        self.batcher = SimpleNamespace(tokenizer=FakeTokenizer())
+        self.batcher = SimpleNamespace(tokenizer=FakeTokenizer(), pad_id=0)
 
-    def encode(self, texts, batch_size=64, normalize=None, progress=False):
-        if any("boom" in t for t in texts):
+    def run_batch(self, batch):
+        if (batch.input_ids == BOOM).any():
             raise RuntimeError("the model broke\nsecond line")
-        return np.array([[len(t), 1.0] for t in texts], dtype=np.float32)
+        return np.stack([batch.attention_mask.sum(1), np.ones(len(batch.input_ids))], 1).astype(np.float32)
 
 
 @pytest.fixture
@@ -69,7 +77,7 @@ def test_loading_then_ready_then_a_model_failure_is_a_json_500(loaded: threading
         ok = client.post("/v1/embeddings", json={"input": ["one two", "a b c d e f g h i"]})
         assert ok.status_code == 200
         body = ok.json()
-        assert [d["embedding"] for d in body["data"]] == [[7.0, 1.0], [17.0, 1.0]]
+        assert [d["embedding"] for d in body["data"]] == [[4.0, 1.0], [8.0, 1.0]]  # 2 + 2 and 9 + 2 cut at 8
         assert body["usage"]["prompt_tokens"] == 4 + 8 and ok.headers["X-Embedkit-Truncated"] == "1"
         assert body["model"] == "fake-model"
 

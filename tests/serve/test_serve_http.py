@@ -69,7 +69,8 @@ def metric_values(client) -> dict[tuple[str, tuple], float]:
 
 
 def test_health_and_models(server: Server, client, tiny_onnx: Path):
-    assert httpx.get(f"{server.url}/health").json() == {"status": "ok", "model": tiny_onnx.name}
+    health = httpx.get(f"{server.url}/health").json()
+    assert health == {"status": "ok", "model": tiny_onnx.name, "index_version": "v-000001"}
     (card,) = client.get("/v1/models").json()["data"]
     assert (card["id"], card["object"], card["dim"], card["max_seq_length"]) == (
         tiny_onnx.name,
@@ -223,6 +224,12 @@ def test_api_key_is_required_except_for_health(server: Server):
         ("/v1/embeddings", b'{"input": ["ok", "  "]}', 422, "input[1] is an empty string"),
         ("/v1/embeddings", b'{"input": ["ok", null]}', 422, "input[1] must be a string"),
         ("/v1/embeddings", b'{"input": [[1, 2]]}', 422, "token ids"),
+        (
+            "/v1/embeddings",
+            b'{"input": [["a", "b"]]}',
+            422,
+            "input[0] is a list: 'input' must be a string or a list",
+        ),
         ("/v1/embeddings", b'{"input": "x", "encoding_format": "hex"}', 422, "encoding_format"),
         ("/v1/embeddings", b'{"input": "x", "model": 3}', 422, "'model'"),
         ("/v1/embeddings", b'{"input": "x", "dimensions": 8}', 422, "32-d"),
@@ -232,6 +239,9 @@ def test_api_key_is_required_except_for_health(server: Server):
         ("/search", b'{"query": "x", "k": 0}', 422, "'k'"),
         ("/search", b'{"query": "x", "k": "3"}', 422, "'k'"),
         ("/search", b'{"query": "x", "k": true}', 422, "'k'"),
+        ("/search", b'{"query": "x", "fusion": "sum"}', 422, "'fusion' must be one of prf"),
+        ("/search", b'{"query": "x", "alpha": -1}', 422, "'alpha'"),
+        ("/search", b'{"query": "x", "mode": "fuzzy"}', 422, "'mode' must be one of dense, lexical, hybrid"),
     ],
 )
 def test_malformed_bodies_get_json_errors(client, path: str, body: bytes, status: int, says: str):
