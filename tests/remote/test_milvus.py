@@ -1,0 +1,207 @@
+"""`embedkit push` and search against Milvus Lite: the same rankings as the local index, each row once.
+
+References: the dense top-10 of a pushed flat index must be the local flat index's (and an exact
+numpy search's), documents and metadata must come back as given, pushes killed half way and
+pushed again must leave each row once. Skipped without pymilvus / milvus-lite (`embedkit[milvus]`).
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import replace
+from pathlib import Path
+
+import numpy as np
+import pytest
+from runtime_helpers import TableEncoder, brute_force
+from typer.testing import CliRunner
+
+from embedkit.cli.app import app
+from embedkit.errors import InputError, RunFailure
+from embedkit.index import SearchIndex, build_index
+from embedkit.remote.base import RemoteTarget
+from embedkit.remote.milvus import MilvusCollection
+from embedkit.remote.push import push_index
+from embedkit.remote.search import RemoteIndex
+
+pytest.importorskip("faiss")
+pytest.importorskip("pymilvus")
+pytest.importorskip("milvus_lite")
+
+TOPICS = ["shock wave", "boundary layer", "heat transfer", "wing stall", "jet noise", "buckling shell"]
+QUERIES = ["shock wave on a wing", "heat transfer in the boundary layer", "buckling of a thin shell"]
+DIM = 32  # the tiny BERT fixture's dimension, so the CLI can embed queries with it
+
+
+def _documents(n: int) -> tuple[list[str], list[str]]:
+    ids = [f"d{i}" for i in range(n)]
+    texts = [f"{TOPICS[i % 6]} case {i} with {TOPICS[(i * 5 + 1) % 6]} measured" for i in range(n)]
+    return ids, texts
+
+
+def _write_corpus(path: Path, ids: list[str], texts: list[str]) -> Path:
+    with path.open("w", encoding="utf-8") as f:
+        for i, (doc_id, text) in enumerate(zip(ids, texts, strict=True)):
+            f.write(json.dumps({"_id": doc_id, "title": f"title {i % 4}", "text": text, "lab": i % 3}) + "\n")
+    return path
+
+
+@pytest.fixture
+def small(tmp_path: Path, tiny_bert: Path) -> tuple[Path, TableEncoder, list[str]]:
+    """A 60-document flat index whose vectors the test chose, and its encoder."""
+    ids, texts = _documents(60)
+    rng = np.random.default_rng(0)
+    full = [f"title {i % 4} {t}" for i, t in enumerate(texts)]
+    table = {t: rng.standard_normal(DIM) for t in [*full, *QUERIES]}
+    encoder = TableEncoder(tiny_bert, table)
+    out = tmp_path / "idx"
+    build_index(_write_corpus(tmp_path / "c.jsonl", ids, texts), out, encoder, kind="flat")
+    return out, encoder, full
+
+
+def _target(tmp_path: Path, name: str = "docs") -> RemoteTarget:
+    return RemoteTarget.parse(str(tmp_path / "milvus.db"), name)
+
+
+def test_pushed_index_gives_the_local_dense_top10_and_documents(tmp_path: Path, small) -> None:
+    out, encoder, full = small
+    target = _target(tmp_path)
+    report = push_index(out, target, batch_size=16)  # 4 batches
+    assert (report.total, report.sent) == (60, 60)
+    vectors = encoder.encode(full, normalize=True)
+    queries = encoder.encode(QUERIES, normalize=True)
+    _, exact = brute_force(vectors, queries, 10)
+    with SearchIndex.load(out) as local, RemoteIndex.open(target) as remote:
+        assert len(remote) == 60 and remote.dim == DIM
+        here = local.search_text(QUERIES, k=10, encoder=encoder, mode="dense")
+        there = remote.search_text(QUERIES, k=10, encoder=encoder, mode="dense")
+        for q, (a, b) in enumerate(zip(here, there, strict=True)):
+            assert [h.id for h in b] == [h.id for h in a] == [f"d{r}" for r in exact[q]]
+            np.testing.assert_allclose([h.score for h in b], [h.score for h in a], atol=1e-5)
+            assert [h.document for h in b] == [h.document for h in a]  # title, text, metadata back
+        assert there[0][0].document.metadata == {"lab": int(there[0][0].id[1:]) % 3}
+        np.testing.assert_allclose(remote.vectors_of_rows([5, 0]), vectors[[5, 0]], atol=1e-6)
+
+
+def test_killed_then_repeated_pushes_leave_each_row_once(tmp_path: Path, small, monkeypatch) -> None:
+    out, encoder, _ = small
+    target = _target(tmp_path)
+    real = MilvusCollection.upsert
+    calls = []
+
+    def dies_after_two(self, rows, documents, vectors):
+        calls.append(list(rows))
+        if len(calls) > 2:
+            raise RunFailure("killed")
+        real(self, rows, documents, vectors)
+
+    monkeypatch.setattr(MilvusCollection, "upsert", dies_after_two)
+    with pytest.raises(RunFailure, match="killed"):
+        push_index(out, target, batch_size=20)
+    monkeypatch.setattr(MilvusCollection, "upsert", real)
+    with pytest.raises(InputError):  # the record says 0 rows complete; a search still opens
+        RemoteIndex.open(RemoteTarget.parse(target.uri, "other"))
+    resumed = push_index(out, target, append=True, batch_size=20)
+    assert resumed.sent == 20  # rows 40..59 only
+    again = push_index(out, target, batch_size=20)  # a plain push again: upserts, no copies
+    assert again.sent == 60
+    collection = MilvusCollection.connect(target)
+    try:
+        assert collection.count() == 60
+        assert collection.rows_present(0, 100) == set(range(60))
+        assert collection.read_record().count == 60
+    finally:
+        collection.close()
+
+
+def test_other_model_other_dim_and_bad_names_are_refused(tmp_path: Path, small) -> None:
+    out, encoder, _ = small
+    target = _target(tmp_path)
+    push_index(out, target)
+    collection = MilvusCollection.connect(target)
+    try:
+        record = collection.read_record()
+        assert (record.model_fingerprint, record.dim, record.count) == (encoder.fingerprint, DIM, 60)
+        # the collection as another model's push would leave it
+        collection.write_record(replace(record, model_fingerprint="0123456789abcdef", model="other-model"))
+        eight = MilvusCollection(RemoteTarget.parse(target.uri, "eight"), collection.client)
+        eight.create(8, replace(record, dim=8, count=0))  # a collection of 8-d vectors
+    finally:
+        collection.close()
+    runner = CliRunner()
+    result = runner.invoke(app, ["push", str(out), target.uri, "--collection", "docs"])
+    assert result.exit_code == 2, result.output
+    assert result.output.startswith("error:") and "other-model" in result.output
+    assert len(result.output.strip().splitlines()) == 1
+    result = runner.invoke(app, ["push", str(out), target.uri, "--collection", "eight", "--append"])
+    assert result.exit_code == 2 and "8-d" in result.output and result.output.startswith("error:")
+    for bad in ("9lives", "has-dash", "a b"):
+        result = runner.invoke(app, ["push", str(out), target.uri, "--collection", bad])
+        assert result.exit_code == 2 and "bad collection name" in result.output
+    result = runner.invoke(app, ["push", str(out), "http://host:1"])
+    assert result.exit_code == 2 and "bad search server URI" in result.output
+    # nothing was written by the refused pushes
+    collection = MilvusCollection.connect(target)
+    eight = MilvusCollection(RemoteTarget.parse(target.uri, "eight"), collection.client)
+    try:
+        assert collection.count() == 60 and eight.count() == 0
+        assert collection.read_record().model == "other-model"
+    finally:
+        collection.close()
+
+
+def test_unreachable_server_is_one_error_line(tmp_path: Path, small) -> None:
+    out, _, _ = small
+    result = CliRunner().invoke(app, ["push", str(out), "milvus://127.0.0.1:9"])
+    assert result.exit_code == 2, result.output
+    assert result.output.startswith("error:") and "connecting" in result.output
+    assert "Traceback" not in result.output
+
+
+def test_the_cli_starts_without_pymilvus() -> None:
+    import subprocess
+    import sys
+
+    code = (
+        "import sys, embedkit.cli.app\n"
+        "print('pymilvus' in sys.modules, 'embedkit.remote.milvus' in sys.modules)"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
+    assert out.split() == ["False", "False"]
+
+
+def _json_lines(output: str) -> list[dict]:
+    return [json.loads(line) for line in output.splitlines() if line.startswith("{")]
+
+
+def test_cli_push_then_search_prints_what_the_local_index_prints(tmp_path: Path, small) -> None:
+    out, _, _ = small
+    db = str(tmp_path / "cli.db")
+    runner = CliRunner()
+    result = runner.invoke(app, ["push", str(out), db, "--collection", "docs"])
+    assert result.exit_code == 0, result.output
+    assert "pushed 60 of 60 documents" in result.output
+    queries = tmp_path / "q.txt"
+    queries.write_text("\n".join(QUERIES) + "\n", encoding="utf-8")
+    # queries embedded by the model the push recorded (the tiny BERT folder), on both sides
+    local = runner.invoke(app, ["search", str(out), "--queries", str(queries), "--json", "--mode", "dense"])
+    remote = runner.invoke(
+        app, ["search", db, "-c", "docs", "--queries", str(queries), "--json", "--mode", "dense"]
+    )
+    assert local.exit_code == 0 and remote.exit_code == 0, remote.output
+    here, there = _json_lines(local.output), _json_lines(remote.output)
+    assert len(here) == len(there) == 3
+    for a, b in zip(here, there, strict=True):
+        assert [h["id"] for h in b["hits"]] == [h["id"] for h in a["hits"]]
+        np.testing.assert_allclose(
+            [h["score"] for h in b["hits"]], [h["score"] for h in a["hits"]], atol=1e-5
+        )
+        for h in (*a["hits"], *b["hits"]):
+            h.pop("score"), h.pop("dense_score")
+        assert a == b  # rank, id, title, text, metadata, null lexical score: the same JSON
+    missing = runner.invoke(app, ["search", db, "-c", "nothing_here", "shock"])
+    assert (
+        missing.exit_code == 2
+        and missing.output.startswith("error:")
+        and "no such collection" in missing.output
+    )
