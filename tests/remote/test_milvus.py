@@ -205,3 +205,35 @@ def test_cli_push_then_search_prints_what_the_local_index_prints(tmp_path: Path,
         and missing.output.startswith("error:")
         and "no such collection" in missing.output
     )
+
+
+def _metrics(output: str) -> dict[str, list[str]]:
+    """metric -> the table's values, from `eval retrieval`'s printed table."""
+    rows = {}
+    for line in output.splitlines():
+        cells = [c.strip() for c in line.split("│") if c.strip()]
+        if cells and (cells[0].startswith(("ndcg", "mrr", "recall", "map"))):
+            rows[cells[0]] = cells[1:]
+    return rows
+
+
+def test_eval_retrieval_on_a_pushed_index_gives_the_local_figures(tmp_path: Path, tiny_bert: Path) -> None:
+    from eval_data import write_beir
+
+    folder = write_beir(tmp_path / "beir")
+    build_index(folder, tmp_path / "index", tiny_bert, kind="flat", device="cpu")
+    db = str(tmp_path / "e.db")
+    runner = CliRunner()
+    assert runner.invoke(app, ["push", str(tmp_path / "index"), db, "-c", "beir"]).exit_code == 0
+    args = ["eval", "retrieval", str(folder), "--mode", "all", "--fusion", "rrf"]
+    local = runner.invoke(app, [*args, "--index", str(tmp_path / "index")])
+    remote = runner.invoke(app, [*args, "--index", db, "--collection", "beir"])
+    assert local.exit_code == 0 and remote.exit_code == 0, remote.output
+    here, there = _metrics(local.output), _metrics(remote.output)
+    assert len(here) == 6 and len(here["ndcg@10"]) == 3  # dense, lexical, hybrid
+    for name, values in here.items():  # dense is exact; BM25 ranks alike on these 12 short texts
+        assert there[name][0] == values[0], name
+        assert [float(v) for v in there[name]] == pytest.approx([float(v) for v in values], abs=0.02), name
+    assert f"{db} collection beir search" in " ".join(remote.output.split())
+    wrong = runner.invoke(app, [*args, "--index", db, "--collection", "absent_one"])
+    assert wrong.exit_code == 2 and wrong.output.startswith("error:")
