@@ -237,3 +237,35 @@ def test_eval_retrieval_on_a_pushed_index_gives_the_local_figures(tmp_path: Path
     assert f"{db} collection beir search" in " ".join(remote.output.split())
     wrong = runner.invoke(app, [*args, "--index", db, "--collection", "absent_one"])
     assert wrong.exit_code == 2 and wrong.output.startswith("error:")
+
+
+def test_part_files_push_straight_to_milvus(tmp_path: Path, tiny_bert: Path) -> None:
+    from runtime_helpers import clustered, write_jsonl
+
+    from embedkit.jobs.parts import Shard
+    from embedkit.jobs.sharding import embed_shard
+    from embedkit.remote.push import push_vectors
+
+    vectors = clustered(90, DIM, 6, seed=3)
+    ids = [f"p{i}" for i in range(90)]
+    texts = [f"text of {doc_id}" for doc_id in ids]
+    corpus = write_jsonl(tmp_path / "c.jsonl", ids, texts)
+    encoder = TableEncoder(tiny_bert, dict(zip(texts, vectors, strict=True)))
+    for i in range(3):
+        embed_shard(corpus, tmp_path / "parts", Shard(i, 3), encoder)
+    db = str(tmp_path / "p.db")
+    result = CliRunner().invoke(
+        app, ["push", "--from-vectors", str(tmp_path / "parts"), "--corpus", str(corpus), db]
+    )
+    assert result.exit_code == 0, result.output
+    target = RemoteTarget.parse(db)
+    again = push_vectors(tmp_path / "parts", corpus, target, append=True, batch_size=7)
+    assert (again.total, again.sent) == (90, 0)  # all there: nothing sent
+    _, exact = brute_force(vectors, vectors[:5], 10)
+    with RemoteIndex.open(target) as remote:
+        assert len(remote) == 90 and remote.meta["model_fingerprint"] == encoder.fingerprint
+        _, found = remote.search(vectors[:5], k=10)
+        assert found == [[ids[r] for r in row] for row in exact]
+        assert remote.store.by_rows([89])[0].text == "text of p89"
+    wrong = CliRunner().invoke(app, ["push", "--from-vectors", str(tmp_path / "parts"), db])
+    assert wrong.exit_code == 2 and "--corpus" in wrong.output
