@@ -227,6 +227,11 @@ class MilvusCollection:
         with _calls(self.target, f"writing rows {rows[0]}..{rows[-1]}" if rows else "writing"):
             self.client.upsert(self.name, entities)
 
+    def flush(self) -> None:
+        """Seal what was written into segments (Milvus Lite otherwise rescans its memtable per search)."""
+        with _calls(self.target, "flushing"):
+            self.client.flush(self.name)
+
     # --- reading and searching --------------------------------------------------------------------
 
     def search_dense(self, vectors: np.ndarray, k: int) -> list[list[tuple[int, float]]]:

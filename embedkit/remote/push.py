@@ -168,6 +168,7 @@ def _push(
                         collection.upsert(rows, documents, vectors)
                         sent += len(rows)
                         bar.advance(len(rows))
+        collection.flush()
         held = collection.count()
         if held != record.count:
             raise RunFailure(f"{target} holds {held:,} rows after the push, not {record.count:,}: push again")
