@@ -31,12 +31,16 @@ import zlib
 from pathlib import Path
 
 import numpy as np
-from hybrid_latency import CRANFIELD, interleaved, write_corpus  # benchmarks/hybrid_latency.py
+from hybrid_latency import (  # benchmarks/hybrid_latency.py
+    CRANFIELD,
+    SentenceMeanEncoder,
+    interleaved,
+    write_corpus,
+)
 from lexical import Doc, synthetic  # benchmarks/lexical.py
 
 from embedkit import load_encoder
 from embedkit.data.beir import read_beir
-from embedkit.encode.protocol import EncoderBase
 from embedkit.index.build import build_index
 from embedkit.index.search import SearchIndex
 from embedkit.remote.base import RemoteTarget
@@ -44,25 +48,11 @@ from embedkit.remote.push import push_index
 from embedkit.remote.search import RemoteIndex
 
 
-class RandomEncoder(EncoderBase):
+class RandomEncoder(SentenceMeanEncoder):
     """A random unit vector per text (seeded by the text); the real model's identity otherwise."""
 
     def __init__(self, real) -> None:
-        self.real = real
-        self.backend, self.path, self.dim = real.backend, real.path, real.dim
-        self.max_seq_length = real.max_seq_length
-
-    @property
-    def device(self):
-        return self.real.device
-
-    @property
-    def fingerprint(self) -> str:
-        return self.real.fingerprint
-
-    @property
-    def truncated(self) -> int:
-        return 0
+        super().__init__(real, {})
 
     def encode_texts(self, texts: list[str], batch_size: int, normalize, progress: bool) -> np.ndarray:
         out = np.empty((len(texts), self.dim), np.float32)
