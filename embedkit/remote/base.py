@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import os
 import re
-from dataclasses import asdict, dataclass, fields
+from dataclasses import asdict, dataclass, field, fields
 from typing import TYPE_CHECKING, Any, Protocol
 
 from embedkit.errors import InputError
@@ -43,7 +43,7 @@ class RemoteTarget:
 
     uri: str
     collection: str = DEFAULT_COLLECTION
-    token: str = ""  # never printed
+    token: str = field(default="", repr=False)  # never printed
 
     @classmethod
     def parse(cls, uri: str, collection: str | None = None, token: str | None = None) -> RemoteTarget:

@@ -269,3 +269,22 @@ def test_part_files_push_straight_to_milvus(tmp_path: Path, tiny_bert: Path) -> 
         assert remote.store.by_rows([89])[0].text == "text of p89"
     wrong = CliRunner().invoke(app, ["push", "--from-vectors", str(tmp_path / "parts"), db])
     assert wrong.exit_code == 2 and "--corpus" in wrong.output
+
+
+def test_a_smaller_source_is_not_pushed_over_a_larger_collection(
+    tmp_path: Path, small, tiny_bert: Path
+) -> None:
+    out, encoder, _ = small
+    target = _target(tmp_path)
+    push_index(out, target)
+    ids, texts = _documents(10)
+    fewer = tmp_path / "fewer"
+    full = [f"title {i % 4} {t}" for i, t in enumerate(texts)]
+    build_index(
+        _write_corpus(tmp_path / "f.jsonl", ids, texts),
+        fewer,
+        TableEncoder(tiny_bert, {t: encoder.table[t] for t in full}),
+        kind="flat",
+    )
+    with pytest.raises(InputError, match="holds 60 rows, this source 10"):
+        push_index(fewer, target)
