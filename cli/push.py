@@ -9,7 +9,7 @@ from typing import Annotated
 import typer
 
 from embedkit.cli.common import handle_errors
-from embedkit.cli.options import CollectionOption, ColumnOption, IdColumnOption, ModelOption, TokenOption
+from embedkit.cli.options import CollectionOption, ColumnOption, IdColumnOption, TokenOption
 
 
 def register(app: typer.Typer) -> None:
@@ -41,7 +41,15 @@ def push(
         Path | None,
         typer.Option("--corpus", help="The corpus the parts were embedded from (--from-vectors)."),
     ] = None,
-    model: ModelOption = None,
+    model: Annotated[
+        str | None,
+        typer.Option(
+            "--model",
+            "-m",
+            help="With --from-vectors: the parts' model folder, where the path they record is not on this "
+            "machine (default: the recorded one).",
+        ),
+    ] = None,
     column: ColumnOption = None,
     id_column: IdColumnOption = None,
     dense_index: Annotated[

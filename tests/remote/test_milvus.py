@@ -267,6 +267,10 @@ def test_part_files_push_straight_to_milvus(tmp_path: Path, tiny_bert: Path) -> 
         _, found = remote.search(vectors[:5], k=10)
         assert found == [[ids[r] for r in row] for row in exact]
         assert remote.store.by_rows([89])[0].text == "text of p89"
+    hnsw = RemoteTarget.parse(db, "graph")
+    push_vectors(tmp_path / "parts", corpus, hnsw, dense_index="HNSW")
+    with RemoteIndex.open(hnsw) as remote:  # 90 vectors: HNSW at ef 128 finds the exact top-10
+        assert remote.search(vectors[:5], k=10)[1] == [[ids[r] for r in row] for row in exact]
     wrong = CliRunner().invoke(app, ["push", "--from-vectors", str(tmp_path / "parts"), db])
     assert wrong.exit_code == 2 and "--corpus" in wrong.output
 
