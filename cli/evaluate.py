@@ -17,11 +17,14 @@ from embedkit.cli.common import check_search_choices, fail, handle_errors
 from embedkit.cli.options import (
     AlphaOption,
     BatchOption,
+    CollectionOption,
     DeviceOption,
     FusionOption,
     JsonOption,
     ModelOption,
     PrecisionOption,
+    TokenOption,
+    open_search_index,
 )
 from embedkit.index.fusion import DEFAULT_ALPHA, DEFAULT_FUSION
 
@@ -162,13 +165,16 @@ def retrieval(
     ],
     model: ModelOption = None,
     index: Annotated[
-        Path | None,
+        str | None,
         typer.Option(
             "--index",
             help="Search this index (from `embedkit index`, built from this corpus) instead of exact search; "
-            "its model is the default --model.",
+            "its model is the default --model. Or a collection `embedkit push` filled: milvus://HOST:PORT "
+            "or FILE.db, with --collection.",
         ),
     ] = None,
+    collection: CollectionOption = None,
+    token: TokenOption = None,
     split: Annotated[str, typer.Option("--split", help="Which qrels/<split>.tsv to evaluate.")] = "test",
     ignore_identical_ids: Annotated[
         bool,
@@ -217,11 +223,20 @@ def retrieval(
 
         if not plots_available():
             raise InputError("--plot needs matplotlib: pip install 'embedkit[plots]'")
-    meta = None
+    meta, searched = None, None
     if index is not None:
-        from embedkit.index import read_index_meta
+        from embedkit.remote.base import is_remote
 
-        meta = read_index_meta(index)  # fail on a bad folder before loading anything
+        if is_remote(index):  # a pushed collection, opened once for every mode
+            searched = open_search_index(index, collection, token)
+            meta = searched.meta
+        else:
+            from embedkit.index import read_index_meta
+
+            searched = Path(index)
+            meta = read_index_meta(searched)  # fail on a bad folder before loading anything
+    elif collection is not None or token is not None:
+        raise InputError("--collection and --token go with --index milvus://HOST:PORT or FILE.db")
     from embedkit.errors import InputError
     from embedkit.index.search import SEARCH_MODES
 
@@ -232,7 +247,7 @@ def retrieval(
         m: RetrievalEvaluator(
             beir_dir,
             split=split,
-            index=index,
+            index=searched,
             ignore_identical_ids=ignore_identical_ids,
             batch_size=batch_size,
             progress=_interactive(),
@@ -251,7 +266,11 @@ def retrieval(
     from embedkit.encode.caching import CachingEncoder
 
     encoder = CachingEncoder(encoder)  # `all` embeds the corpus once for dense and hybrid
-    reports = {m: e.evaluate(encoder) for m, e in evaluators.items()}
+    try:
+        reports = {m: e.evaluate(encoder) for m, e in evaluators.items()}
+    finally:
+        if searched is not None and not isinstance(searched, Path):
+            searched.close()
     report = next(iter(reports.values()))
 
     from rich.table import Table

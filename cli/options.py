@@ -4,11 +4,14 @@ the corpus argument and its columns, and `--json`."""
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated
 
 import typer
 
 from embedkit.index.fusion import DEFAULT_ALPHA, DEFAULT_FUSION, FUSION_METHODS
+
+if TYPE_CHECKING:
+    from embedkit.index.search import SearchIndex
 
 CorpusArgument = Annotated[
     Path,
@@ -60,3 +63,31 @@ AlphaOption = Annotated[
         help=f"Dense weight of zscore/minmax and of prf's first ranking (default {DEFAULT_ALPHA}).",
     ),
 ]
+CollectionOption = Annotated[
+    str | None,
+    typer.Option("--collection", "-c", help="Collection of a milvus:// or .db target (default: embedkit)."),
+]
+TokenOption = Annotated[
+    str | None,
+    typer.Option("--token", help="Milvus token (USER:PASSWORD or an API key); default: $MILVUS_TOKEN."),
+]
+
+
+def open_search_index(
+    location: str | Path, collection: str | None, token: str | None, *, gpu: bool = False
+) -> SearchIndex:
+    """An index folder, or a collection `embedkit push` filled (`embedkit.remote`), opened for search."""
+    from embedkit.errors import InputError
+    from embedkit.remote.base import is_remote
+
+    if is_remote(location):
+        if gpu:
+            raise InputError("--gpu searches a local index; a remote collection searches on its server")
+        from embedkit.remote.search import open_remote
+
+        return open_remote(str(location), collection, token)
+    if collection is not None or token is not None:
+        raise InputError("--collection and --token go with a milvus:// or .db target, not an index folder")
+    from embedkit.index import SearchIndex
+
+    return SearchIndex.load(location, gpu=gpu)

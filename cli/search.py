@@ -13,7 +13,15 @@ from typing import TYPE_CHECKING, Annotated
 import typer
 
 from embedkit.cli.common import check_search_choices, handle_errors
-from embedkit.cli.options import AlphaOption, DeviceOption, FusionOption, PrecisionOption
+from embedkit.cli.options import (
+    AlphaOption,
+    CollectionOption,
+    DeviceOption,
+    FusionOption,
+    PrecisionOption,
+    TokenOption,
+    open_search_index,
+)
 from embedkit.index.fusion import DEFAULT_ALPHA, DEFAULT_FUSION
 
 if TYPE_CHECKING:
@@ -28,7 +36,13 @@ def register(app: typer.Typer) -> None:
 
 @handle_errors
 def search(
-    index_dir: Annotated[Path, typer.Argument(help="Index folder made by `embedkit index`.")],
+    index_dir: Annotated[
+        str,
+        typer.Argument(
+            help="Index folder made by `embedkit index`, or where `embedkit push` sent one: "
+            "milvus://HOST:PORT or a Milvus Lite FILE.db (with --collection)."
+        ),
+    ],
     query: Annotated[str | None, typer.Argument(help="Query text (or use --queries).")] = None,
     queries_file: Annotated[
         Path | None,
@@ -61,17 +75,18 @@ def search(
     ] = None,
     fusion: FusionOption = DEFAULT_FUSION,
     alpha: AlphaOption = DEFAULT_ALPHA,
+    collection: CollectionOption = None,
+    token: TokenOption = None,
 ) -> None:
     """Search INDEX_DIR for QUERY (or each line of --queries): ranked ids, scores and texts."""
     from rich.markup import escape
 
     from embedkit.console import make_console
-    from embedkit.index import SearchIndex
     from embedkit.index.search import hit_record
 
     check_search_choices(mode, fusion, alpha)  # before the index loads
     texts = _queries(query, queries_file)
-    with SearchIndex.load(index_dir, gpu=gpu) as index:
+    with open_search_index(index_dir, collection, token, gpu=gpu) as index:
         encoder = index.encoder(model, device=device, precision=precision)
         mode = mode or index.default_mode()
         ranking = f"hybrid search ({fusion}, dense weight {alpha})" if mode == "hybrid" else f"{mode} search"

