@@ -76,18 +76,7 @@ TokenOption = Annotated[
 def open_search_index(
     location: str | Path, collection: str | None, token: str | None, *, gpu: bool = False
 ) -> SearchIndex:
-    """An index folder, or a collection `embedkit push` filled (`embedkit.remote`), opened for search."""
-    from embedkit.errors import InputError
-    from embedkit.remote.base import is_remote
+    """An index folder, or a collection `embedkit push` filled, opened for search."""
+    from embedkit.remote.search import open_search_index as open_index
 
-    if is_remote(location):
-        if gpu:
-            raise InputError("--gpu searches a local index; a remote collection searches on its server")
-        from embedkit.remote.search import open_remote
-
-        return open_remote(str(location), collection, token)
-    if collection is not None or token is not None:
-        raise InputError("--collection and --token go with a milvus:// or .db target, not an index folder")
-    from embedkit.index import SearchIndex
-
-    return SearchIndex.load(location, gpu=gpu)
+    return open_index(location, collection, token, gpu=gpu)

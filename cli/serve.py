@@ -7,13 +7,12 @@ that does not load, a port in use), 1 when stopped by a second signal.
 
 from __future__ import annotations
 
-from pathlib import Path
 from typing import Annotated
 
 import typer
 
 from embedkit.cli.common import handle_errors
-from embedkit.cli.options import DeviceOption, PrecisionOption
+from embedkit.cli.options import CollectionOption, DeviceOption, PrecisionOption, TokenOption
 from embedkit.serve import settings
 
 
@@ -31,8 +30,15 @@ def serve(
         ),
     ] = None,
     index_dir: Annotated[
-        Path | None, typer.Option("--index", help="Index folder (`embedkit index`) to serve at /search.")
+        str | None,
+        typer.Option(
+            "--index",
+            help="Index folder (`embedkit index`), or a collection `embedkit push` filled "
+            "(milvus://HOST:PORT or FILE.db, with --collection), to serve at /search.",
+        ),
     ] = None,
+    collection: CollectionOption = None,
+    token: TokenOption = None,
     host: Annotated[
         str, typer.Option("--host", help="Address to listen on (0.0.0.0: every interface; set a key then).")
     ] = "127.0.0.1",
@@ -89,7 +95,9 @@ def serve(
 
     config = settings.ServeConfig(
         model=model_dir,
-        index=str(index_dir) if index_dir is not None else None,
+        index=index_dir,
+        collection=collection,
+        token=token,
         host=host,
         port=port,
         device=device,

@@ -11,6 +11,7 @@ CLI's printing and `hit_record`, and `eval retrieval`'s runs. Only snippets are 
 from __future__ import annotations
 
 from collections.abc import Sequence
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -18,7 +19,7 @@ import numpy as np
 from embedkit.encode.batching import l2_normalize
 from embedkit.errors import InputError
 from embedkit.index.search import SearchIndex
-from embedkit.remote.base import RemoteCollection, RemoteTarget, open_collection
+from embedkit.remote.base import RemoteCollection, RemoteTarget, is_remote, open_collection
 
 if TYPE_CHECKING:
     from embedkit.data.corpus import Document
@@ -134,6 +135,23 @@ class RemoteIndex(SearchIndex):
 
     def no_lexical_reason(self) -> str:
         return f"{self.path} has no BM25 field"
+
+    def is_current(self) -> bool:
+        return True  # a collection has no versions: pushes upsert into it and are seen at once
+
+
+def open_search_index(
+    location: str | Path, collection: str | None = None, token: str | None = None, *, gpu: bool = False
+) -> SearchIndex:
+    """An index folder, or a collection `embedkit push` filled (a `milvus://` URI or FILE.db),
+    opened for search: what `search`, `eval retrieval` and `serve` take as an index."""
+    if is_remote(location):
+        if gpu:
+            raise InputError("--gpu searches a local index; a remote collection searches on its server")
+        return open_remote(str(location), collection, token)
+    if collection is not None or token is not None:
+        raise InputError("--collection and --token go with a milvus:// or .db target, not an index folder")
+    return SearchIndex.load(location, gpu=gpu)
 
 
 def open_remote(uri: str, collection: str | None = None, token: str | None = None) -> RemoteIndex:

@@ -85,18 +85,20 @@ class ServedModel:
         one error line before the server says its URL, not after."""
         from embedkit.encode.model_folder import read_model_spec
         from embedkit.index.folder import check_model_for, read_index_meta
+        from embedkit.remote.base import is_remote
 
         if config.index is None:
             read_model_spec(config.model)
-        else:
+        elif not is_remote(config.index):  # a collection is checked when it is opened, at load
             check_model_for(read_index_meta(config.index), config.model)
 
     @classmethod
     def load(cls, config: ServeConfig) -> ServedModel:
         """Open the model (with `config.index`: the index and its model, or `config.model` checked
         against it). Blocking: minutes for a large model, so the server runs it in a thread."""
-        from embedkit import SearchIndex, load_encoder
+        from embedkit import load_encoder
         from embedkit.index.folder import check_model_for
+        from embedkit.remote.search import open_search_index
 
         # By default ONNX Runtime's CPU threads busy-wait for the next run after each one. An
         # offline `encode` of large batches loses little by it, but a server runs many small
@@ -106,7 +108,7 @@ class ServedModel:
         options = {"device": config.device, "precision": config.precision, "spinning": config.ort_spinning}
         if config.index is None:
             return cls(load_encoder(config.model, **options))
-        index = SearchIndex.load(config.index)
+        index = open_search_index(config.index, config.collection, config.token)
         try:
             return cls(load_encoder(check_model_for(index.meta, config.model), **options), index)
         except BaseException:

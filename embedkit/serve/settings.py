@@ -44,7 +44,9 @@ class ServeConfig:
     """One server's settings; `check()` turns bad values into an `InputError`."""
 
     model: str | None = None  # model folder; None: the index's model, else the bundled one
-    index: str | None = None  # index folder for /search
+    index: str | None = None  # index folder for /search, or a pushed collection's URI (embedkit.remote)
+    collection: str | None = None  # the collection of a remote `index`
+    token: str | None = None  # its server's token (else $MILVUS_TOKEN)
     host: str = "127.0.0.1"
     port: int = 8000  # 0: any free port (the URL printed on start says which)
     device: str = "auto"

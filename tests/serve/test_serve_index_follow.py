@@ -123,3 +123,30 @@ def test_a_version_built_with_another_model_is_not_swapped_in(
         build_index(corpus, index_copy, model=tiny_bert_no_types, overwrite=True, device="cpu")
         answer = client.post("/search", json={"query": "wing", "mode": "dense"})
         assert answer.status_code == 200 and answer.json()["index_version"] == "v-000001"
+
+
+def test_serve_searches_a_collection_pushed_to_milvus(
+    tiny_index: Path, tiny_onnx: Path, tmp_path: Path
+) -> None:
+    pytest.importorskip("pymilvus")
+    pytest.importorskip("milvus_lite")
+    from embedkit import SearchIndex, load_encoder
+    from embedkit.remote.base import RemoteTarget
+    from embedkit.remote.push import push_index
+
+    db = str(tmp_path / "search.db")
+    push_index(tiny_index, RemoteTarget.parse(db, "docs"))
+    query = "heat transfer at high speed"
+    with SearchIndex.load(tiny_index) as index:
+        encoder = load_encoder(tiny_onnx, device="cpu")
+        local = {
+            m: [h.id for h in index.search_text([query], 5, encoder=encoder, mode=m)[0]] for m in ("dense",)
+        }
+    config = ServeConfig(model=str(tiny_onnx), index=db, collection="docs", max_wait_ms=0)
+    with TestClient(create_app(Engine(config))) as client:
+        ready(client)
+        answer = client.post("/search", json={"query": query, "k": 5, "mode": "dense"}).json()
+        assert [h["id"] for h in answer["results"][0]["hits"]] == local["dense"]
+        assert answer["index_version"] is None  # a collection has no versions
+        default = client.post("/search", json={"query": query, "k": 5}).json()
+        assert default["mode"] == "hybrid" and len(default["results"][0]["hits"]) == 5
