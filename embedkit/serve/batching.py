@@ -21,10 +21,11 @@ work should take at the measured rate, for `Retry-After`); a request larger than
 budget is refused for good (`TooLarge`).
 
 Short requests do not wait behind long ones: a request of at most `SMALL_REQUEST_TEXTS` texts
-joins a lane of its own that batches take first (a long request's texts wait at most
-`MAX_BYPASS_S` for them), and once the model's rate is known a batch holds about
-`TARGET_BATCH_S` of work, so a short request that arrives while one runs waits that long, not a
-whole `max_batch_tokens` batch (on a CPU, where a large budget only makes batches slower).
+joins a lane of its own that batches take first (once a long request's texts have waited
+`MAX_BYPASS_S`, short texts fill at most half of each batch, so neither lane starves), and once
+the model's rate is known a batch holds about `TARGET_BATCH_S` of work, so a short request that
+arrives while one runs waits that long, not a whole `max_batch_tokens` batch (on a CPU, where a
+large budget only makes batches slower).
 
 The class knows nothing of HTTP or tokenizers: it takes items (texts, or anything `run_batch`
 embeds, such as the server's tokenized texts) with their token counts and a
@@ -71,7 +72,7 @@ class BatcherClosed(Exception):
 MAX_PADDING = 0.25
 # A request this small (one query, a few sentences) takes the short lane.
 SMALL_REQUEST_TEXTS = 8
-# How long a long request's texts may be passed by short ones before they go first again.
+# How long a long request's texts may be passed by short ones before they get half of each batch.
 MAX_BYPASS_S = 1.0
 # A batch's work in seconds once the rate is known: what a short request may wait behind it. The
 # token budget becomes min(max_batch_tokens, rate x this), and at least MIN_BATCH_TOKENS.
@@ -317,13 +318,6 @@ class DynamicBatcher:
         self._queued_tokens -= sum(item.tokens for item in batch)
         return [item for item in batch if not item.job.future.done()]
 
-    def _lanes(self) -> tuple[deque[_Item], deque[_Item]]:
-        """The lanes in the order a batch takes them: short requests first, unless the oldest
-        long one has been passed for MAX_BYPASS_S."""
-        if self._large and time.perf_counter() - self._large[0].arrived > MAX_BYPASS_S:
-            return self._large, self._small
-        return self._small, self._large
-
     def batch_tokens(self) -> int:
         """This batch's token budget: `max_batch_tokens`, or about TARGET_BATCH_S of work at the
         rate measured so far when that is less."""
@@ -332,20 +326,21 @@ class DynamicBatcher:
         return min(self.max_batch_tokens, max(MIN_BATCH_TOKENS, int(self._rate * TARGET_BATCH_S)))
 
     def _plan(self) -> tuple[list[tuple[deque[_Item], int]], bool]:
-        """How many texts of each lane's head fit the token budget, and whether the budget
-        (rather than the end of the queue) stops there. The first text always fits."""
+        """How many texts of each lane's head fit the token budget (the short lane's first), and
+        whether the budget (rather than the end of the queue) stops there. The first text always
+        fits. Once the long lane's head has waited MAX_BYPASS_S, short texts take at most half."""
         budget = self.batch_tokens()
+        starved = bool(self._large) and time.perf_counter() - self._large[0].arrived > MAX_BYPASS_S
         counts: list[tuple[deque[_Item], int]] = []
         taken = total = 0
-        for lane in self._lanes():
+        for lane, limit in ((self._small, budget // 2 if starved else budget), (self._large, budget)):
             count = 0
             for item in lane:
-                if taken and total + item.tokens > budget:
-                    counts.append((lane, count))
-                    return counts, True
+                if taken and total + item.tokens > limit:
+                    break
                 count, taken, total = count + 1, taken + 1, total + item.tokens
             counts.append((lane, count))
-        return counts, total >= budget
+        return counts, total >= budget or any(count < len(lane) for lane, count in counts)
 
     async def _run(self, batch: list[_Item]) -> None:
         self._running += len(batch)
