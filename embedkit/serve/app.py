@@ -43,7 +43,7 @@ from embedkit.serve.batching import BatcherClosed, QueueFull, TooLarge
 from embedkit.serve.engine import Embedded, Engine, ServedModel
 from embedkit.serve.metrics import CONTENT_TYPE
 from embedkit.serve.page import PATHS, ApiHelpers, extra_routes
-from embedkit.serve.schemas import SEARCH, BodyError, check_texts, json_type
+from embedkit.serve.schemas import OPENAI_EMBEDDINGS, SEARCH, BodyError, json_type
 
 log = logging.getLogger("embedkit.serve")
 ROUTES = tuple(dict.fromkeys(("/v1/embeddings", "/search", "/v1/models", "/health", "/metrics", *PATHS)))
@@ -132,9 +132,6 @@ class Server:
         log.info("%s %s: %s closed the connection %s", request.method, request.url.path, client, when)
         return ApiError(499, "the client closed the connection", "client_closed_request")
 
-    def texts_of(self, value: Any, param: str) -> list[str]:
-        return check_texts(value, param, self.config.max_texts)
-
     async def embed(self, request: Request, texts: list[str]) -> Embedded:
         """`engine.embed`, abandoned when the client disconnects: its texts still queued are then
         dropped rather than computed for nobody (clients that time out and retry would otherwise
@@ -173,15 +170,9 @@ async def embeddings(request: Request) -> Response:
     server = server_of(request)
     server.authorize(request)
     model = server.require_ready()
-    body = await server.read_object(request)
-    texts = server.texts_of(body.get("input"), "input")
-    encoding = body.get("encoding_format", "float")
-    if encoding not in ("float", "base64"):
-        message = f"'encoding_format' must be float or base64, not {encoding!r}"
-        raise ApiError(422, message, param="encoding_format")
-    if not isinstance(body.get("model", ""), str):
-        raise ApiError(422, "'model' must be a string", param="model")
-    dimensions = body.get("dimensions")
+    values = OPENAI_EMBEDDINGS.check(await server.read_object(request), server.config)
+    texts, encoding = values["input"], values["encoding_format"]
+    dimensions = values.get("dimensions")
     if dimensions is not None and dimensions != model.dim:
         message = f"this model gives {model.dim}-d vectors; 'dimensions' cannot change that"
         raise ApiError(422, message, param="dimensions")
