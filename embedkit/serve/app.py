@@ -10,9 +10,9 @@ missing or wrong key, 404 for an unknown route or /search without an index, 413 
 list or a request's tokens over the limits, 503 with `Retry-After` while the model loads or when
 the queue (texts or tokens) is full. A client that leaves before its answer is counted as 499 and
 logged in one line, not as a server error. An unexpected failure is a 500 with a one-line
-message; the traceback goes to the server's log only. (uvicorn answers a request it cannot parse
-as HTTP, and the 500 of a forced exit after a second signal, itself, in plain text: it offers no
-hook for those.)
+message; the traceback goes to the server's log only. A request that is not HTTP at all gets the
+same JSON 400 (`server.json_error_protocol`), and a request cancelled before its answer (a forced
+exit after a second signal) a JSON 503, not uvicorn's plain-text 500.
 
 Bodies are parsed with orjson and checked against the definitions of `embedkit.serve.schemas`,
 the same ones `/openapi.json` publishes. The handlers are module-level functions over the app's
@@ -337,16 +337,25 @@ class MetricsMiddleware:
             await self.app(scope, receive, send)
             return
         start = time.perf_counter()
-        status = 500
+        status, answered = 500, False
 
         async def send_status(message: Message) -> None:
-            nonlocal status
+            nonlocal status, answered
             if message["type"] == "http.response.start":
-                status = message["status"]
+                status, answered = message["status"], True
             await send(message)
 
         try:
             await self.app(scope, receive, send_status)
+        except BaseException:
+            # Cancelled before answering (a forced exit after a second signal): a JSON 503, not
+            # uvicorn's plain-text 500 for an app that raised.
+            if status == 500 and not answered:
+                error = ApiError(503, "the server stopped before answering", "service_unavailable")
+                with contextlib.suppress(Exception):
+                    await error_response(error)(scope, receive, send)
+                status = 503
+            raise
         finally:
             route = scope["path"] if scope["path"] in ROUTES else "other"
             self.metrics.observe_request(route, status, time.perf_counter() - start)

@@ -59,6 +59,7 @@ def run_server(config: ServeConfig, echo: Callable[[str], None] = print) -> None
     engine = Engine(config)
     uv_config = uvicorn.Config(
         create_app(engine),
+        http=json_error_protocol(),
         log_level="info" if config.access_log else "warning",
         access_log=config.access_log,
         lifespan="on",
@@ -88,6 +89,30 @@ def run_server(config: ServeConfig, echo: Callable[[str], None] = print) -> None
     if server.force_exit:
         raise RunFailure("stopped on a second signal without waiting for the requests in flight")
     echo("stopped")
+
+
+def json_error_protocol() -> type | str:
+    """uvicorn's httptools protocol, except that a request it cannot parse as HTTP gets the API's
+    JSON error body, not uvicorn's plain text (its one hook for that is the protocol class)."""
+    try:
+        from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
+    except ImportError:  # no httptools: uvicorn's h11 protocol, with its own plain-text 400
+        return "auto"
+    import orjson
+
+    class JsonErrorProtocol(HttpToolsProtocol):
+        def send_400_response(self, msg: str) -> None:
+            error = {"message": f"not an HTTP request: {msg}", "type": "invalid_request_error"}
+            body = orjson.dumps({"error": {**error, "param": None, "code": None}})
+            head = [b"HTTP/1.1 400 Bad Request\r\n"]
+            for name, value in self.server_state.default_headers:
+                head.extend([name, b": ", value, b"\r\n"])
+            head.append(b"content-type: application/json\r\ncontent-length: %d\r\n" % len(body))
+            head.append(b"connection: close\r\n\r\n")
+            self.transport.write(b"".join(head) + body)
+            self.transport.close()
+
+    return JsonErrorProtocol
 
 
 def _log_to_stderr() -> None:

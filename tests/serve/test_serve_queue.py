@@ -105,3 +105,43 @@ def test_a_client_leaving_mid_body_is_a_499_and_one_log_line(tiny_onnx) -> None:
     log = server.output()
     assert "Traceback" not in log
     assert sum("closed the connection" in line for line in log.splitlines()) == 1
+
+
+def test_a_request_that_is_not_http_gets_a_json_400(tiny_onnx) -> None:
+    import json
+
+    with serving([str(tiny_onnx)]) as server:
+        host, port = server.url.removeprefix("http://").split(":")
+        with socket.create_connection((host, int(port)), timeout=10) as conn:
+            conn.sendall(b"GARBAGE / NOT-HTTP\r\n\r\n")
+            reply = b""
+            while chunk := conn.recv(4096):
+                reply += chunk
+    head, _, body = reply.partition(b"\r\n\r\n")
+    assert head.startswith(b"HTTP/1.1 400") and b"content-type: application/json" in head.lower()
+    assert json.loads(body)["error"]["message"].startswith("not an HTTP request")
+
+
+def test_an_app_cancelled_before_answering_answers_json_503() -> None:
+    from types import SimpleNamespace
+
+    from embedkit.serve.app import MetricsMiddleware
+    from embedkit.serve.metrics import Metrics
+
+    async def cancelled(scope, receive, send):
+        raise asyncio.CancelledError
+
+    sent: list[dict] = []
+
+    async def send(message):
+        sent.append(message)
+
+    async def scenario():
+        middleware = MetricsMiddleware(cancelled, SimpleNamespace(metrics=Metrics()))  # type: ignore[arg-type]
+        with pytest.raises(asyncio.CancelledError):
+            await middleware({"type": "http", "path": "/v1/embeddings", "method": "POST"}, None, send)
+        return middleware.metrics.requests
+
+    requests = run(scenario())
+    assert sent[0]["status"] == 503 and b"the server stopped before answering" in sent[1]["body"]
+    assert requests == {("/v1/embeddings", "503"): 1}
