@@ -86,9 +86,21 @@ def _options(
 
 
 def _register() -> None:
-    from embedkit.cli import clean, embed, evaluate, experiment, export, index, search, serve, train, verify
+    from embedkit.cli import (
+        adapt,
+        clean,
+        embed,
+        evaluate,
+        experiment,
+        export,
+        index,
+        search,
+        serve,
+        train,
+        verify,
+    )
 
-    for module in (train, export, embed, index, search, serve, evaluate, experiment, verify, clean):
+    for module in (train, adapt, export, embed, index, search, serve, evaluate, experiment, verify, clean):
         module.register(app)
 
 
