@@ -83,7 +83,9 @@ def adapt(
         str, typer.Option("--precision", help="auto (bf16 or fp16 on CUDA, fp32 on CPU), fp32, bf16, fp16.")
     ] = DEFAULTS.precision,
     overwrite: Annotated[bool, typer.Option("--overwrite", help="Replace a non-empty --out.")] = False,
-    quiet: Annotated[bool, typer.Option("--quiet", "-q", help="No progress bars.")] = False,
+    quiet: Annotated[
+        bool, typer.Option("--quiet", "-q", help="No progress bars (the dev scores are still printed).")
+    ] = False,
     wait: WaitOption = False,
 ) -> None:
     """Adapt the dense model of INDEX to its documents: the index's hybrid ranking of pseudo queries
@@ -112,8 +114,7 @@ def adapt(
 
     hf_logging.disable_progress_bar()  # the weight-loading bars would bury ours
     console = make_console(stderr=True)
-    note = console.print if not quiet else (lambda _text: None)
-    result = run_adapt(index, out, config, overwrite=overwrite, progress=not quiet, note=note)
+    result = run_adapt(index, out, config, overwrite=overwrite, progress=not quiet, note=console.print)
     typer.echo(
         f"saved {result.out_dir} ({config.method}, {result.steps} steps; {result.dev_label}: base "
         f"{result.base_dev_score:.4f}, adapted {result.best_dev_score:.4f}"

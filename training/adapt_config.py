@@ -9,13 +9,13 @@ from typing import Any
 from embedkit.errors import InputError
 from embedkit.index.fusion import FUSION_METHODS
 from embedkit.training.adapt_queries import QUERY_KINDS
+from embedkit.training.config import PRECISIONS
 
 # method -> weight of the in-batch InfoNCE term beside the listwise KL term
 ADAPT_METHODS: dict[str, float] = {
     "kl+nce": 1.0,  # listwise KL (RocketQAv2) + InfoNCE over in-batch positives and hard negatives
     "kl": 0.0,  # listwise KL alone
 }
-ADAPT_PRECISIONS = ("auto", "fp32", "bf16", "fp16")
 
 
 @dataclass
@@ -64,8 +64,8 @@ class AdaptConfig:
             )
         if self.fusion not in FUSION_METHODS:
             raise InputError(f"unknown fusion {self.fusion!r}: use {', '.join(FUSION_METHODS)}")
-        if self.precision not in ADAPT_PRECISIONS:
-            raise InputError(f"unknown precision {self.precision!r}: use {', '.join(ADAPT_PRECISIONS)}")
+        if self.precision not in PRECISIONS:
+            raise InputError(f"unknown precision {self.precision!r}: use {', '.join(PRECISIONS)}")
         positive = (
             "steps",
             "batch_size",
