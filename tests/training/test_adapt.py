@@ -252,3 +252,37 @@ def test_an_index_without_its_lexical_side_or_no_index_exits_2(tmp_path: Path, t
         assert result.exit_code == 2, result.output
         assert len(result.output.strip().splitlines()) == 1 and message in result.output
     assert not (tmp_path / "m").exists()
+
+
+class _FixedVectors:
+    """Stands in for the student: each text's vector is looked up in a table."""
+
+    def __init__(self, table: dict[str, list[float]]) -> None:
+        self.table = table
+
+    def inference(self, texts, max_length):
+        return np.array([self.table[t] for t in texts], dtype=np.float32)
+
+
+def test_dev_ndcg_ranks_the_positive_among_the_other_documents() -> None:
+    from embedkit.evaluation.metrics import ndcg_at_k
+    from embedkit.training.adapt import dev_ndcg
+
+    rng = np.random.default_rng(1)
+    docs = rng.normal(size=(30, 8)).astype(np.float32)
+    docs /= np.linalg.norm(docs, axis=1, keepdims=True)
+    table = {f"q{i}": rng.normal(size=8).tolist() for i in range(4)}
+    table |= {f"p{i}": rng.normal(size=8).tolist() for i in range(4)}
+    queries = [PseudoQuery(f"q{i}", i, "ict", f"p{i}") for i in range(4)]
+    copies = [{5}, set(), {6, 7}, set()]
+    got = dev_ndcg(_FixedVectors(table), queries, copies, docs, AdaptConfig())
+    # the reference: rank the positive against every other document by cosine, with the metrics module
+    expected = []
+    for i, query in enumerate(queries):
+        q = np.array(table[query.text]) / np.linalg.norm(table[query.text])
+        p = np.array(table[query.positive]) / np.linalg.norm(table[query.positive])
+        scores = {f"d{j}": float(docs[j] @ q) for j in range(30) if j != i and j not in copies[i]}
+        scores["target"] = float(p @ q)
+        ranking = sorted(scores, key=scores.get, reverse=True)
+        expected.append(ndcg_at_k(ranking, {"target": 1}, 10))
+    assert got == pytest.approx(float(np.mean(expected)), abs=1e-6)
