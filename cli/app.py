@@ -87,6 +87,7 @@ def _options(
 
 def _register() -> None:
     from embedkit.cli import (
+        adapt,
         clean,
         embed,
         evaluate,
@@ -100,7 +101,7 @@ def _register() -> None:
         verify,
     )
 
-    for module in (train, export, embed, index, push, search, serve, evaluate, experiment, verify, clean):
+    for module in (train, adapt, export, embed, index, push, search, serve, evaluate, experiment, verify, clean):
         module.register(app)
 
 

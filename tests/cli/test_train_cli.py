@@ -30,12 +30,13 @@ def test_help_imports_no_heavy_module() -> None:
         "import json, sys\n"
         "from typer.testing import CliRunner\n"
         "from embedkit.cli.app import app\n"
-        "codes = [CliRunner().invoke(app, args).exit_code for args in (['--help'], ['train', '--help'])]\n"
+        "commands = (['--help'], ['train', '--help'], ['adapt', '--help'])\n"
+        "codes = [CliRunner().invoke(app, args).exit_code for args in commands]\n"
         "heavy = [m for m in ('torch', 'transformers', 'onnxruntime', 'faiss') if m in sys.modules]\n"
         "print(json.dumps({'codes': codes, 'heavy': heavy}))\n"
     )
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
-    assert json.loads(done.stdout.strip().splitlines()[-1]) == {"codes": [0, 0], "heavy": []}
+    assert json.loads(done.stdout.strip().splitlines()[-1]) == {"codes": [0, 0, 0], "heavy": []}
 
 
 def bad_inputs(tmp_path: Path, tiny_bert: Path) -> dict[str, tuple[list[str], str]]:

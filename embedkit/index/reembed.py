@@ -1,0 +1,87 @@
+"""Re-embedding an index with another model: a new version of the same documents, new vectors.
+
+`embedkit adapt` ends here: the index's documents (ids, titles, texts, metadata) are embedded again
+with the adapted model into a new version of the same kind (`build_index(overwrite=True)`, the
+versioned replace: a kill leaves the old version searchable). The result is what a fresh
+`embedkit index` of the same corpus with that model gives.
+"""
+
+from __future__ import annotations
+
+import json
+import tempfile
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from embedkit.errors import EmbedkitError
+from embedkit.index.build import IndexReport, build_index
+from embedkit.index.corpus_fingerprint import count_and_fingerprint
+from embedkit.index.folder import read_index_meta
+from embedkit.jobs.streaming import CorpusOptions
+
+if TYPE_CHECKING:
+    from embedkit.index.docstore import DocStore
+
+_DUMP_ROWS = 10_000  # documents read from the store at a time
+
+
+def reembed_index(
+    index: str | Path, model: str | Path, *, device: str = "auto", progress: bool = False
+) -> IndexReport:
+    """Replace the index in `index` by its documents embedded with `model`, keeping its kind and sides.
+
+    The corpus the index records is read again when it still holds exactly the indexed documents
+    (same fingerprint), so the new version names it as its source; otherwise the documents are
+    written from the index's own store to a temporary JSON-lines file and embedded from there.
+    """
+    from embedkit.index.search import SearchIndex
+
+    path = Path(index)
+    meta = read_index_meta(path)
+    options = CorpusOptions()
+    with tempfile.TemporaryDirectory(prefix="embedkit-reembed-") as tmp:
+        corpus = _recorded_corpus(meta, options)
+        if corpus is None:
+            corpus = Path(tmp) / "corpus.jsonl"
+            with SearchIndex.load(path) as opened:
+                _write_documents(opened.store, len(opened), corpus)
+        return build_index(
+            corpus,
+            path,
+            model,
+            kind=str(meta["kind"]),
+            overwrite=True,
+            options=options,
+            device=device,
+            progress=progress,
+            lexical=meta.get("lexical") is not None,
+        )
+
+
+def _recorded_corpus(meta: dict, options: CorpusOptions) -> Path | None:
+    """The index's one recorded source, when it exists and still holds exactly the indexed documents."""
+    sources = meta.get("sources") or []
+    if len(sources) != 1 or not meta.get("corpus_fingerprint"):
+        return None
+    source = Path(str(sources[0].get("corpus", "")))
+    if not source.exists():
+        return None
+    try:
+        _, fingerprint = count_and_fingerprint(source, options)
+    except EmbedkitError:  # unreadable now, or read with other columns: the store's copy is the truth
+        return None
+    return source if fingerprint == meta["corpus_fingerprint"] else None
+
+
+def _write_documents(store: DocStore, count: int, out: Path) -> None:
+    """The store's documents as BEIR JSON lines (`_id`, `title`, `text`, then their other fields)."""
+    with out.open("w", encoding="utf-8") as file:
+        for start in range(0, count, _DUMP_ROWS):
+            for doc in store.by_rows(range(start, min(count, start + _DUMP_ROWS))):
+                if doc is None:
+                    continue
+                record = {**doc.metadata, "_id": doc.id, "title": doc.title, "text": doc.text}
+                file.write(json.dumps(record, ensure_ascii=False) + "\n")
+
+
+__all__ = ["reembed_index"]

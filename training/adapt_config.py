@@ -1,0 +1,92 @@
+"""The settings of `embedkit adapt`: one dataclass, each default with where it comes from (no torch)."""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass
+from typing import Any
+
+from embedkit.errors import InputError
+from embedkit.index.fusion import FUSION_METHODS
+from embedkit.training.adapt_queries import QUERY_KINDS
+from embedkit.training.config import PRECISIONS
+
+# method -> weight of the in-batch InfoNCE term beside the listwise KL term
+ADAPT_METHODS: dict[str, float] = {
+    "kl+nce": 1.0,  # listwise KL (RocketQAv2) + InfoNCE over in-batch positives and hard negatives
+    "kl": 0.0,  # listwise KL alone
+}
+
+
+@dataclass
+class AdaptConfig:
+    """Hyper-parameters of one `embedkit adapt` run (JSON-serialisable; recorded in embedkit.json)."""
+
+    base_model: str | None = None  # the index's model (its torch folder); another copy of it may be named
+    method: str = "kl+nce"  # ADAPT_METHODS; see benchmarks/README.md "adapt" for the measured variants
+    queries: str = "ict,title,terms"  # pseudo-query kinds (adapt_queries.QUERY_KINDS), comma-separated
+    max_queries: int = 4000  # training queries drawn from all that the documents give (steps x batch: 4800)
+    dev_queries: int = 200  # held-out queries (their documents give none for training): Cranfield's 225
+    fusion: str = "prf"  # the teacher: the index's hybrid ranking, with `embedkit search`'s default fusion
+    steps: int = 150  # optimizer steps: a budget 2 CPU cores run in minutes on a 1,400-document index
+    batch_size: int = 32  # queries per step
+    learning_rate: float = 1e-5  # the pilots: 2e-5 hurt a supervised base; see benchmarks/README.md
+    warmup_ratio: float = 0.1  # linear warm-up share, as `embedkit train`
+    weight_decay: float = 0.01  # AdamW, as `embedkit train`
+    max_grad_norm: float = 1.0  # gradient clipping, as `embedkit train`
+    temperature: float = 0.05  # tau of the student's cosines, in both terms: SimCSE's
+    teacher_temperature: float = 0.05  # tau of the teacher's scores (prf scores are cosines too)
+    source_margin: float = 0.05  # the source document's teacher score above the best other candidate
+    query_max_length: int = 64  # tokens of a pseudo query (ICT sentences rarely pass 40)
+    positive_max_length: int = 128  # tokens of a query's positive passage, encoded every step
+    eval_steps: int = 50  # dev score, and the document vectors the loss uses refreshed, every N steps
+    seed: int = 42  # query sampling, batches and dropout
+    device: str = "auto"  # auto, cpu, cuda
+    precision: str = "auto"  # bf16 (or fp16) on CUDA, fp32 on CPU, as `embedkit train`
+    dev_retrieval: str | None = None  # BEIR folder of judged queries: select on their nDCG@10
+
+    @property
+    def kinds(self) -> tuple[str, ...]:
+        return tuple(k.strip() for k in self.queries.split(",") if k.strip())
+
+    @property
+    def nce_weight(self) -> float:
+        return ADAPT_METHODS[self.method]
+
+    def validate(self) -> AdaptConfig:
+        """Raise `InputError` for a setting no run could use; return self."""
+        if self.method not in ADAPT_METHODS:
+            raise InputError(f"unknown adapt method {self.method!r}: use {', '.join(ADAPT_METHODS)}")
+        unknown = [k for k in self.kinds if k not in QUERY_KINDS]
+        if unknown or not self.kinds:
+            raise InputError(
+                f"unknown pseudo-query kind {self.queries!r}: use a comma list of {', '.join(QUERY_KINDS)}"
+            )
+        if self.fusion not in FUSION_METHODS:
+            raise InputError(f"unknown fusion {self.fusion!r}: use {', '.join(FUSION_METHODS)}")
+        if self.precision not in PRECISIONS:
+            raise InputError(f"unknown precision {self.precision!r}: use {', '.join(PRECISIONS)}")
+        positive = (
+            "steps",
+            "batch_size",
+            "max_queries",
+            "query_max_length",
+            "positive_max_length",
+            "eval_steps",
+        )
+        for name in positive:
+            if getattr(self, name) < 1:
+                raise InputError(f"{name} must be at least 1, got {getattr(self, name)}")
+        if self.batch_size < 2:
+            raise InputError("batch_size must be at least 2: in-batch negatives need a second query")
+        if self.dev_queries < 0 or self.learning_rate <= 0:
+            raise InputError("dev_queries must be >= 0 and learning_rate > 0")
+        if self.temperature <= 0 or self.teacher_temperature <= 0:
+            raise InputError("temperatures must be positive")
+        return self
+
+    def to_dict(self) -> dict[str, Any]:
+        return dataclasses.asdict(self)
+
+
+__all__ = ["ADAPT_METHODS", "AdaptConfig"]
