@@ -101,7 +101,20 @@ def _register() -> None:
         verify,
     )
 
-    for module in (train, adapt, export, embed, index, push, search, serve, evaluate, experiment, verify, clean):
+    for module in (
+        train,
+        adapt,
+        export,
+        embed,
+        index,
+        push,
+        search,
+        serve,
+        evaluate,
+        experiment,
+        verify,
+        clean,
+    ):
         module.register(app)
 
 

@@ -53,14 +53,20 @@ def test_outputs_equal_to_inputs_are_refused_before_any_work(runner, tmp_path, t
     exit2(runner, ["eval", "sts", str(sts), "--json", str(link), *model], "would overwrite the input")
     exit2(runner, ["eval", "pseudo", str(corpus), "--json", str(corpus), *model], "would overwrite the input")
     (tmp_path / "c.npy").write_text("x")
-    exit2(runner, ["embed", str(tmp_path / "c.npy"), "--out", str(tmp_path / "c.npy"), *model],
-          "would overwrite the input")
+    exit2(
+        runner,
+        ["embed", str(tmp_path / "c.npy"), "--out", str(tmp_path / "c.npy"), *model],
+        "would overwrite the input",
+    )
     work = tmp_path / "work"
     work.mkdir()
     inside = work / "corpus.txt"
     inside.write_text(CORPUS)
-    exit2(runner, ["train", str(inside), "--out", str(work), "--base", str(tiny_bert), "--overwrite"],
-          "would overwrite the input")
+    exit2(
+        runner,
+        ["train", str(inside), "--out", str(work), "--base", str(tiny_bert), "--overwrite"],
+        "would overwrite the input",
+    )
     exit2(runner, ["export", str(tiny_bert), "--out", str(tiny_bert)], "would overwrite the input")
     assert sts.read_text() == STS and corpus.read_text() == CORPUS and inside.read_text() == CORPUS
 
@@ -126,8 +132,14 @@ def test_no_onnxruntime_telemetry_notice_for_a_normal_user(shared_dir):
         if shutil.which("setpriv") is None:
             pytest.skip("running as root without setpriv")
         command = ["setpriv", "--reuid=65534", "--regid=65534", "--clear-groups", *command]
-    done = subprocess.run(command, capture_output=True, text=True, cwd=shared_dir, timeout=120,
-                          env={**os.environ, "HOME": str(shared_dir)})
+    done = subprocess.run(
+        command,
+        capture_output=True,
+        text=True,
+        cwd=shared_dir,
+        timeout=120,
+        env={**os.environ, "HOME": str(shared_dir)},
+    )
     if done.returncode != 0:
         pytest.skip(f"cannot run python as another user here: {done.stderr[-200:]}")
     assert done.stdout.strip() == "onnxruntime"
@@ -164,8 +176,11 @@ def test_qrels_of_unknown_documents_only_are_refused(tmp_path):
 def test_an_unterminated_quote_is_refused_with_its_line(runner, tmp_path, tiny_bert):
     bad = tmp_path / "docs.csv"
     bad.write_text('id,text\n1,first\n2,"second never closed\n3,third\n4,fourth\n')
-    exit2(runner, ["embed", str(bad), "--out", str(tmp_path / "v.npy"), "--model", str(tiny_bert)],
-          "line 3: a quoted field is never closed")
+    exit2(
+        runner,
+        ["embed", str(bad), "--out", str(tmp_path / "v.npy"), "--model", str(tiny_bert)],
+        "line 3: a quoted field is never closed",
+    )
     good = tmp_path / "good.csv"
     good.write_text('id,text\n1,"a ""quoted"" word"\n2,"two\nlines"\n')
     from embedkit.data.corpus import read_documents
@@ -270,15 +285,32 @@ def test_a_killed_overwrite_leaves_the_finished_model_as_it_was(tmp_path, tiny_b
     corpus = tmp_path / "corpus.txt"
     corpus.write_text(CORPUS)
     out = tmp_path / "model"
-    args = ["train", str(corpus), "--out", str(out), "--base", str(tiny_bert), "--batch-size", "4",
-            "--seed", "7", "--set", "warmup_ratio=0", "--quiet"]
+    args = [
+        "train",
+        str(corpus),
+        "--out",
+        str(out),
+        "--base",
+        str(tiny_bert),
+        "--batch-size",
+        "4",
+        "--seed",
+        "7",
+        "--set",
+        "warmup_ratio=0",
+        "--quiet",
+    ]
     result = CliRunner().invoke(app, [*args, "--max-steps", "2"])
     assert result.exit_code == 0, result.output
     before = _tree(out)
     code = "import sys; from embedkit.cli.app import main; sys.argv[0] = 'embedkit'; main()"
     longer = [*args, "--max-steps", "400", "--save-steps", "1", "--overwrite"]
-    process = subprocess.Popen([sys.executable, "-c", code, *longer], stdout=subprocess.PIPE,
-                               stderr=subprocess.PIPE, env={**os.environ, "OMP_NUM_THREADS": "1"})
+    process = subprocess.Popen(
+        [sys.executable, "-c", code, *longer],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        env={**os.environ, "OMP_NUM_THREADS": "1"},
+    )
     run_dir = tmp_path / ".model.overwrite-run"
     deadline = time.monotonic() + 240
     while not list((run_dir / "checkpoints").glob("step-*")) if run_dir.is_dir() else True:
@@ -288,8 +320,9 @@ def test_a_killed_overwrite_leaves_the_finished_model_as_it_was(tmp_path, tiny_b
     process.kill()
     process.communicate()
     assert _tree(out) == before  # metrics, weights, config: all as they were; no checkpoints added
-    result = CliRunner().invoke(app, ["train", str(corpus), "--out", str(out), "--resume",
-                                      "--base", str(tiny_bert)])
+    result = CliRunner().invoke(
+        app, ["train", str(corpus), "--out", str(out), "--resume", "--base", str(tiny_bert)]
+    )
     assert result.exit_code == 2 and "nothing to resume" in result.stderr  # still a finished model
     result = CliRunner().invoke(app, [*args, "--max-steps", "1", "--overwrite"])
     assert result.exit_code == 0, result.output
@@ -326,7 +359,9 @@ def test_a_part_write_killed_between_its_renames_is_completed_by_clean(tmp_path)
 # --- usage: a bare group, choices checked before loading -----------------------------------------
 
 
-@pytest.mark.parametrize(("args", "names"), [([], "train, export, embed"), (["eval"], "sts, sts-retrieval")])
+@pytest.mark.parametrize(
+    ("args", "names"), [([], "train, adapt, export, embed"), (["eval"], "sts, sts-retrieval")]
+)
 def test_a_group_without_its_command_is_one_usage_line(runner, args, names):
     result = runner.invoke(app, args)
     assert result.exit_code == 2
@@ -345,8 +380,11 @@ def test_fusion_and_mode_are_checked_before_the_index_loads(runner, tmp_path, mo
     (tmp_path / "idx").mkdir()
     exit2(runner, ["search", index, "wing", "--fusion", "borda"], "unknown fusion method 'borda'")
     exit2(runner, ["search", index, "wing", "--mode", "sparse"], "unknown search mode 'sparse'")
-    exit2(runner, ["eval", "retrieval", str(tmp_path), "--index", index, "--fusion", "borda"],
-          "unknown fusion method 'borda'")
+    exit2(
+        runner,
+        ["eval", "retrieval", str(tmp_path), "--index", index, "--fusion", "borda"],
+        "unknown fusion method 'borda'",
+    )
 
 
 def test_lexical_search_for_stopwords_only_finds_nothing_and_says_so(runner, tmp_path, tiny_bert):
