@@ -45,8 +45,12 @@ def client(server: Server):
         yield c
 
 
-def test_huggingface_inference_client_gets_the_encoders_vectors(server: Server, encoder):
+def test_huggingface_inference_client_gets_the_encoders_vectors(server: Server, encoder, monkeypatch):
     hub = pytest.importorskip("huggingface_hub")
+    # CI runs with HF_HUB_OFFLINE=1 (no model hub), which also blocks the client's requests to this
+    # local server: offline mode is lifted for this test alone.
+    monkeypatch.delenv("HF_HUB_OFFLINE", raising=False)
+    monkeypatch.setattr(hub.constants, "is_offline_mode", lambda: False)
     api = hub.InferenceClient(base_url=server.url, api_key=KEY)
     many = np.asarray(api.feature_extraction(TEXTS))
     assert many.shape == (len(TEXTS), encoder.dim)
