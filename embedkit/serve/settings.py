@@ -14,7 +14,8 @@ Defaults and where they come from:
 - `max_queue_tokens` None (by device, `engine.AUTO_QUEUE_TOKENS`: 65,536 on a CPU): tokens waiting
   for a batch, beyond which a request is refused with 503 and `Retry-After`, so that one request
   of long texts cannot hold the model for a minute (a 2,000-text request of 4 KB texts, 512k
-  tokens, took 77 s on 2 CPU cores); a request larger than the whole bound is a 413.
+  tokens, was reported to take 77 s on 2 CPU cores, about 6,600 tokens/s, so 65,536 tokens is about
+  10 s there; not re-measured); a request larger than the whole bound is a 413.
 - `max_queue_texts` 16384: texts waiting for a batch, beyond which a request is refused with 503
   (on two CPU cores, a minute of work: a client would time out before its turn anyway).
 - `workers` 1: inference threads, each running whole batches on the one loaded model (ONNX

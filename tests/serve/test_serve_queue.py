@@ -77,7 +77,7 @@ def test_a_short_request_goes_ahead_of_a_long_ones_texts() -> None:
     assert order.index("short") <= 8
 
 
-def test_a_long_request_is_answered_503_or_413_over_http(tiny_onnx) -> None:
+def test_a_request_over_the_token_bound_is_a_413_over_http(tiny_onnx) -> None:
     with serving([str(tiny_onnx), "--max-queue-tokens", "300", "--max-wait-ms", "0"]) as server:
         too_big = httpx.post(f"{server.url}/v1/embeddings", json={"input": ["word " * 60] * 10}, timeout=30)
         assert too_big.status_code == 413 and "queues at most 300" in too_big.json()["error"]["message"]
