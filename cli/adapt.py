@@ -83,6 +83,14 @@ def adapt(
         str, typer.Option("--precision", help="auto (bf16 or fp16 on CUDA, fp32 on CPU), fp32, bf16, fp16.")
     ] = DEFAULTS.precision,
     overwrite: Annotated[bool, typer.Option("--overwrite", help="Replace a non-empty --out.")] = False,
+    resume: Annotated[
+        bool,
+        typer.Option(
+            "--resume",
+            help="Continue a killed run from its last checkpoint in --out (same index and settings); "
+            "a finished --out goes straight to re-embedding.",
+        ),
+    ] = False,
     quiet: Annotated[
         bool, typer.Option("--quiet", "-q", help="No progress bars (the dev scores are still printed).")
     ] = False,
@@ -111,27 +119,32 @@ def adapt(
     from transformers.utils import logging as hf_logging
 
     from embedkit.training.adapt import adapt as run_adapt
+    from embedkit.training.adapt_report import before_after_table, finished_adapt, holds_model
 
     hf_logging.disable_progress_bar()  # the weight-loading bars would bury ours
     console = make_console(stderr=True)
-    result = run_adapt(index, out, config, overwrite=overwrite, progress=not quiet, note=console.print)
-    typer.echo(
-        f"saved {result.out_dir} ({config.method}, {result.steps} steps; {result.dev_label}: base "
-        f"{result.base_dev_score:.4f}, adapted {result.best_dev_score:.4f}"
-        + (
-            ", no step beat the base: the base model was saved)"
-            if result.kept_base
-            else f" at step {result.best_step})"
+    finished = resume and finished_adapt(out, index)
+    if finished:
+        typer.echo(f"{out} holds the finished adapted model: going on to what comes after it")
+    else:
+        result = run_adapt(
+            index, out, config, overwrite=overwrite, resume=resume, progress=not quiet, note=console.print
         )
-    )
+        typer.echo(before_after_table(result))
     model_for_index: Path = out
     if export is not None:
-        from embedkit.export import export_model
+        if finished and holds_model(export, out):
+            typer.echo(f"{export} already holds the adapted model's export")
+        else:
+            from embedkit.export import export_model
 
-        exported = export_model(out, export, progress=not quiet, device=device)
-        typer.echo(f"exported {exported.out_dir}")
+            exported = export_model(out, export, progress=not quiet, device=device)
+            typer.echo(f"exported {exported.out_dir}")
         model_for_index = export
     if reindex:
+        if finished and holds_model(index, model_for_index):
+            typer.echo(f"{index} is already embedded with the adapted model")
+            return
         from embedkit.index.reembed import reembed_index
 
         report = reembed_index(index, model_for_index, device=device, progress=not quiet)

@@ -18,14 +18,16 @@ The caller (`embedkit adapt`) then re-embeds the index with it (`embedkit.index.
 
 from __future__ import annotations
 
+import hashlib
+import json
 import math
 import random
+import shutil
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-import numpy as np
 import torch
 
 from embedkit.encode.torch_backend import TorchEncoder
@@ -34,6 +36,16 @@ from embedkit.index.folder import check_model_for
 from embedkit.index.search import SearchIndex
 from embedkit.progress import ProgressBar
 from embedkit.storage.locking import write_lock
+from embedkit.training import checkpoint as ckpt
+from embedkit.training.adapt_checkpoint import (
+    AdaptParts,
+    AdaptState,
+    check_adapt_resumable,
+    load_adapt_best,
+    load_adapt_checkpoint,
+    save_adapt_best,
+    save_adapt_checkpoint,
+)
 from embedkit.training.adapt_config import AdaptConfig
 from embedkit.training.adapt_queries import (
     HARD_NEGATIVE_RANKS,
@@ -45,29 +57,38 @@ from embedkit.training.adapt_queries import (
     unique_source_batches,
     words,
 )
-from embedkit.training.distill_losses import candidate_cosines, listwise_kl
-from embedkit.training.losses import info_nce
+from embedkit.training.adapt_student import StudentEmbedder, dev_ndcg, step_loss
 from embedkit.training.model import make_optimizer, make_scheduler, optimizer_step
 from embedkit.training.save import write_model_folder
-from embedkit.training.trainer import autocast, pad_batch, resolve_precision
+from embedkit.training.trainer import resolve_precision
 
-HARD_NEGATIVES_PER_QUERY = 4  # InfoNCE's extra negatives per query, drawn from its hard negatives
 TEACHER_CHUNK = 128  # queries per hybrid search call (one progress-bar tick)
+PSEUDO_LABEL = "dev pseudo ndcg@10"  # held-out pseudo queries' nDCG@10, the label-free score
+JUDGED_LABEL = "dev retrieval ndcg@10"  # the user's judged queries (--dev-retrieval)
 Note = Callable[[str], None]
 
 
 @dataclass(frozen=True)
 class AdaptResult:
-    """What an adapt run produced."""
+    """What an adapt run produced: the model folder and its dev scores before and after."""
 
     out_dir: Path
     steps: int
     queries: dict[str, int]  # training queries by kind
-    dev_label: str  # e.g. "dev pseudo ndcg@10"
-    base_dev_score: float
-    best_dev_score: float
+    dev_label: str  # the score the best step was chosen on, e.g. "dev pseudo ndcg@10"
+    base_scores: dict[str, float]  # label -> the base model's score (label-free, and judged if given)
+    adapted_scores: dict[str, float]  # label -> the saved model's score
     best_step: int | None  # None: no step beat the base, the base was saved
     seconds: float
+    resumed_from: int | None = None  # the checkpoint's step, when a killed run was continued
+
+    @property
+    def base_dev_score(self) -> float:
+        return self.base_scores[self.dev_label]
+
+    @property
+    def best_dev_score(self) -> float:
+        return self.adapted_scores[self.dev_label]
 
     @property
     def kept_base(self) -> bool:
@@ -80,23 +101,39 @@ def adapt(
     config: AdaptConfig | None = None,
     *,
     overwrite: bool = False,
+    resume: bool = False,
     progress: bool = True,
     note: Note = lambda text: None,
 ) -> AdaptResult:
     """Adapt the dense model of the index in `index_path` to its documents; write the model to `out_dir`.
 
+    The run checkpoints into `out_dir/checkpoints/` at each dev evaluation; `resume` continues a
+    killed run from its last one (same index, same settings), and ends where the run would have.
     Raises `InputError` for bad input (before anything is written) and `RunFailure` when the loss
     stops being finite. The index itself is not changed here (see `embedkit.index.reembed`).
     """
     config = (config or AdaptConfig()).validate()
     out = Path(out_dir).expanduser()
-    if out.exists() and (not out.is_dir() or any(out.iterdir())) and not overwrite:
-        raise InputError(f"--out {out} is not empty: choose another folder or pass --overwrite")
     with write_lock(out), SearchIndex.load(index_path) as index:
-        return _adapt(index, out, config, progress, note)
+        resume_from = ckpt.prepare_out_dir(out, resume, overwrite)
+        busy = out.is_dir() and any(out.iterdir())
+        # overwriting a finished folder: the run lives beside it until the new model replaces it
+        run_dir = out if resume_from is not None or not busy else ckpt.overwrite_run_dir(out)
+        result = _adapt(index, out, run_dir, resume_from, config, progress, note)
+        if run_dir != out:
+            shutil.rmtree(run_dir, ignore_errors=True)
+        return result
 
 
-def _adapt(index: SearchIndex, out: Path, config: AdaptConfig, progress: bool, note: Note) -> AdaptResult:
+def _adapt(
+    index: SearchIndex,
+    out: Path,
+    run_dir: Path,
+    resume_from: Path | None,
+    config: AdaptConfig,
+    progress: bool,
+    note: Note,
+) -> AdaptResult:
     started = time.perf_counter()
     # 1. Inputs.
     if not index.has_lexical:
@@ -121,6 +158,9 @@ def _adapt(index: SearchIndex, out: Path, config: AdaptConfig, progress: bool, n
     train_queries, dev_queries = split_queries(
         make_pseudo_queries(documents, config.kinds, config.seed), config
     )
+    made_from = _made_from(index, spec.fingerprint, train_queries, dev_queries, config)
+    if resume_from is not None:
+        check_adapt_resumable(resume_from, config, made_from)
     note(f"{len(train_queries):,} pseudo queries ({_by_kind(train_queries)}), {len(dev_queries):,} held out")
 
     # 3. The teacher's candidates.
@@ -132,56 +172,80 @@ def _adapt(index: SearchIndex, out: Path, config: AdaptConfig, progress: bool, n
     torch.manual_seed(config.seed)
     student = TorchEncoder(spec, device=config.device)
     device, dtype = student.device, resolve_precision(config.precision, student.device)
-    doc_vectors = torch.from_numpy(index.vectors_of_rows(list(range(len(index))))).to(device)
-    params = student.model
-    optimizer = make_optimizer(params, config)
-    scheduler = make_scheduler(optimizer, config.steps, config.warmup_ratio)
-    scaler = torch.amp.GradScaler(device.type) if dtype == torch.float16 else None
-    embed = _Embedder(student, dtype)
+    optimizer = make_optimizer(student.model, config)
+    parts = AdaptParts(
+        model=student.model,
+        optimizer=optimizer,
+        scheduler=make_scheduler(optimizer, config.steps, config.warmup_ratio),
+        scaler=torch.amp.GradScaler(device.type) if dtype == torch.float16 else None,
+        sampler=random.Random(config.seed),
+        doc_vectors=torch.from_numpy(index.vectors_of_rows(list(range(len(index))))).to(device),
+    )
+    embed = StudentEmbedder(student, dtype)
     texts = [d.full_text for d in documents]
 
-    def evaluate(refresh: bool) -> float:
-        nonlocal doc_vectors
+    def evaluate(refresh: bool) -> dict[str, float]:
+        """The dev scores by label: always the label-free one, the judged one when given."""
         if refresh:
-            doc_vectors = torch.from_numpy(embed.inference(texts, spec.max_seq_length, progress)).to(device)
+            parts.doc_vectors = torch.from_numpy(embed.inference(texts, spec.max_seq_length, progress)).to(
+                device
+            )
+        scores = {
+            PSEUDO_LABEL: dev_ndcg(embed, dev_queries, dev_copies, parts.doc_vectors.cpu().numpy(), config)
+        }
         if dev_judged is not None:
             student.model.eval()
-            return float(dev_judged(student)["ndcg@10"])
-        return dev_ndcg(embed, dev_queries, dev_copies, doc_vectors.cpu().numpy(), config)
+            scores[JUDGED_LABEL] = float(dev_judged(student)["ndcg@10"])
+        return scores
 
-    label = "dev retrieval ndcg@10" if dev_judged is not None else "dev pseudo ndcg@10"
-    base_score = best_score = evaluate(refresh=False)
-    best_state, best_step = None, None
-    note(f"base model: {label} {base_score:.4f}")
+    if resume_from is not None:
+        state = load_adapt_checkpoint(resume_from, parts)
+        note(f"resumed from step {state.step}")
+    else:
+        base = evaluate(refresh=False)
+        state = AdaptState(0, JUDGED_LABEL if dev_judged is not None else PSEUDO_LABEL, base, dict(base))
+        note(f"base model: {state.selection} {state.best:.4f}")
+    resumed_from = state.step if resume_from is not None else None
 
     # 5. The steps.
-    rng = random.Random(config.seed)
     batches = _endless_batches([q.source for q in train_queries], config)
-    bar = ProgressBar(config.steps, "adapting", enabled=progress)
-    with bar:
-        for step in range(1, config.steps + 1):
+    for _ in range(state.step):  # the order is a function of (seed, epoch): skip what was done
+        next(batches)
+    with ProgressBar(config.steps, "adapting", enabled=progress, completed=state.step) as bar:
+        for step in range(state.step + 1, config.steps + 1):
             rows = next(batches)
             student.model.train()
             loss, terms = step_loss(
-                embed, [train_queries[i] for i in rows], [mined[i] for i in rows], doc_vectors, config, rng
+                embed,
+                [train_queries[i] for i in rows],
+                [mined[i] for i in rows],
+                parts.doc_vectors,
+                config,
+                parts.sampler,
             )
             if not math.isfinite(loss.item()):
                 raise RunFailure(f"the loss became {loss.item()} at step {step}; try a lower --lr")
-            optimizer_step(loss, params, optimizer, scheduler, scaler, config.max_grad_norm)
+            optimizer_step(
+                loss, student.model, optimizer, parts.scheduler, parts.scaler, config.max_grad_norm
+            )
+            state.step = step
             bar.advance()
             bar.update(status=" ".join(f"{k} {v:.4f}" for k, v in terms.items()))
             if step % config.eval_steps == 0 or step == config.steps:
-                score = evaluate(refresh=True)
-                if score > best_score:
-                    best_score, best_step = score, step
-                    best_state = {k: v.detach().cpu().clone() for k, v in student.model.state_dict().items()}
-                note(f"step {step}: {label} {score:.4f}{' (best so far)' if best_step == step else ''}")
+                scores = evaluate(refresh=True)
+                if scores[state.selection] > state.best:
+                    state.best_scores, state.best_step = scores, step
+                    save_adapt_best(run_dir, student.model, step, scores)
+                best = " (best so far)" if state.best_step == step else ""
+                note(f"step {step}: {state.selection} {scores[state.selection]:.4f}{best}")
+                if step < config.steps:
+                    save_adapt_checkpoint(run_dir, parts, state, made_from)
 
     # 6. The model folder: the best weights, or the base's when no step beat it.
-    if best_state is not None:
-        student.model.load_state_dict(best_state)
+    if state.best_step is not None:
+        load_adapt_best(run_dir, student.model, state.best_step)
     else:
-        note(f"no step beat the base model on {label}: the output is the base model")
+        note(f"no step beat the base model on {state.selection}: the output is the base model")
         student.model.load_state_dict({k: v for k, v in _base_state(spec.path).items()})
     seconds = time.perf_counter() - started
     metadata = {
@@ -189,20 +253,56 @@ def _adapt(index: SearchIndex, out: Path, config: AdaptConfig, progress: bool, n
         "adapt": {
             "config": config.to_dict(),
             "index": str(index.path),
+            "made_from": made_from,
             "queries": _by_kind(train_queries),
             "dev": {
-                "label": label,
-                "base_score": base_score,
-                "best_score": best_score,
-                "best_step": best_step,
+                "label": state.selection,
+                "base_scores": state.base_scores,
+                "adapted_scores": state.best_scores,
+                "best_step": state.best_step,
             },
             "seconds": round(seconds, 3),
+            "resumed_from": resumed_from,
         },
         "base_model": {"path": str(spec.path), "fingerprint": spec.fingerprint},
     }
     write_model_folder(out, student.model, spec.path, spec.pooling, spec.max_seq_length, metadata)
     counts = {k: sum(q.kind == k for q in train_queries) for k in config.kinds}
-    return AdaptResult(out, config.steps, counts, label, base_score, best_score, best_step, seconds)
+    return AdaptResult(
+        out,
+        config.steps,
+        counts,
+        state.selection,
+        state.base_scores,
+        state.best_scores,
+        state.best_step,
+        seconds,
+        resumed_from,
+    )
+
+
+def _made_from(
+    index: SearchIndex,
+    model_fingerprint: str,
+    train: Sequence[PseudoQuery],
+    dev: Sequence[PseudoQuery],
+    config: AdaptConfig,
+) -> dict[str, object]:
+    """What a checkpoint must have been made from to be resumed: the index and the queries."""
+    digest = hashlib.sha256()
+    for q in [*train, *dev]:
+        digest.update(json.dumps([q.text, q.source, q.kind]).encode("utf-8"))
+    meta = index.meta
+    return {
+        "index": {
+            "version": index.version,
+            "corpus_fingerprint": meta.get("corpus_fingerprint"),
+            "model_fingerprint": model_fingerprint,
+            "count": len(index),
+        },
+        "queries": digest.hexdigest()[:16],
+        "config": config.to_dict(),
+    }
 
 
 def split_queries(
@@ -246,125 +346,6 @@ def teacher_candidates(
                 mined.append(mine_candidates(ranking, query.source, copies, config.source_margin))
             bar.advance(len(chunk))
     return mined
-
-
-class _Embedder:
-    """The student's sentence vectors: with gradient for queries, without for passages."""
-
-    def __init__(self, student: TorchEncoder, dtype: torch.dtype | None) -> None:
-        from embedkit.encode.batching import load_tokenizer, pad_token_id
-
-        self.student, self.dtype = student, dtype
-        self.tokenizers: dict[int, object] = {}
-        self.pad_id = pad_token_id(student.path, load_tokenizer(student.path, student.max_seq_length))
-        self._load_tokenizer = load_tokenizer
-
-    def __call__(self, texts: Sequence[str], max_length: int) -> torch.Tensor:
-        """(B, D) vectors of `texts` cut at `max_length` tokens, in the model's current mode."""
-        if max_length not in self.tokenizers:
-            self.tokenizers[max_length] = self._load_tokenizer(self.student.path, max_length)
-        encodings = self.tokenizers[max_length].encode_batch(list(texts))  # type: ignore[attr-defined]
-        inputs = pad_batch(encodings, np.arange(len(texts)), self.pad_id, self.student.device)
-        if not self.student.uses_token_type_ids:
-            inputs.pop("token_type_ids")
-        with autocast(self.student.device, self.dtype):
-            hidden = self.student.model(**inputs).last_hidden_state
-        return self.student.head(hidden, inputs["attention_mask"], True)
-
-    @torch.no_grad()
-    def inference(
-        self, texts: Sequence[str], max_length: int, progress: bool = False, batch: int = 64
-    ) -> np.ndarray:
-        """Vectors in eval mode (no dropout), in order, longest first within the bar's batches."""
-        model = self.student.model
-        was_training = model.training
-        model.eval()
-        order = sorted(range(len(texts)), key=lambda i: -len(texts[i]))
-        out = np.empty((len(texts), self.student.dim), dtype=np.float32)
-        try:
-            with ProgressBar(
-                len(texts), "refreshing vectors", enabled=progress and len(texts) > batch
-            ) as bar:
-                for start in range(0, len(order), batch):
-                    rows = order[start : start + batch]
-                    out[rows] = self([texts[i] for i in rows], max_length).float().cpu().numpy()
-                    bar.advance(len(rows))
-        finally:
-            model.train(was_training)
-        return out
-
-
-def step_loss(
-    embed: _Embedder,
-    queries: Sequence[PseudoQuery],
-    mined: Sequence[Candidates],
-    doc_vectors: torch.Tensor,
-    config: AdaptConfig,
-    rng: random.Random,
-) -> tuple[torch.Tensor, dict[str, float]]:
-    """One batch's loss: listwise KL over each query's candidates, plus InfoNCE with hard negatives."""
-    device = doc_vectors.device
-    q = embed([x.text for x in queries], config.query_max_length)  # (B, D), with gradient
-    positives = torch.from_numpy(
-        embed.inference([x.positive for x in queries], config.positive_max_length)
-    ).to(device)
-    # the candidates: slot 0 is the query's own positive (row N + i of the pool), then the teacher's hits
-    width = max(len(m.rows) for m in mined)
-    n = doc_vectors.shape[0]
-    index = torch.zeros((len(queries), width), dtype=torch.long)
-    teacher = torch.zeros((len(queries), width))
-    mask = torch.zeros((len(queries), width), dtype=torch.bool)
-    for i, m in enumerate(mined):
-        index[i, : len(m.rows)] = torch.tensor([n + i, *m.rows[1:]])
-        teacher[i, : len(m.rows)] = torch.tensor(m.scores)
-        mask[i, : len(m.rows)] = True
-    pool = torch.cat([doc_vectors, positives])
-    student_scores = candidate_cosines(q, pool, index.to(device))
-    kl = listwise_kl(
-        student_scores, teacher.to(device), mask.to(device), config.temperature, config.teacher_temperature
-    )
-    terms = {"kl": kl.item()}
-    loss = kl
-    if config.nce_weight > 0:
-        batch_sources = {x.source for x in queries}
-        negatives = [
-            r
-            for m in mined
-            for r in rng.sample(m.hard_negatives, min(HARD_NEGATIVES_PER_QUERY, len(m.hard_negatives)))
-            if r not in batch_sources  # another query's positive is no negative
-        ]
-        nce = info_nce(q, positives, doc_vectors[negatives] if negatives else None, config.temperature)
-        terms["nce"] = nce.item()
-        loss = loss + config.nce_weight * nce
-    return loss, terms
-
-
-def dev_ndcg(
-    embed: _Embedder,
-    queries: Sequence[PseudoQuery],
-    copies: Sequence[set[int]],
-    doc_vectors: np.ndarray,
-    config: AdaptConfig,
-) -> float:
-    """Mean nDCG@10 of held-out pseudo queries, each with one relevant target: its positive passage.
-
-    The target competes with every other document's vector except its source's and its copies';
-    with one relevant document nDCG@10 is 1 / log2(1 + rank) within the top 10, else 0.
-    """
-    if not queries:
-        return 0.0
-    q = embed.inference([x.text for x in queries], config.query_max_length)
-    targets = embed.inference([x.positive for x in queries], config.positive_max_length)
-    q /= np.linalg.norm(q, axis=1, keepdims=True).clip(1e-12)
-    targets /= np.linalg.norm(targets, axis=1, keepdims=True).clip(1e-12)
-    scores = q @ doc_vectors.T  # (Q, N)
-    total = 0.0
-    for i, query in enumerate(queries):
-        excluded = [query.source, *copies[i]]
-        scores[i, excluded] = -np.inf
-        rank = 1 + int((scores[i] > float(q[i] @ targets[i])).sum())
-        total += 1.0 / math.log2(1 + rank) if rank <= 10 else 0.0
-    return total / len(queries)
 
 
 def _endless_batches(sources: list[int], config: AdaptConfig):

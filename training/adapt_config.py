@@ -39,6 +39,7 @@ class AdaptConfig:
     source_margin: float = 0.05  # the source document's teacher score above the best other candidate
     query_max_length: int = 64  # tokens of a pseudo query (ICT sentences rarely pass 40)
     positive_max_length: int = 128  # tokens of a query's positive passage, encoded every step
+    train_passages: bool = False  # gradient through the positives' vectors too (GPL trains both sides)
     eval_steps: int = 50  # dev score, and the document vectors the loss uses refreshed, every N steps
     seed: int = 42  # query sampling, batches and dropout
     device: str = "auto"  # auto, cpu, cuda

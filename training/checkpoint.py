@@ -139,7 +139,7 @@ def save_checkpoint(
             queue_state = model.queue.state_dict()
             save_file({"buffer": queue_state.pop("buffer").contiguous()}, str(tmp / "queue.safetensors"))
         torch.save(optimizer.state_dict(), tmp / "optimizer.pt")
-        save_file(_rng_tensors(generator, parts.aux_generator, rank_rng), str(tmp / "rng.safetensors"))
+        save_file(rng_tensors(generator, parts.aux_generator, rank_rng), str(tmp / "rng.safetensors"))
         payload = {
             "state": asdict(state),
             "scheduler": scheduler.state_dict(),
@@ -148,7 +148,7 @@ def save_checkpoint(
             **meta,
         }
         (tmp / "state.json").write_text(json.dumps(payload, indent=2) + "\n", encoding="utf-8")
-    _prune(out_dir, keep_step=state.step, keep_best=state.best_step)
+    prune_checkpoints(out_dir, keep_step=state.step, keep_best=state.best_step)
     return target
 
 
@@ -175,11 +175,11 @@ def load_checkpoint(
     scheduler.load_state_dict(payload["scheduler"])
     if scaler is not None and payload.get("scaler"):
         scaler.load_state_dict(payload["scaler"])
-    _restore_rng(load_file(str(path / "rng.safetensors")), generator, parts.aux_generator, rank)
+    restore_rng(load_file(str(path / "rng.safetensors")), generator, parts.aux_generator, rank)
     state = TrainState(**payload["state"])
     # Best folders written after this checkpoint belong to the part of the run that is redone.
     if prune:
-        _prune(path.parent.parent, keep_step=state.step, keep_best=state.best_step)
+        prune_checkpoints(path.parent.parent, keep_step=state.step, keep_best=state.best_step)
     return state
 
 
@@ -215,7 +215,7 @@ def remove_checkpoints(out_dir: Path) -> None:
     shutil.rmtree(checkpoint_dir(out_dir), ignore_errors=True)
 
 
-def _prune(out_dir: Path, keep_step: int, keep_best: int | None) -> None:
+def prune_checkpoints(out_dir: Path, keep_step: int, keep_best: int | None) -> None:
     """Delete every checkpoint but `keep_step` and every best folder but the one it points to."""
     for step, path in _numbered(out_dir, _STEP).items():
         if step != keep_step:
@@ -225,7 +225,7 @@ def _prune(out_dir: Path, keep_step: int, keep_best: int | None) -> None:
             shutil.rmtree(path, ignore_errors=True)
 
 
-def _rng_tensors(
+def rng_tensors(
     generator: torch.Generator | None,
     aux_generator: torch.Generator | None = None,
     rank_rng: list[dict[str, torch.Tensor]] | None = None,
@@ -246,7 +246,7 @@ def _rng_tensors(
     return {k: v.contiguous() for k, v in tensors.items()}
 
 
-def _restore_rng(
+def restore_rng(
     tensors: dict[str, torch.Tensor],
     generator: torch.Generator | None,
     aux_generator: torch.Generator | None = None,
