@@ -55,21 +55,59 @@ _DOC_FIELDS = ["doc_id", "title", "body", "metadata"]
 def _pymilvus():
     if importlib.util.find_spec("pymilvus") is None:
         raise InputError("a Milvus target needs pymilvus: pip install 'embedkit[milvus]'")
+    import logging
+
     import pymilvus
 
+    # pymilvus logs each failed call with its traceback on stderr before raising it; `_calls`
+    # reports every failure in one line, so that dump is only noise (a traceback, against the rules)
+    logging.getLogger("pymilvus.decorators").setLevel(logging.CRITICAL)
     return pymilvus
 
 
 @contextlib.contextmanager
-def _calls(target: RemoteTarget, what: str, error: type[Exception] = RunFailure) -> Iterator[None]:
-    """Milvus's exceptions as one embedkit error naming the target and the step."""
+def _calls(
+    target: RemoteTarget, what: str, error: type[Exception] = RunFailure, hint: str = ""
+) -> Iterator[None]:
+    """Milvus's exceptions as one embedkit error naming the target and the step (then `hint`);
+    a refused token is always an `InputError` that says so."""
+    import grpc
     from pymilvus.exceptions import MilvusException
 
     try:
         yield
-    except MilvusException as exc:
-        message = " ".join(str(getattr(exc, "message", "") or exc).split())
-        raise error(f"{target}: {what} failed: {message}") from None
+    except (MilvusException, grpc.RpcError) as exc:  # pymilvus lets some gRPC errors through as they are
+        refusal = _token_refusal(exc)
+        if refusal is not None:
+            raise InputError(
+                f"{target} refused the token: {refusal} (check --token or MILVUS_TOKEN)"
+            ) from None
+        text = exc.details() if isinstance(exc, grpc.RpcError) and hasattr(exc, "details") else None
+        message = " ".join(str(text or getattr(exc, "message", "") or exc).split())
+        raise error(f"{target}: {what} failed: {message}{hint}") from None
+
+
+def _token_refusal(exc: BaseException) -> str | None:
+    """The server's words when it refused the token, else None.
+
+    A Milvus proxy with authorization on checks the token in a gRPC interceptor before any method
+    runs (Connect included) and answers UNAUTHENTICATED: "auth check failure, please check api key
+    is correct", or "... username and password are correct" for USER:PASSWORD (milvus-io/milvus,
+    internal/proxy/authentication_interceptor.go). pymilvus does not retry that code but reports a
+    refused Connect as "Fail connecting to server ... or server unavailable", the gRPC error being
+    its cause: the cause is what tells a refused token from a server that is down.
+    """
+    import grpc
+
+    chain: list[BaseException] = []
+    seen: BaseException | None = exc
+    while seen is not None and seen not in chain:  # pymilvus raises `e from e`: a cause can loop
+        chain.append(seen)
+        code = seen.code() if isinstance(seen, grpc.RpcError) and hasattr(seen, "code") else None
+        if code == grpc.StatusCode.UNAUTHENTICATED:
+            return " ".join(str(seen.details() or code.name).split())
+        seen = seen.__cause__
+    return None
 
 
 def body_of(doc: Document) -> str:
@@ -93,12 +131,10 @@ class MilvusCollection:
             uri, token = target.uri, ""
         else:
             uri, token = "http://" + target.uri.split("://", 1)[1].rstrip("/"), target.token
-        try:
-            with _calls(target, "connecting", InputError):
-                client = pymilvus.MilvusClient(uri=uri, token=token, timeout=CONNECT_TIMEOUT)
-                client.list_collections()  # a wrong token fails here, not at the first search
-        except InputError as exc:
-            raise InputError(f"{exc} (is the server up, the address right, the token valid?)") from None
+        hint = " (is the server up, the address right, the token valid?)"
+        with _calls(target, "connecting", InputError, hint):
+            client = pymilvus.MilvusClient(uri=uri, token=token, timeout=CONNECT_TIMEOUT)
+            client.list_collections()  # a wrong token fails here, not at the first search
         return cls(target, client)
 
     def close(self) -> None:

@@ -155,6 +155,7 @@ def test_unreachable_server_is_one_error_line(tmp_path: Path, small) -> None:
     result = CliRunner().invoke(app, ["push", str(out), "milvus://127.0.0.1:9"])
     assert result.exit_code == 2, result.output
     assert result.output.startswith("error:") and "connecting" in result.output
+    assert "is the server up" in result.output and "refused the token" not in result.output
     assert "Traceback" not in result.output
 
 
