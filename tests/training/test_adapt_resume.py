@@ -1,4 +1,4 @@
-"""`embedkit adapt --resume`: a killed run continues from its checkpoint and ends where an unkilled one does."""
+"""`embedkit adapt --resume`: a killed run continues from its checkpoint to the unkilled run's model."""
 
 from __future__ import annotations
 
@@ -106,7 +106,9 @@ def test_resume_after_the_model_goes_on_to_reembedding(tmp_path: Path, tiny_bert
     assert delta == pytest.approx(adapted - base_score, abs=0.011)
     info = json.loads((out / "embedkit.json").read_text())
     assert info["adapt"]["dev"]["best_step"] is not None  # a model other than the base: re-embedding is due
-    assert info["adapt"]["dev"]["base_scores"]["dev pseudo ndcg@10"] == pytest.approx(base_score / 100, abs=5e-5)
+    assert info["adapt"]["dev"]["base_scores"]["dev pseudo ndcg@10"] == pytest.approx(
+        base_score / 100, abs=5e-5
+    )
 
     resumed = runner.invoke(app, [*base, "--resume"])
     assert resumed.exit_code == 0, resumed.output
