@@ -286,3 +286,28 @@ def test_dev_ndcg_ranks_the_positive_among_the_other_documents() -> None:
         ranking = sorted(scores, key=scores.get, reverse=True)
         expected.append(ndcg_at_k(ranking, {"target": 1}, 10))
     assert got == pytest.approx(float(np.mean(expected)), abs=1e-6)
+
+
+def test_training_the_passages_too_moves_the_model_differently(
+    tmp_path: Path, tiny_bert: Path, one_thread, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import importlib
+    import itertools
+
+    from safetensors.numpy import load_file
+
+    adapt_module = importlib.import_module("embedkit.training.adapt")
+    corpus = _corpus(tmp_path / "corpus.jsonl")
+    index = tmp_path / "index"
+    made = CliRunner().invoke(app, ["index", str(corpus), "--out", str(index), "--model", str(tiny_bert)])
+    assert made.exit_code == 0, made.output
+    weights = {}
+    for passages in (False, True):
+        rising = itertools.count()  # every dev score beats the last: the last step's weights are saved
+        monkeypatch.setattr(adapt_module, "dev_ndcg", lambda *args, rising=rising: float(next(rising)))
+        config = AdaptConfig(steps=2, eval_steps=1, batch_size=4, learning_rate=1e-2, train_passages=passages)
+        result = adapt_module.adapt(index, tmp_path / f"m{passages}", config, progress=False)
+        assert result.best_step == 2
+        weights[passages] = load_file(str(tmp_path / f"m{passages}" / "model.safetensors"))
+    moved = [k for k in weights[False] if not np.array_equal(weights[False][k], weights[True][k])]
+    assert moved, "the passages' gradient changed nothing"
