@@ -30,6 +30,7 @@ from pathlib import Path
 
 import torch
 
+from embedkit.encode.devices import torch_device
 from embedkit.encode.torch_backend import TorchEncoder
 from embedkit.errors import InputError, RunFailure
 from embedkit.index.folder import check_model_for
@@ -145,6 +146,8 @@ def _adapt(
         raise InputError(
             f"{spec.path}: adapt saves mean or cls pooling without Dense layers, not {spec.pooling}"
         )
+    # before the minutes of mining: `cuda` without a GPU, or fp16 on the CPU, fails here
+    resolve_precision(config.precision, torch_device(config.device))
     dev_judged = None
     if config.dev_retrieval:
         from embedkit.evaluation.retrieval import RetrievalEvaluator

@@ -311,3 +311,61 @@ def test_training_the_passages_too_moves_the_model_differently(
         weights[passages] = load_file(str(tmp_path / f"m{passages}" / "model.safetensors"))
     moved = [k for k in weights[False] if not np.array_equal(weights[False][k], weights[True][k])]
     assert moved, "the passages' gradient changed nothing"
+
+
+def test_the_step_runs_under_bf16_autocast_and_saves_fp32_weights(
+    tmp_path: Path, tiny_bert: Path, one_thread, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """`--precision bf16` as `embedkit train`: the forward passes in bf16, the saved weights in fp32."""
+    import importlib
+
+    from safetensors.numpy import load_file
+
+    adapt_module = importlib.import_module("embedkit.training.adapt")
+    student_module = importlib.import_module("embedkit.training.adapt_student")
+    corpus = _corpus(tmp_path / "corpus.jsonl")
+    index = tmp_path / "index"
+    made = CliRunner().invoke(app, ["index", str(corpus), "--out", str(index), "--model", str(tiny_bert)])
+    assert made.exit_code == 0, made.output
+    seen: list[torch.dtype] = []
+    real_autocast = student_module.autocast
+
+    def recording_autocast(device: torch.device, dtype: torch.dtype | None):
+        context = real_autocast(device, dtype)
+        seen.append(torch.get_autocast_dtype("cpu") if dtype is None else dtype)
+        return context
+
+    monkeypatch.setattr(student_module, "autocast", recording_autocast)
+    # a Linear layer's outputs inside the student's forward passes (LayerNorm's stay fp32 under autocast)
+    hidden_dtypes: list[torch.dtype] = []
+    real_call = student_module.StudentEmbedder.__call__
+
+    def recording_call(self, texts, max_length):
+        linear = next(m for m in self.student.model.modules() if isinstance(m, torch.nn.Linear))
+        hook = linear.register_forward_hook(lambda module, args, output: hidden_dtypes.append(output.dtype))
+        try:
+            return real_call(self, texts, max_length)
+        finally:
+            hook.remove()
+
+    monkeypatch.setattr(student_module.StudentEmbedder, "__call__", recording_call)
+    config = AdaptConfig(steps=2, eval_steps=1, batch_size=4, learning_rate=1e-3, precision="bf16")
+    adapt_module.adapt(index, tmp_path / "m", config, progress=False)
+    assert seen and set(seen) == {torch.bfloat16}
+    assert hidden_dtypes and set(hidden_dtypes) == {torch.bfloat16}
+    weights = load_file(str(tmp_path / "m" / "model.safetensors"))
+    assert {w.dtype for w in weights.values()} == {np.dtype("float32")}
+    assert all(np.isfinite(w).all() for w in weights.values())
+
+
+def test_fp16_without_cuda_exits_2_with_one_line(tmp_path: Path, tiny_bert: Path) -> None:
+    corpus = _corpus(tmp_path / "corpus.jsonl", n=8)
+    index = tmp_path / "index"
+    runner = CliRunner()
+    made = runner.invoke(app, ["index", str(corpus), "--out", str(index), "--model", str(tiny_bert)])
+    assert made.exit_code == 0, made.output
+    args = ["adapt", str(index), "--out", str(tmp_path / "m"), "--precision", "fp16", "--device", "cpu", "-q"]
+    result = runner.invoke(app, args)
+    assert result.exit_code == 2, result.output
+    lines = result.output.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("error:") and "fp16" in lines[0]
