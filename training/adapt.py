@@ -147,7 +147,8 @@ def _adapt(
             f"{spec.path}: adapt saves mean or cls pooling without Dense layers, not {spec.pooling}"
         )
     # before the minutes of mining: `cuda` without a GPU, or fp16 on the CPU, fails here
-    resolve_precision(config.precision, torch_device(config.device))
+    device = torch_device(config.device)
+    dtype = resolve_precision(config.precision, device)
     dev_judged = None
     if config.dev_retrieval:
         from embedkit.evaluation.retrieval import RetrievalEvaluator
@@ -173,8 +174,7 @@ def _adapt(
 
     # 4. The student.
     torch.manual_seed(config.seed)
-    student = TorchEncoder(spec, device=config.device)
-    device, dtype = student.device, resolve_precision(config.precision, student.device)
+    student = TorchEncoder(spec, device=str(device))
     optimizer = make_optimizer(student.model, config)
     parts = AdaptParts(
         model=student.model,
