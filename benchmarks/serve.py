@@ -110,11 +110,11 @@ def cpu_seconds(pid: int | None) -> float | None:
 
 
 class ServerProcess:
-    """`embedkit serve MODEL --port 0` with the given options, until `stop()`."""
+    """`embedkit serve MODEL --port 0 --device DEVICE` with the given options, until `stop()`."""
 
-    def __init__(self, model: str, options: list[str]) -> None:
+    def __init__(self, model: str, options: list[str], device: str = "cpu") -> None:
         embedkit = Path(sys.executable).with_name("embedkit")
-        command = [str(embedkit), "serve", model, "--port", "0", "--device", "cpu", *options]
+        command = [str(embedkit), "serve", model, "--port", "0", "--device", device, *options]
         self.process = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
         assert self.process.stdout is not None
         first = self.process.stdout.readline()
