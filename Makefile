@@ -2,6 +2,9 @@
 # Both create the virtual environment on first use. `make wheel-smoke` installs the built wheel into a
 # fresh environment and runs it there (scripts/wheel_smoke.sh; CI runs it after the tests). Override TORCH to pick another torch build,
 # e.g. `make test TORCH="torch==2.13.0 --index-url https://download.pytorch.org/whl/cpu"`.
+# `make gpu-check` proves the GPU half on a CUDA machine, each figure against its goal
+# (benchmarks/gpu_check.py; GPU_CHECK_ARGS="--train-1m" adds the one-million-sentence run). It runs
+# .venv's python where there is one, else $(PYTHON) with embedkit installed, and refuses without CUDA.
 
 PYTHON ?= python3
 VENV ?= .venv
@@ -12,7 +15,10 @@ STAMP := $(VENV)/.embedkit-installed
 DEMO := demo-out
 PYTEST_ARGS ?=
 
-.PHONY: setup demo test lint wheel-smoke clean
+GPU_PYTHON ?= $(if $(wildcard $(BIN)/python),$(BIN)/python,$(PYTHON))
+GPU_CHECK_ARGS ?=
+
+.PHONY: setup demo test lint wheel-smoke gpu-check clean
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -35,6 +41,9 @@ demo: $(STAMP)
 
 wheel-smoke: $(STAMP)
 	TORCH="$(TORCH)" PYTHON="$(PYTHON)" bash scripts/wheel_smoke.sh $(BIN)
+
+gpu-check:
+	$(GPU_PYTHON) benchmarks/gpu_check.py $(GPU_CHECK_ARGS)
 
 clean:
 	rm -rf $(DEMO) build dist *.egg-info .pytest_cache

@@ -3,6 +3,7 @@
     python benchmarks/search.py                       # 100k clustered 384-d vectors, the default grid
     python benchmarks/search.py --vectors emb.npy     # real embeddings (e.g. from `embedkit embed`)
     python benchmarks/search.py --cold-start INDEX_DIR --query "shock waves"   # `embedkit search` wall time
+    python benchmarks/search.py --device cuda --n 1000000 --queries 1000   # faiss GPU against faiss-cpu
 
 Synthetic data: unit vectors drawn around `--clusters` random centres, each cluster spread along
 its own `--local-dims` directions (plus a little isotropic noise), so that neighbourhoods have a low
@@ -15,6 +16,13 @@ averaged over queries. Timings are medians of `--repeats` runs in this process; 
 `search` call over all queries (faiss parallelises over queries), "one at a time" a Python loop of
 single-query calls. Ratios are within one run, on one machine. Prints a markdown table and, with
 `--json`, writes every figure.
+
+`--device cuda` compares faiss on the GPU with faiss-cpu on all cores instead of the HNSW grid: the
+flat and ivf-pq indexes `embedkit index` builds (embedkit's parameters for `--n` vectors), built and
+searched on the CPU, then moved to the GPU and built and searched there as `index --device cuda`
+does (`embedkit.index.faiss_gpu`). Recall@10 is against the CPU's exact (flat) search, so the GPU's
+flat recall is 1.000 where both find the same neighbours; "x CPU" is the GPU's batched queries/s over
+the CPU's for the same kind. `--device cpu` runs the CPU half alone.
 """
 
 from __future__ import annotations
@@ -116,6 +124,70 @@ def run_grid(docs: np.ndarray, queries: np.ndarray, args: argparse.Namespace) ->
     return results
 
 
+def fill(index, docs: np.ndarray, kind: str) -> None:
+    """Add `docs` to a new index as `embedkit index` does (an IVF-PQ index trains on its sample first)."""
+    from embedkit.index.kinds import train_ivf
+
+    if kind == "ivf-pq":
+        train_ivf(index, docs, chunk_size=100_000)
+    else:
+        index.add(docs)
+
+
+def run_devices(docs: np.ndarray, queries: np.ndarray, args: argparse.Namespace) -> dict:
+    """Each of `args.kinds` built and searched by faiss-cpu, then (with --device cuda) on the GPU."""
+    import faiss
+
+    from embedkit.index import index_params, new_faiss_index
+    from embedkit.index.faiss_gpu import placement_for
+
+    dim = docs.shape[1]
+    reference = faiss.IndexFlatIP(dim)
+    reference.add(docs)
+    _, exact = reference.search(queries, 10)
+    devices = ("cpu", "cuda") if args.device == "cuda" else ("cpu",)
+    rows = []
+    for kind in args.kinds.split(","):
+        params = index_params(kind, len(docs), dim)
+        for device in devices:
+            placement = placement_for(device)  # None on the CPU; faiss without GPU support: InputError
+            index = new_faiss_index(kind, dim, params)
+            work = placement.to_gpu(index, kind) if placement else index
+            build_s, _ = timed(lambda work=work, kind=kind: fill(work, docs, kind), 1)
+            rates = search_rates(work, queries, args.single, args.repeats)
+            row = {
+                "kind": kind,
+                "device": placement.name if placement else "cpu",
+                "params": params,
+                "build_s": build_s,
+                "recall@10": recall_at(rates.pop("found"), exact, 10),
+                **rates,
+            }
+            cpu = [r for r in rows if r["kind"] == kind and r["device"] == "cpu"]
+            row["x_cpu_batched"] = row["batched_qps"] / cpu[0]["batched_qps"] if cpu else 1.0
+            rows.append(row)
+            print(
+                f"{kind} on {row['device']}: build {build_s:.2f} s, recall@10 {row['recall@10']:.4f}, "
+                f"{row['batched_qps']:,.0f} q/s batched ({row['x_cpu_batched']:.1f}x CPU), "
+                f"{row['single_qps']:,.0f} q/s one at a time",
+                flush=True,
+            )
+    return {"devices": rows}
+
+
+def devices_markdown(rows: list[dict]) -> str:
+    lines = [
+        "| index | faiss on | build s | recall@10 | batched q/s | x CPU | one-at-a-time q/s |",
+        "| --- | --- | --- | --- | --- | --- | --- |",
+    ]
+    for r in rows:
+        lines.append(
+            f"| {r['kind']} | {r['device']} | {r['build_s']:.2f} | {r['recall@10']:.4f} | "
+            f"{r['batched_qps']:,.0f} | {r['x_cpu_batched']:.1f} | {r['single_qps']:,.0f} |"
+        )
+    return "\n".join(lines)
+
+
 def markdown(results: dict) -> str:
     flat = results["flat"]
     lines = [
@@ -175,10 +247,24 @@ def main() -> None:
     parser.add_argument("--query", default="what is the effect of shock waves on a wing")
     parser.add_argument("--model", help="with --cold-start: pass --model to embedkit search")
     parser.add_argument("--json", type=Path, help="write every figure here")
+    parser.add_argument(
+        "--device",
+        choices=("cpu", "cuda"),
+        help="compare faiss on the GPU (cuda) with faiss-cpu instead of the HNSW grid; cpu: the CPU half",
+    )
+    parser.add_argument("--kinds", default="flat,ivf-pq", help="with --device: the index kinds compared")
     args = parser.parse_args()
 
     import faiss
 
+    from embedkit.errors import InputError
+    from embedkit.index.faiss_gpu import faiss_gpu_for
+
+    try:
+        faiss_gpu_for(args.device or "cpu")  # a faiss without GPU support: one line, before any work
+    except InputError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        sys.exit(2)
     if args.threads:
         faiss.omp_set_num_threads(args.threads)
     machine = {
@@ -186,6 +272,7 @@ def main() -> None:
         "cores": os.cpu_count(),
         "faiss_threads": faiss.omp_get_max_threads(),
         "faiss": faiss.__version__,
+        "faiss_gpus": faiss.get_num_gpus(),
     }
     if args.cold_start:
         result = {
@@ -207,8 +294,13 @@ def main() -> None:
             source = f"synthetic clustered: {args.n:,} x {args.dim}, {args.clusters} clusters"
             source += f" of {args.local_dims}-d, {args.queries} held-out queries"
         print(f"{source}; {machine}", flush=True)
-        results = run_grid(np.ascontiguousarray(docs), np.ascontiguousarray(queries), args)
-        print(markdown(results))
+        docs, queries = np.ascontiguousarray(docs), np.ascontiguousarray(queries)
+        if args.device:
+            results = run_devices(docs, queries, args)
+            print(devices_markdown(results["devices"]))
+        else:
+            results = run_grid(docs, queries, args)
+            print(markdown(results))
         result = {"machine": machine, "data": source, **results}
     if args.json:
         args.json.write_text(json.dumps(result, indent=2) + "\n")

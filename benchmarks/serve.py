@@ -31,6 +31,7 @@ import re
 import statistics
 import subprocess
 import sys
+import threading
 import time
 import urllib.request
 from pathlib import Path
@@ -110,19 +111,27 @@ def cpu_seconds(pid: int | None) -> float | None:
 
 
 class ServerProcess:
-    """`embedkit serve MODEL --port 0` with the given options, until `stop()`."""
+    """`embedkit serve MODEL --port 0 --device DEVICE` with the given options, until `stop()`."""
 
-    def __init__(self, model: str, options: list[str]) -> None:
+    def __init__(self, model: str, options: list[str], device: str = "cpu") -> None:
         embedkit = Path(sys.executable).with_name("embedkit")
-        command = [str(embedkit), "serve", model, "--port", "0", "--device", "cpu", *options]
+        command = [str(embedkit), "serve", model, "--port", "0", "--device", device, *options]
         self.process = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
         assert self.process.stdout is not None
-        first = self.process.stdout.readline()
-        match = re.search(r"(http://\S+)", first)
-        if not match:
-            raise SystemExit(f"the server did not start: {first}{self.process.stdout.read()}")
+        # the address line may come after warnings (a GPU provider's, say): read up to it
+        seen: list[str] = []
+        for line in self.process.stdout:
+            seen.append(line)
+            match = re.search(r"(http://\S+)", line)
+            if match:
+                break
+        else:
+            raise SystemExit(f"the server did not start: {''.join(seen[-20:])}")
         self.url = match.group(1)
-        for _ in range(600):
+        # keep reading its output, so that a full pipe never blocks the server
+        threading.Thread(target=self.process.stdout.read, daemon=True).start()
+        deadline = time.monotonic() + 300  # a GPU server may warm its shapes up before it is ready
+        while time.monotonic() < deadline:
             try:
                 with urllib.request.urlopen(f"{self.url}/health") as response:
                     if response.status == 200:

@@ -65,7 +65,12 @@ def index(
         bool, typer.Option("--overwrite", help="Replace an existing index in --out.")
     ] = False,
     gpu: Annotated[
-        bool, typer.Option("--gpu", help="Build with faiss's GPU index (needs faiss with GPU support).")
+        bool,
+        typer.Option(
+            "--gpu",
+            help="Build with faiss's GPU index on GPU 0 (needs faiss with GPU support), the model wherever "
+            "--device says.",
+        ),
     ] = False,
     lexical: Annotated[
         bool,
@@ -109,6 +114,8 @@ def index(
     must be unique; with --append, an id already in the index is an error and nothing is added.
     With --from-vectors DIR the vectors come from DIR's part files (checked: all parts present,
     none corrupt, the corpus's ids in the same order, one model) and nothing is embedded.
+    --device cuda (or cuda:N) runs the model and builds a flat or ivf-pq index with faiss on that GPU
+    (faiss with GPU support: the gpu extra); the index is saved in faiss's CPU form either way.
     """
     from embedkit.errors import InputError
     from embedkit.index import build_index
@@ -130,6 +137,7 @@ def index(
         "kind": kind,
         "overwrite": overwrite,
         "gpu": gpu,
+        "device": device,
         "options": options,
         "progress": sys.stderr.isatty(),
         "lexical": lexical,
@@ -138,10 +146,12 @@ def index(
         _from_vectors(from_vectors, corpus, out, model, append, building, wait)
         return
     check_io(inputs=[corpus, model], folders=[out], wait=wait)
-    report = build_index(corpus, out, model, append=append, device=device, precision=precision, **building)
+    report = build_index(corpus, out, model, append=append, precision=precision, **building)
     verb = "appended" if report.appended else "indexed"
     blank = f" ({report.blank:,} blank skipped)" if report.blank else ""
-    _print_built(report, f"{verb} {report.added:,} documents{blank} on {report.backend}/{report.device}")
+    faiss = f", faiss on {report.faiss_device}" if report.faiss_device != "cpu" else ""
+    where = f"{report.backend}/{report.device}{faiss}"
+    _print_built(report, f"{verb} {report.added:,} documents{blank} on {where}")
 
 
 def _from_vectors(

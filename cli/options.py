@@ -74,9 +74,10 @@ TokenOption = Annotated[
 
 
 def open_search_index(
-    location: str | Path, collection: str | None, token: str | None, *, gpu: bool = False
+    location: str | Path, collection: str | None, token: str | None, *, gpu: bool = False, device: str = "cpu"
 ) -> SearchIndex:
-    """An index folder, or a collection `embedkit push` filled, opened for search."""
+    """An index folder, or a collection `embedkit push` filled, opened for search (`device` cuda:
+    faiss on the GPU for an index folder)."""
     from embedkit.remote.search import open_search_index as open_index
 
-    return open_index(location, collection, token, gpu=gpu)
+    return open_index(location, collection, token, gpu=gpu, device=device)

@@ -63,7 +63,11 @@ def search(
     device: DeviceOption = "auto",
     precision: PrecisionOption = None,
     gpu: Annotated[
-        bool, typer.Option("--gpu", help="Search with faiss's GPU index (flat and ivf-pq).")
+        bool,
+        typer.Option(
+            "--gpu",
+            help="Search with faiss's GPU index on GPU 0 (flat, ivf-pq), the model wherever --device says.",
+        ),
     ] = False,
     mode: Annotated[
         str | None,
@@ -78,15 +82,21 @@ def search(
     collection: CollectionOption = None,
     token: TokenOption = None,
 ) -> None:
-    """Search INDEX_DIR for QUERY (or each line of --queries): ranked ids, scores and texts."""
+    """Search INDEX_DIR for QUERY (or each line of --queries): ranked ids, scores and texts.
+
+    --device cuda (or cuda:N) embeds the queries and searches a flat or ivf-pq index with faiss on
+    that GPU (it needs faiss with GPU support: the gpu extra); auto and cpu search with faiss on the CPU.
+    """
     from rich.markup import escape
 
     from embedkit.console import make_console
+    from embedkit.index.faiss_gpu import check_gpu_k
     from embedkit.index.search import hit_record
 
     check_search_choices(mode, fusion, alpha)  # before the index loads
     texts = _queries(query, queries_file)
-    with open_search_index(index_dir, collection, token, gpu=gpu) as index:
+    with open_search_index(index_dir, collection, token, gpu=gpu, device=device) as index:
+        check_gpu_k(k, index.faiss_device)
         encoder = index.encoder(model, device=device, precision=precision)
         mode = mode or index.default_mode()
         ranking = f"hybrid search ({fusion}, dense weight {alpha})" if mode == "hybrid" else f"{mode} search"
@@ -94,6 +104,7 @@ def search(
             escape(
                 f"{index_dir}: {len(index):,} documents ({index.kind}); {ranking}; "
                 f"model {encoder.path} ({encoder.backend}, {encoder.device})"
+                + (f"; faiss on {index.faiss_device}" if index.faiss_device != "cpu" else "")
             )
         )
         results = index.search_text(

@@ -138,9 +138,12 @@ def test_the_extras_add_what_the_readme_promises(wheel: Path) -> None:
     linux311 = {"python_version": "3.11", "platform_machine": "x86_64", "sys_platform": "linux"}
     assert _requirements_of(fields, "cpu", **linux311) == {"onnx", "onnxruntime", "faiss-cpu"}
     assert _requirements_of(fields, "gpu", **linux311) == {"onnx", "onnxruntime-gpu", "faiss-gpu-cuvs"}
-    # faiss-gpu-cuvs has wheels for CPython 3.11+ on x86_64 only; faiss-gpu (CUDA 12) elsewhere
+    # faiss-gpu-cuvs has wheels for CPython 3.11+ on Linux x86_64 only; faiss-gpu (CUDA 12) on 3.10;
+    # PyPI has no faiss GPU wheel for aarch64: faiss-cpu there
     linux310 = {**linux311, "python_version": "3.10"}
     assert _requirements_of(fields, "gpu", **linux310) == {"onnx", "onnxruntime-gpu", "faiss-gpu"}
+    arm = {**linux311, "platform_machine": "aarch64"}
+    assert _requirements_of(fields, "gpu", **arm) == {"onnx", "onnxruntime-gpu", "faiss-cpu"}
     assert {"starlette", "uvicorn", "orjson"} <= _requirements_of(fields, "serve", **linux311)
     assert "uvloop" not in _requirements_of(fields, "serve", sys_platform="win32")
     assert _requirements_of(fields, "distributed", **linux311) == {"ray"}

@@ -25,9 +25,9 @@ from embedkit.encode.default_onnx import recorded_model_path
 from embedkit.errors import InputError
 from embedkit.index.corpus_fingerprint import combined, count_and_fingerprint
 from embedkit.index.docstore import DocStore
+from embedkit.index.faiss_gpu import placement_for
 from embedkit.index.kinds import (
     KINDS,
-    GpuPlacement,
     _faiss,
     choose_kind,
     index_params,
@@ -76,6 +76,7 @@ class IndexReport:
     device: str
     appended: bool
     blank: int = 0  # blank documents of the corpus, skipped (BEIR counts them: `eval` says n + blank)
+    faiss_device: str = "cpu"  # where faiss built the index: cpu or cuda:N (`embedkit.index.faiss_gpu`)
 
 
 # --- building ------------------------------------------------------------------------------------
@@ -90,9 +91,9 @@ def build_index(
     kind: str = "auto",  # auto, flat, hnsw or ivf-pq
     append: bool = False,  # add to the index in `out`
     overwrite: bool = False,  # replace the index in `out`
-    gpu: bool = False,  # build with faiss's GPU index (saved in CPU form)
+    gpu: bool = False,  # build with faiss's GPU index on GPU 0 (saved in CPU form)
     options: CorpusOptions | None = None,  # columns, chunk and batch sizes
-    device: str = "auto",  # where the model runs, when `model` is not an open encoder
+    device: str = "auto",  # where the model runs; cuda or cuda:N also puts faiss on that GPU
     precision: str | None = None,  # ONNX precision, likewise
     progress: bool = False,
     lexical: bool = True,  # a new index also gets a BM25 index of title + text (hybrid search)
@@ -117,9 +118,9 @@ def build_index(
         raise InputError(f"--kind {kind} differs from the index's kind {old['kind']}; an append keeps it")
     else:
         check_index_file(index_files_dir(out) / INDEX_FILE, old)  # before minutes of embedding
-    if old is not None and gpu and old["kind"] == "hnsw":
-        raise InputError("faiss has no GPU HNSW index: append to this index without --gpu")
-    placement = GpuPlacement() if gpu else None
+    placement = placement_for(device, gpu)  # faiss on a GPU: checked before minutes of embedding
+    if old is not None and placement is not None and old["kind"] == "hnsw":
+        raise InputError(f"faiss has no GPU HNSW index: append to this index without {placement.asked}")
     read = ReadStats()
     count, corpus_fingerprint = count_and_fingerprint(corpus, options, read)
     if old is not None and not hasattr(model, "encode"):
@@ -129,7 +130,7 @@ def build_index(
     if old is not None and (encoder.fingerprint != old["model_fingerprint"] or encoder.dim != old["dim"]):
         raise InputError(f"the encoder's model is not {old['model']}, the model this index was built with")
     if old is None:
-        chosen, reason = choose_kind(kind, count, encoder.dim, gpu=gpu)
+        chosen, reason = choose_kind(kind, count, encoder.dim, gpu=placement is not None)
         params = index_params(chosen, count, encoder.dim)
     else:
         chosen, reason, params = old["kind"], "the index's kind", dict(old["params"])
@@ -184,6 +185,7 @@ def build_index(
         str(encoder.device),
         appended=old is not None,
         blank=read.blank,
+        faiss_device=placement.name if placement else "cpu",
     )
 
 

@@ -32,10 +32,10 @@ from embedkit.encode.model_folder import ModelSpec, read_model_spec
 from embedkit.errors import InputError, RunFailure
 from embedkit.index.build import IndexReport, check_new_target, write_faiss
 from embedkit.index.docstore import DocStore
+from embedkit.index.faiss_gpu import placement_for
 from embedkit.index.folder import DOCS_FILE, INDEX_FILE, META_FILE
 from embedkit.index.kinds import (
     KINDS,
-    GpuPlacement,
     choose_kind,
     index_params,
     ivf_training_rows,
@@ -59,7 +59,8 @@ def build_index_from_vectors(
     *,
     kind: str = "auto",  # auto, flat, hnsw or ivf-pq, as for `build_index`
     overwrite: bool = False,
-    gpu: bool = False,
+    gpu: bool = False,  # build with faiss's GPU index on GPU 0 (saved in CPU form)
+    device: str = "cpu",  # cuda or cuda:N: build with faiss on that GPU (nothing is embedded)
     options: CorpusOptions | None = None,  # how to read the corpus (columns); chunk_size: rows per add
     progress: bool = False,
     lexical: bool = True,
@@ -80,9 +81,9 @@ def build_index_from_vectors(
     spec = _model_for(parts, model)
     check_new_target(out, overwrite)
     total, dim = first.total, first.dim
-    chosen, reason = choose_kind(kind, total, dim, gpu=gpu)
+    placement = placement_for(device, gpu)
+    chosen, reason = choose_kind(kind, total, dim, gpu=placement is not None)
     params = index_params(chosen, total, dim)
-    placement = GpuPlacement() if gpu else None
     fingerprint = _check_corpus(parts, corpus, options, progress)
     start = time.perf_counter()
     with new_version(out) as tmp:
@@ -134,8 +135,9 @@ def build_index_from_vectors(
         time.perf_counter() - start,
         0,
         "faiss",
-        "cuda" if gpu else "cpu",
+        placement.name if placement else "cpu",
         appended=False,
+        faiss_device=placement.name if placement else "cpu",
     )
 
 

@@ -1,4 +1,4 @@
-"""FAISS index kinds: which kind a corpus gets, its parameters, and moving it to a GPU.
+"""FAISS index kinds: which kind a corpus gets and its parameters (on a GPU: `embedkit.index.faiss_gpu`).
 
 `auto` picks exact flat search under `AUTO_FLAT_MAX` vectors, HNSW above, and IVF-PQ when an HNSW
 index would take more than half of this machine's memory (or on the GPU, where faiss has no HNSW).
@@ -57,7 +57,10 @@ def choose_kind(
     if kind not in KINDS:
         raise InputError(f"unknown index kind {kind!r}: use {', '.join(KINDS)}")
     if kind == "hnsw" and gpu:
-        raise InputError("faiss has no GPU HNSW index: use --kind flat or ivf-pq with --gpu, or drop --gpu")
+        raise InputError(
+            "faiss has no GPU HNSW index: use --kind flat or ivf-pq with faiss on the GPU, or build HNSW "
+            "with faiss on the CPU (--device auto or cpu, without --gpu)"
+        )
     if kind != "auto":
         return kind, "asked for"
     if count < AUTO_FLAT_MAX:
@@ -126,25 +129,3 @@ def train_ivf(index, vectors: np.ndarray, chunk_size: int) -> None:
     index.train(np.ascontiguousarray(vectors[ivf_training_rows(n, index.nlist)]))
     for start in range(0, n, chunk_size):
         index.add(np.ascontiguousarray(vectors[start : start + chunk_size]))
-
-
-class GpuPlacement:
-    """Moves an index to GPU 0 and back, keeping faiss's GPU resources alive meanwhile."""
-
-    def __init__(self) -> None:
-        faiss = _faiss()
-        if not hasattr(faiss, "StandardGpuResources") or faiss.get_num_gpus() < 1:
-            raise InputError(
-                "--gpu was asked for, but faiss sees no GPU: install faiss with GPU support "
-                "(pip install 'embedkit[gpu]') on a CUDA machine, or drop --gpu"
-            )
-        self.resources = faiss.StandardGpuResources()
-
-    def to_gpu(self, index, kind: str):  # -> a faiss GPU index
-        if kind == "hnsw":
-            raise InputError("faiss has no GPU HNSW index: use this index without --gpu")
-        return _faiss().index_cpu_to_gpu(self.resources, 0, index)
-
-    @staticmethod
-    def to_cpu(index):  # -> a faiss CPU index, the form that is saved
-        return _faiss().index_gpu_to_cpu(index)

@@ -14,6 +14,7 @@ import numpy as np
 from embedkit.encode.batching import l2_normalize
 from embedkit.errors import InputError
 from embedkit.index.docstore import DocStore
+from embedkit.index.faiss_gpu import placement_for
 from embedkit.index.fusion import (
     DEFAULT_ALPHA,
     DEFAULT_FUSION,
@@ -22,7 +23,6 @@ from embedkit.index.fusion import (
     feedback_query,
     fuse,
 )
-from embedkit.index.kinds import GpuPlacement
 
 if TYPE_CHECKING:
     from embedkit.data.corpus import Document
@@ -107,19 +107,30 @@ class SearchIndex:
         self._encoder: Encoder | None = None
 
     @classmethod
-    def load(cls, path: str | Path, *, gpu: bool = False) -> SearchIndex:
+    def load(cls, path: str | Path, *, gpu: bool = False, device: str = "cpu") -> SearchIndex:
         """Open an index folder; a missing, truncated or corrupt file is an `InputError`.
 
         A load that overlaps an append reads the old or the new version, never a mix of both.
+        `device` cuda or cuda:N (or `gpu`: GPU 0) searches with faiss on that GPU
+        (`embedkit.index.faiss_gpu`); the model is opened apart, by `encoder()`.
         """
         path = Path(path)
+        placement = placement_for(device, gpu)  # a GPU faiss cannot have: one line, before any reading
         folder, meta, index, store = load_consistent(
             path, index_files_dir, lambda folder: (folder, *cls._read_version(folder))
         )
-        placement = GpuPlacement() if gpu else None
         if placement is not None:
-            index = placement.to_gpu(index, meta["kind"])
+            try:
+                index = placement.to_gpu(index, meta["kind"])
+            except BaseException:
+                store.close()
+                raise
         return cls(path, meta, index, store, placement, folder)
+
+    @property
+    def faiss_device(self) -> str:
+        """Where faiss searches: cpu or cuda:N."""
+        return self._placement.name if self._placement is not None else "cpu"
 
     @property
     def version(self) -> str | None:

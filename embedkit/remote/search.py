@@ -112,7 +112,7 @@ class RemoteIndex(SearchIndex):
         return cls(str(target), meta, _Vectors(collection, count, dim), _Store(collection))  # type: ignore[arg-type]
 
     @classmethod
-    def load(cls, path: Any, *, gpu: bool = False) -> SearchIndex:
+    def load(cls, path: Any, *, gpu: bool = False, device: str = "cpu") -> SearchIndex:
         raise InputError("a remote collection is opened with RemoteIndex.open(target)")
 
     def _search_rows(self, query_vectors: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]:
@@ -141,17 +141,26 @@ class RemoteIndex(SearchIndex):
 
 
 def open_search_index(
-    location: str | Path, collection: str | None = None, token: str | None = None, *, gpu: bool = False
+    location: str | Path,
+    collection: str | None = None,
+    token: str | None = None,
+    *,
+    gpu: bool = False,
+    device: str = "cpu",
 ) -> SearchIndex:
     """An index folder, or a collection `embedkit push` filled (a `milvus://` URI or FILE.db),
-    opened for search: what `search`, `eval retrieval` and `serve` take as an index."""
+    opened for search: what `search`, `eval retrieval` and `serve` take as an index.
+
+    `device` cuda or cuda:N searches an index folder with faiss on that GPU (`SearchIndex.load`);
+    a remote collection searches on its server, whatever `device` the queries are embedded on.
+    """
     if is_remote(location):
         if gpu:
             raise InputError("--gpu searches a local index; a remote collection searches on its server")
         return open_remote(str(location), collection, token)
     if collection is not None or token is not None:
         raise InputError("--collection and --token go with a milvus:// or .db target, not an index folder")
-    return SearchIndex.load(location, gpu=gpu)
+    return SearchIndex.load(location, gpu=gpu, device=device)
 
 
 def open_remote(uri: str, collection: str | None = None, token: str | None = None) -> RemoteIndex:
