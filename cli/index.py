@@ -92,6 +92,14 @@ def index(
     corpus_option: Annotated[
         Path | None, typer.Option("--corpus", help="The corpus, as an option (the same as the argument).")
     ] = None,
+    calibrate: Annotated[
+        bool,
+        typer.Option(
+            "--calibrate/--no-calibrate",
+            help="Choose the hybrid fusion on pseudo queries cut from the documents (a new index, and "
+            "an append that grows it by half; docs/hybrid.md). Default on; `embedkit calibrate` later.",
+        ),
+    ] = True,
     reindex_lexical: Annotated[
         bool,
         typer.Option(
@@ -138,7 +146,9 @@ def index(
         _from_vectors(from_vectors, corpus, out, model, append, building, wait)
         return
     check_io(inputs=[corpus, model], folders=[out], wait=wait)
-    report = build_index(corpus, out, model, append=append, device=device, precision=precision, **building)
+    report = build_index(
+        corpus, out, model, append=append, device=device, precision=precision, calibrate=calibrate, **building
+    )
     verb = "appended" if report.appended else "indexed"
     blank = f" ({report.blank:,} blank skipped)" if report.blank else ""
     _print_built(report, f"{verb} {report.added:,} documents{blank} on {report.backend}/{report.device}")
@@ -186,4 +196,8 @@ def _print_built(report: IndexReport, what: str) -> None:
     params = ", ".join(f"{k}={v}" for k, v in report.params.items())
     console.print(f"{what} in {report.seconds:.1f} s: {report.path} now holds {report.count:,}")
     console.print(f"kind {report.kind}{f' ({params})' if params else ''}: {report.reason}")
+    if report.calibrated is not None:
+        from embedkit.index.calibration import Calibration
+
+        console.print(Calibration.from_json(report.calibrated).describe(), markup=False)
     print_truncated(console, report.truncated)
