@@ -10,7 +10,8 @@ each candidate of `embedkit.index.calibration.CANDIDATES` (and BM25 alone) score
 and the rule's choice (`embedkit.index.calibration.choose`) with its judged nDCG@10. docs/hybrid.md holds
 the tables.
 
-    python benchmarks/calibration.py --cache /tmp/calibration-cache --seeds 0 1 2 --json calibration.json
+    python benchmarks/calibration.py --cache /tmp/calibration-cache --seeds 0 1 --json calibration.json
+    python benchmarks/calibration.py --cache /tmp/calibration-cache --cost   # seconds per 10k documents
 """
 
 from __future__ import annotations
@@ -24,8 +25,7 @@ import numpy as np
 
 from embedkit.data.beir import read_beir
 from embedkit.data.corpus import Document
-from embedkit.evaluation.runs import lexical_run
-from embedkit.index.calibrate import (
+from embedkit.evaluation.calibrate import (
     DEPTH,
     CalibrationConfig,
     candidate_runs,
@@ -33,6 +33,7 @@ from embedkit.index.calibrate import (
     pseudo_task,
     score_task,
 )
+from embedkit.evaluation.runs import lexical_run
 from embedkit.index.calibration import choose
 from embedkit.index.lexical import LexicalIndex
 
@@ -67,6 +68,22 @@ def judged(encoder, name: str, documents: list[Document], doc_vectors: np.ndarra
     return {c: round(100 * float(np.mean(list(v.values()))), 2) for c, v in scores.items()}
 
 
+def cost(encoder, cache: Path | None) -> None:
+    """Seconds of `calibrate` (library defaults) on msmarco-5k's 5,000 passages and on them twice."""
+    from embedkit.evaluation.calibrate import calibrate
+
+    data = read_beir(DATA / "msmarco-5k", "test")
+    documents = [Document(i, d["text"], d["title"]) for i, d in data.corpus.items()]
+    vectors = embed(encoder, [d.full_text for d in documents], cache, "msmarco-5k-docs")
+    twice = documents + [Document(f"{d.id}-copy", d.text, d.title) for d in documents]
+    for docs, vecs in ((documents, vectors), (twice, np.concatenate([vectors, vectors]))):
+        start = time.perf_counter()
+        chosen = calibrate(
+            lambda rows, d=docs: [d[r] for r in rows], lambda rows, v=vecs: v[rows], len(docs), encoder
+        )
+        print(f"calibrate on {len(docs):,} documents: {time.perf_counter() - start:.1f} s, {chosen.queries}")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument(
@@ -78,10 +95,16 @@ def main() -> None:
     )
     parser.add_argument("--collections", nargs="+", default=list(COLLECTIONS))
     parser.add_argument("--json", type=Path)
+    parser.add_argument(
+        "--cost", action="store_true", help="only time `calibrate` on 5,000 and 10,000 passages"
+    )
     args = parser.parse_args()
     import embedkit
 
     encoder = embedkit.load_encoder(None, device="cpu")
+    if args.cost:
+        cost(encoder, args.cache)
+        return
     result = {}
     for name in args.collections:
         data = read_beir(DATA / name, "test")

@@ -50,7 +50,7 @@ def calibrate(
             return
         _print(Calibration.from_json(record))
         return
-    from embedkit.index.calibrate import CalibrationConfig, calibrate_index
+    from embedkit.evaluation.calibrate import CalibrationConfig, calibrate_index
 
     check_io(folders=[index_dir], wait=wait)
     config = CalibrationConfig(queries=queries, seed=seed)

@@ -159,9 +159,9 @@ class RetrievalEvaluator:
         return fusion, alpha if self.alpha is None else self.alpha, "calibrated in memory"
 
     def _calibrate(self, encoder: Encoder, doc_vectors: np.ndarray) -> tuple[str, float]:
-        """What `embedkit index` would record for this corpus (`embedkit.index.calibrate`)."""
+        """What `embedkit index` would record for this corpus (`embedkit.evaluation.calibrate`)."""
         from embedkit.data.corpus import Document
-        from embedkit.index.calibrate import calibrate
+        from embedkit.evaluation.calibrate import calibrate
 
         documents = [Document(i, d["text"], d["title"]) for i, d in self.data.corpus.items()]
         chosen = calibrate(

@@ -97,7 +97,7 @@ def build_index(
     precision: str | None = None,  # ONNX precision, likewise
     progress: bool = False,
     lexical: bool = True,  # a new index also gets a BM25 index of title + text (hybrid search)
-    calibrate: bool = True,  # choose the fusion on pseudo queries (`embedkit.index.calibrate`)
+    calibrate: bool = True,  # choose the fusion on pseudo queries (`embedkit.evaluation.calibrate`)
 ) -> IndexReport:
     """Embed `corpus` and build the index folder `out`, or with `append` add to it.
 
@@ -197,9 +197,9 @@ def build_index(
 def _calibrated(
     old: dict[str, Any] | None, tmp: Path, index, encoder: Encoder, settings: LexicalSettings | None
 ) -> dict[str, Any] | None:
-    """A new calibration (`embedkit.index.calibrate`) where one is due: a new index, or one grown
+    """A new calibration (`embedkit.evaluation.calibrate`) where one is due: a new index, or one grown
     by half since its last; None where none is due or there is no lexical side to fuse."""
-    from embedkit.index.calibrate import calibrate_folder
+    from embedkit.evaluation.calibrate import calibrate_folder
     from embedkit.index.calibration import needs_calibration
 
     if settings is None or not needs_calibration(old or {}, int(index.ntotal)):

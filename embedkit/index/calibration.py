@@ -3,7 +3,7 @@
 No fixed fusion fits every collection: where BM25 is near the model (Cranfield) equal-weight
 z-score fusion gains 6 nDCG@10 points over dense, where it is far behind (msmarco-5k, DBpedia) it
 costs points and only `prf` at dense weight 0.7 never harms. An index holds what tells these
-apart: its own documents. `embedkit.index.calibrate` scores every candidate of `CANDIDATES` on
+apart: its own documents. `embedkit.evaluation.calibrate` scores every candidate of `CANDIDATES` on
 pseudo queries cut from them; `choose` (the rule of docs/hybrid.md) turns that table into a
 `Calibration`, recorded in the index metadata (`IndexMeta.fusion`). `search`, `serve` and
 `eval retrieval` read it (`recorded_choice`) unless told otherwise: nothing is computed at search time.

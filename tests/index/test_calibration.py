@@ -17,8 +17,8 @@ from embedkit.cli.app import app
 from embedkit.data.corpus import Document
 from embedkit.encode.model_folder import model_fingerprint
 from embedkit.errors import InputError
+from embedkit.evaluation.calibrate import CalibrationConfig, calibrate_index, pseudo_task
 from embedkit.index import SearchIndex, build_index
-from embedkit.index.calibrate import CalibrationConfig, calibrate_index, pseudo_task
 from embedkit.index.calibration import CANDIDATES, LEXICAL, Calibration, choose, fusion_for, label
 
 pytest.importorskip("faiss")
@@ -203,7 +203,7 @@ def test_cold_search_reads_the_choice_and_never_computes_it(
     encoder = WordHashEncoder(tiny_bert)
     out = tmp_path / "idx"
     build_index(_write(tmp_path / "c.jsonl", _documents()), out, encoder, kind="flat")
-    import embedkit.index.calibrate as calibrate_module
+    import embedkit.evaluation.calibrate as calibrate_module
 
     def refuse(*args, **kwargs):
         raise AssertionError("calibration ran at search time")
@@ -263,3 +263,50 @@ def _ids(results) -> list[list[str]]:
 
 def _scores(results) -> list[list[tuple[str, float]]]:
     return [[(h.id, round(h.score, 6)) for h in hits] for hits in results]
+
+
+def _table(dense: float, bm25: float, prf: float, best: str | None = None, kind: str = "ict") -> dict:
+    """A table where every fusion scores 50 on `kind` except `best` (60), and terms favour BM25."""
+    table = {label(m, a): {kind: 50.0, "terms": 90.0} for m, a in CANDIDATES}
+    table["dense"][kind], table[LEXICAL] = dense, {kind: bm25, "terms": 99.0}
+    table["prf 0.7"][kind] = prf
+    if best is not None:
+        table[best][kind] = 60.0
+    return table
+
+
+@pytest.mark.parametrize(
+    ("table", "expected"),
+    [
+        ({"dense": {"terms": 60.0}, LEXICAL: {"terms": 99.0}}, ("prf", 0.7)),  # terms alone: the default
+        (_table(dense=50, bm25=55, prf=49), ("dense", 0.7)),  # prf below dense even here
+        (_table(dense=50, bm25=49.9, prf=51, best="zscore 0.5"), ("prf", 0.7)),  # share 0.998 < 1
+        (_table(dense=50, bm25=50, prf=51, best="zscore 0.5"), ("zscore", 0.6)),  # share 1: best + 0.1
+        (_table(dense=50, bm25=60, prf=51, best="minmax 0.8"), ("minmax", 0.8)),  # capped at 0.8
+        (_table(dense=50, bm25=60, prf=51, best="rrf"), ("rrf", 0.7)),
+        (_table(dense=50, bm25=60, prf=51, best="zscore 0.6", kind="title"), ("zscore", 0.7)),
+        (_table(dense=50, bm25=60, prf=51), ("zscore", 0.8)),  # all equal: the largest dense weight
+    ],
+)
+def test_the_rule_on_hand_made_tables(table: dict, expected: tuple[str, float]) -> None:
+    chosen = choose(table)
+    assert (chosen.method, chosen.alpha) == expected, chosen.reason
+
+
+def test_index_no_calibrate_then_calibrate_then_search(tmp_path: Path, tiny_bert: Path) -> None:
+    corpus, out = _write(tmp_path / "c.jsonl", _documents()), tmp_path / "idx"
+    result = runner.invoke(
+        app, ["index", str(corpus), "--out", str(out), "-m", str(tiny_bert), "--no-calibrate"]
+    )
+    assert result.exit_code == 0, result.output
+    assert SearchIndex.load(out).meta.get("fusion") is None
+    result = runner.invoke(app, ["calibrate", str(out), "--device", "cpu"])
+    assert result.exit_code == 0, result.output
+    record = Calibration.from_json(SearchIndex.load(out).meta["fusion"])
+    assert record.count == 40 and sum(record.queries.values()) >= 30 and "zscore 0.5" in result.output
+    assert " ".join(record.describe().split()) in " ".join(result.output.split())
+    result = runner.invoke(app, ["search", str(out), "shock wave", "--device", "cpu", "--json"])
+    assert result.exit_code == 0, result.output
+    line = json.loads(result.stdout.splitlines()[-1])
+    expected = fusion_for({"fusion": record.to_json()})
+    assert line["mode"] != "hybrid" or (line["fusion"], line["alpha"]) == expected

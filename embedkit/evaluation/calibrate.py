@@ -57,7 +57,7 @@ class CalibrationConfig:
     """How many pseudo queries of which kinds, over how large a sample of the index."""
 
     queries: int = 200  # per kind: the size of a typical judged test set (Cranfield has 225)
-    kinds: tuple[str, ...] = QUERY_KINDS  # those `embedkit adapt` makes
+    kinds: tuple[str, ...] = QUERY_KINDS  # those `embedkit adapt` makes; the rule reads ict (or title)
     documents: int = 10_000  # searched sample: bounds the cost on a large index (docs/hybrid.md)
     min_queries: int = 30  # fewer pseudo queries than this: keep the default, say why
     common: bool = (
