@@ -88,6 +88,7 @@ def _options(
 def _register() -> None:
     from embedkit.cli import (
         adapt,
+        calibrate,
         clean,
         embed,
         evaluate,
@@ -107,6 +108,7 @@ def _register() -> None:
         export,
         embed,
         index,
+        calibrate,
         push,
         search,
         serve,

@@ -63,12 +63,12 @@ def print_truncated(console: Any, truncated: int) -> None:
         console.print(f"{truncated:,} documents were longer than the model's maximum length and truncated")
 
 
-def check_search_choices(mode: str | None, fusion: str, alpha: float) -> None:
+def check_search_choices(mode: str | None, fusion: str | None, alpha: float | None) -> None:
     """`--mode`, `--fusion` and `--alpha`, checked before an index or a model loads (which takes seconds)."""
     from embedkit.errors import InputError
-    from embedkit.index.fusion import check_fusion
+    from embedkit.index.fusion import DEFAULT_ALPHA, DEFAULT_FUSION, check_fusion
     from embedkit.index.search import SEARCH_MODES
 
     if mode is not None and mode not in SEARCH_MODES:
         raise InputError(f"unknown search mode {mode!r}: use {', '.join(SEARCH_MODES)}")
-    check_fusion(fusion, alpha)
+    check_fusion(fusion or DEFAULT_FUSION, DEFAULT_ALPHA if alpha is None else alpha)  # None: the index's

@@ -26,7 +26,6 @@ from embedkit.cli.options import (
     TokenOption,
     open_search_index,
 )
-from embedkit.index.fusion import DEFAULT_ALPHA, DEFAULT_FUSION
 
 eval_app = typer.Typer(
     help="Evaluate a model: STS correlation or BEIR retrieval metrics.",
@@ -187,14 +186,18 @@ def retrieval(
         Path | None, typer.Option("--per-query", help="Write each judged query's metrics to this JSONL file.")
     ] = None,
     mode: Annotated[
-        str,
+        str | None,
         typer.Option(
             "--mode",
-            help="dense (the model), lexical (BM25), hybrid (both, fused), or all three side by side.",
+            help="dense (the model), lexical (BM25), hybrid (both, fused), or all three side by side; "
+            "default: what `embedkit search` does on the --index (hybrid with its calibrated fusion where "
+            "it has a lexical side), without --index hybrid with the fusion a new index of this corpus "
+            "would record.",
+            show_default=False,
         ),
-    ] = "dense",
-    fusion: FusionOption = DEFAULT_FUSION,
-    alpha: AlphaOption = DEFAULT_ALPHA,
+    ] = None,
+    fusion: FusionOption = None,
+    alpha: AlphaOption = None,
     device: DeviceOption = "auto",
     precision: PrecisionOption = None,
     batch_size: BatchOption = 64,
@@ -240,8 +243,10 @@ def retrieval(
     from embedkit.errors import InputError
     from embedkit.index.search import SEARCH_MODES
 
-    if mode not in (*SEARCH_MODES, "all"):
+    if mode is not None and mode not in (*SEARCH_MODES, "all"):
         raise InputError(f"unknown --mode {mode!r}: use {', '.join(SEARCH_MODES)} or all")
+    asked = mode
+    mode = mode or _search_default_mode(searched, meta, fusion)
     modes = list(SEARCH_MODES) if mode == "all" else [mode]
     evaluators = {
         m: RetrievalEvaluator(
@@ -275,10 +280,15 @@ def retrieval(
 
     from rich.table import Table
 
-    table = Table(title=f"{beir_dir.name or beir_dir} ({split}): {encoder_label(encoder)}")
+    hybrid = reports.get("hybrid")
+    used = f"hybrid ({_fusion_label(hybrid.fusion, hybrid.alpha)})" if hybrid is not None else ""
+    how = "" if asked else f"; {used or mode}: what `embedkit search` does by default"
+    if hybrid is not None:
+        how += f"; fusion: {hybrid.fusion_source}"
+    table = Table(title=f"{beir_dir.name or beir_dir} ({split}): {encoder_label(encoder)}{how}")
     table.add_column("metric")
     for m in modes:
-        table.add_column(m if m != "hybrid" else f"hybrid ({fusion})", justify="right")
+        table.add_column(m if m != "hybrid" else used, justify="right")
     for name in report.metrics:
         table.add_row(name, *(f"{reports[m].metrics[name]:.4f}" for m in modes))
     _print(table)
@@ -311,13 +321,38 @@ def retrieval(
                 "split": split,
                 "search": report.search,
                 "mode": mode,
-                **({"fusion": fusion, "alpha": alpha} if mode in ("hybrid", "all") else {}),
+                **(
+                    {"fusion": hybrid.fusion, "alpha": hybrid.alpha, "fusion_source": hybrid.fusion_source}
+                    if hybrid is not None
+                    else {}
+                ),
                 "ignore_identical_ids": ignore_identical_ids,
                 "queries": report.queries,
                 "documents": report.documents,
                 "metrics": metrics,
             },
         )
+
+
+def _search_default_mode(searched: Any, meta: dict[str, Any] | None, fusion: str | None) -> str:
+    """The mode `embedkit search` runs on this index without --mode; without an index, hybrid
+    (what `embedkit index` then `search` gives)."""
+    if meta is None:
+        return "hybrid"
+    if not isinstance(searched, Path):  # an open (remote) index
+        return searched.default_mode(fusion)
+    from embedkit.index.calibration import default_mode
+    from embedkit.index.lexical import lexical_settings
+
+    return default_mode(meta, lexical_settings(meta.get("lexical")) is not None, fusion)
+
+
+def _fusion_label(fusion: str | None, alpha: float | None) -> str:
+    from embedkit.index.calibration import label
+
+    if fusion in (None, "dense", "rrf"):
+        return str(fusion)
+    return label(fusion, alpha)
 
 
 def _load(model: str | None, device: str, precision: str | None) -> Any:

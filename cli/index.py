@@ -97,6 +97,14 @@ def index(
     corpus_option: Annotated[
         Path | None, typer.Option("--corpus", help="The corpus, as an option (the same as the argument).")
     ] = None,
+    calibrate: Annotated[
+        bool,
+        typer.Option(
+            "--calibrate/--no-calibrate",
+            help="Choose the hybrid fusion on pseudo queries cut from the documents (a new index, and "
+            "an append that grows it by half; docs/hybrid.md). Default on; `embedkit calibrate` later.",
+        ),
+    ] = True,
     reindex_lexical: Annotated[
         bool,
         typer.Option(
@@ -146,7 +154,8 @@ def index(
         _from_vectors(from_vectors, corpus, out, model, append, building, wait)
         return
     check_io(inputs=[corpus, model], folders=[out], wait=wait)
-    report = build_index(corpus, out, model, append=append, precision=precision, **building)
+    settings = {"append": append, "precision": precision, "calibrate": calibrate}
+    report = build_index(corpus, out, model, **settings, **building)
     verb = "appended" if report.appended else "indexed"
     blank = f" ({report.blank:,} blank skipped)" if report.blank else ""
     faiss = f", faiss on {report.faiss_device}" if report.faiss_device != "cpu" else ""
@@ -196,4 +205,8 @@ def _print_built(report: IndexReport, what: str) -> None:
     params = ", ".join(f"{k}={v}" for k, v in report.params.items())
     console.print(f"{what} in {report.seconds:.1f} s: {report.path} now holds {report.count:,}")
     console.print(f"kind {report.kind}{f' ({params})' if params else ''}: {report.reason}")
+    if report.calibrated is not None:
+        from embedkit.index.calibration import Calibration
+
+        console.print(Calibration.from_json(report.calibrated).describe(), markup=False)
     print_truncated(console, report.truncated)

@@ -46,21 +46,25 @@ WaitOption = Annotated[
 ]
 JsonOption = Annotated[Path | None, typer.Option("--json", help="Also write the results to this JSON file.")]
 FusionOption = Annotated[
-    str,
+    str | None,
     typer.Option(
         "--fusion",
-        help=f"Hybrid fusion: {', '.join(FUSION_METHODS)} (default {DEFAULT_FUSION}: dense search again "
-        "with the query moved toward the top z-score hits; zscore: standardised scores weighted by "
-        "--alpha; rrf: reciprocal rank).",
+        help=f"Hybrid fusion: {', '.join(FUSION_METHODS)} (default: the index's calibrated choice, "
+        f"`embedkit calibrate`; without one {DEFAULT_FUSION}: dense search again with the query moved "
+        "toward the top z-score hits; zscore: standardised scores weighted by --alpha; rrf: "
+        "reciprocal rank).",
+        show_default=False,
     ),
 ]
 AlphaOption = Annotated[
-    float,
+    float | None,
     typer.Option(
         "--alpha",
         min=0.0,
         max=1.0,
-        help=f"Dense weight of zscore/minmax and of prf's first ranking (default {DEFAULT_ALPHA}).",
+        help="Dense weight of zscore/minmax and of prf's first ranking (default: the calibrated "
+        f"choice's, or {DEFAULT_ALPHA} with --fusion).",
+        show_default=False,
     ),
 ]
 CollectionOption = Annotated[

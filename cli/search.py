@@ -22,7 +22,6 @@ from embedkit.cli.options import (
     TokenOption,
     open_search_index,
 )
-from embedkit.index.fusion import DEFAULT_ALPHA, DEFAULT_FUSION
 
 if TYPE_CHECKING:
     from embedkit.index import Hit
@@ -77,8 +76,8 @@ def search(
             "index has a lexical side, else dense.",
         ),
     ] = None,
-    fusion: FusionOption = DEFAULT_FUSION,
-    alpha: AlphaOption = DEFAULT_ALPHA,
+    fusion: FusionOption = None,
+    alpha: AlphaOption = None,
     collection: CollectionOption = None,
     token: TokenOption = None,
 ) -> None:
@@ -98,8 +97,13 @@ def search(
     with open_search_index(index_dir, collection, token, gpu=gpu, device=device) as index:
         check_gpu_k(k, index.faiss_device)
         encoder = index.encoder(model, device=device, precision=precision)
-        mode = mode or index.default_mode()
-        ranking = f"hybrid search ({fusion}, dense weight {alpha})" if mode == "hybrid" else f"{mode} search"
+        mode = mode or index.default_mode(fusion)
+        asked = fusion is not None or alpha is not None
+        fusion, alpha = index.default_fusion(fusion, alpha)  # the index's calibrated choice unless asked
+        ranking = f"{mode} search"
+        if mode == "hybrid":
+            source = "" if asked else ", the index's default"
+            ranking = f"hybrid search ({fusion}, dense weight {alpha}{source})"
         make_console(stderr=True).print(
             escape(
                 f"{index_dir}: {len(index):,} documents ({index.kind}); {ranking}; "

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import hashlib
 import json
 from collections.abc import Sequence
 from pathlib import Path
@@ -30,10 +31,16 @@ class TableEncoder:
         self.dim = len(next(iter(table.values())))
 
     def encode(self, texts: Sequence[str], batch_size: int = 64, normalize: bool | None = None) -> np.ndarray:
-        out = np.stack([self.table[t] for t in texts]).astype(np.float32)
+        rows = [self.table[t] if t in self.table else self._unknown(t) for t in texts]
+        out = np.stack(rows).astype(np.float32)
         if normalize:
             out /= np.linalg.norm(out, axis=1, keepdims=True)
         return out
+
+    def _unknown(self, text: str) -> np.ndarray:
+        """A text outside the table (an index's calibration queries): a vector fixed by the text."""
+        seed = int.from_bytes(hashlib.sha256(text.encode()).digest()[:8], "little")
+        return np.random.default_rng(seed).standard_normal(self.dim)
 
 
 def clustered(n: int, dim: int, clusters: int, seed: int, local_dims: int = 8) -> np.ndarray:
@@ -73,3 +80,16 @@ def brute_force(docs: np.ndarray, queries: np.ndarray, k: int) -> tuple[np.ndarr
 def is_png(path: Path) -> bool:
     """Whether `path` is a non-empty file with the PNG signature."""
     return path.is_file() and path.stat().st_size > 8 and path.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def set_recorded_fusion(out: Path, record: object) -> None:
+    """Rewrite the live version's recorded fusion (`IndexMeta.fusion`) and its checksums."""
+    from embedkit.index.folder import index_files_dir
+    from embedkit.storage.checksums import write_checksums
+
+    folder = index_files_dir(out)
+    meta = json.loads((folder / "embedkit-index.json").read_text())
+    meta["fusion"] = record
+    (folder / "embedkit-index.json").write_text(json.dumps(meta))
+    (folder / "checksums.json").unlink()
+    write_checksums(folder)

@@ -31,13 +31,12 @@ from typing import Any
 
 from embedkit.data.sentences import split_into_sentences
 from embedkit.errors import InputError
+from embedkit.evaluation.pseudo_kinds import ICT_SPAN_WORDS, MIN_ICT_WORDS, ict_usable  # shared with adapt
 
 VIEWS = ("dropout", "crop", "ict")
 CROP_RATIO = (0.1, 0.5)  # span length as a share of the document's words: Contriever Sec. 3.1
 ICT_KEEP_RATE = 0.1  # share of ICT pairs whose positive keeps the anchor sentence: Lee et al. 2019
 MIN_CROP_WORDS = 20  # a 10% span of 20 words is 2 words: shorter documents give no crop pair
-ICT_SPAN_WORDS = (8, 24)  # the stand-in sentence of an unpunctuated document: a typical sentence
-MIN_ICT_WORDS = 2 * ICT_SPAN_WORDS[0]  # the stand-in must leave at least as much context as it takes
 
 
 @dataclass(frozen=True)
@@ -103,10 +102,6 @@ def ict_pair(text: str, rng: random.Random) -> tuple[str, str, bool]:
 
 def crop_usable(text: str) -> bool:
     return len(text.split()) >= MIN_CROP_WORDS
-
-
-def ict_usable(text: str) -> bool:
-    return len(split_into_sentences(text)) >= 2 or len(text.split()) >= MIN_ICT_WORDS
 
 
 def sample_pairs(texts: Iterable[str], view: str, limit: int | None, seed: int) -> PairSample:

@@ -29,6 +29,9 @@ class RetrievalReport:
     queries: int  # judged queries evaluated
     documents: int  # documents searched
     search: str  # "exact" or the index folder
+    fusion: str | None = None  # hybrid: the fusion used ("dense" where a calibration chose no fusion)
+    alpha: float | None = None  # hybrid: its dense weight
+    fusion_source: str = ""  # hybrid: "asked for", "the index's calibrated choice", "calibrated in memory"
 
 
 class RetrievalEvaluator:
@@ -43,6 +46,8 @@ class RetrievalEvaluator:
     `mode`: dense (above), lexical (BM25: the index's own, or one built in memory over the folder's
     corpus with the default settings of `embedkit.index.lexical`), or hybrid (both sides'
     `FUSION_DEPTH` candidates fused with `fusion`, as `embedkit search --mode hybrid` does).
+    `fusion` None: what `search` would use, the index's calibrated choice (`embedkit.index.calibration`;
+    the default where it has none), or without an index a calibration of the corpus in memory.
     As BEIR's default, a hit whose doc id equals the query id is dropped (`ignore_identical_ids`).
     Queries without relevant documents count as 0 (see `embedkit.evaluation.metrics`).
     """
@@ -61,14 +66,15 @@ class RetrievalEvaluator:
         batch_size: int = 64,
         progress: bool = False,
         mode: str = "dense",
-        fusion: str = DEFAULT_FUSION,
-        alpha: float = DEFAULT_ALPHA,
+        fusion: str | None = DEFAULT_FUSION,  # None: the index's calibrated choice (see above)
+        alpha: float | None = DEFAULT_ALPHA,  # None: the calibrated or the default weight
     ) -> None:
         if mode not in SEARCH_MODES:
             raise InputError(f"unknown retrieval mode {mode!r}: use {', '.join(SEARCH_MODES)}")
-        if fusion not in FUSION_METHODS:
+        if fusion is not None and fusion not in FUSION_METHODS:
             raise InputError(f"unknown fusion {fusion!r}: use {', '.join(FUSION_METHODS)}")
         self.mode, self.fusion, self.alpha = mode, fusion, alpha
+        self._used: tuple[str, float, str] = ("", 0.0, "")  # the fusion resolved for this evaluation
         self._memory_lexical: Any = None  # the corpus's BM25 index, built once, when needed
         self.beir_dir = Path(beir_dir)
         self.metrics = tuple(metrics)
@@ -95,12 +101,15 @@ class RetrievalEvaluator:
             """The mode's run from both sides; prf searches again (`search(vectors, query_ids)`)."""
             if self.mode != "hybrid":
                 return dense if self.mode == "dense" else lexical
-            if self.fusion != "prf":
-                return fuse_runs(dense, lexical, self.depth, self.fusion, self.alpha)
+            fusion, alpha, _ = self._used
             cut = {
                 q: dict(sorted(h.items(), key=lambda hit: -hit[1])[: self.depth]) for q, h in dense.items()
             }
-            return feedback_run(cut, lexical, query_ids, query_vectors, vectors_of, search, self.alpha)
+            if fusion == "dense":  # the in-memory calibration chose no fusion
+                return cut
+            if fusion != "prf":
+                return fuse_runs(dense, lexical, self.depth, fusion, alpha)
+            return feedback_run(cut, lexical, query_ids, query_vectors, vectors_of, search, alpha)
 
         if self.index is None:
             doc_ids, texts = self.data.document_texts()
@@ -115,6 +124,8 @@ class RetrievalEvaluator:
             if self.mode != "dense":
                 rankings = self._corpus_lexical().search(query_texts, depth + (exclude is not None))
                 lexical = lexical_run(rankings, doc_ids, query_ids, depth, exclude)
+            if self.mode == "hybrid":
+                self._used = self._resolve(None, lambda: self._calibrate(encoder, doc_vectors))
             row_of = {doc: row for row, doc in enumerate(doc_ids)}
             run = finish(
                 dense,
@@ -130,7 +141,33 @@ class RetrievalEvaluator:
                 encoder, query_vectors, query_texts, query_ids, exclude, depth, finish
             )
         result = evaluate_run(run, self.data.qrels, self.metrics)
-        return RetrievalReport(result.metrics, result.per_query, len(query_ids), documents, search)
+        used = self._used if self.mode == "hybrid" else (None, None, "")
+        return RetrievalReport(result.metrics, result.per_query, len(query_ids), documents, search, *used)
+
+    def _resolve(self, index: Any, calibrated: Any = None) -> tuple[str, float, str]:
+        """(fusion, dense weight, where they come from) of this hybrid evaluation."""
+        if self.fusion is not None:
+            return self.fusion, DEFAULT_ALPHA if self.alpha is None else self.alpha, "asked for"
+        if index is not None:
+            fusion, alpha = index.default_fusion(None, self.alpha)
+            return (
+                fusion,
+                alpha,
+                "the index's calibrated choice" if index.meta.get("fusion") else "the default",
+            )
+        fusion, alpha = calibrated()
+        return fusion, alpha if self.alpha is None else self.alpha, "calibrated in memory"
+
+    def _calibrate(self, encoder: Encoder, doc_vectors: np.ndarray) -> tuple[str, float]:
+        """What `embedkit index` would record for this corpus (`embedkit.evaluation.calibrate`)."""
+        from embedkit.data.corpus import Document
+        from embedkit.evaluation.calibrate import calibrate
+
+        documents = [Document(i, d["text"], d["title"]) for i, d in self.data.corpus.items()]
+        chosen = calibrate(
+            lambda rows: [documents[r] for r in rows], lambda rows: doc_vectors[rows], len(documents), encoder
+        )
+        return chosen.method, chosen.alpha
 
     def _corpus_lexical(self) -> Any:
         """A BM25 index of this folder's corpus in memory (rows in `document_texts` order), built once."""
@@ -165,6 +202,8 @@ class RetrievalEvaluator:
             index, opened = open_index_for(self.index, encoder), True
         try:
             self._check_corpus(index)
+            if self.mode == "hybrid":
+                self._used = self._resolve(index)
             dense: Run = {}
             lexical: Run = {}
             if query_vectors is not None:

@@ -77,6 +77,7 @@ class IndexReport:
     appended: bool
     blank: int = 0  # blank documents of the corpus, skipped (BEIR counts them: `eval` says n + blank)
     faiss_device: str = "cpu"  # where faiss built the index: cpu or cuda:N (`embedkit.index.faiss_gpu`)
+    calibrated: dict[str, Any] | None = None  # the fusion calibration this build made (`IndexMeta.fusion`)
 
 
 # --- building ------------------------------------------------------------------------------------
@@ -97,6 +98,7 @@ def build_index(
     precision: str | None = None,  # ONNX precision, likewise
     progress: bool = False,
     lexical: bool = True,  # a new index also gets a BM25 index of title + text (hybrid search)
+    calibrate: bool = True,  # choose the fusion on pseudo queries (`embedkit.evaluation.calibrate`)
 ) -> IndexReport:
     """Embed `corpus` and build the index folder `out`, or with `append` add to it.
 
@@ -147,9 +149,12 @@ def build_index(
         try:
             _fill(work, store, encoder, corpus, count, options, tmp, progress)
             store.commit()
+            settings = store.lexical.settings if store.lexical is not None else None
         finally:
             store.close()
         index = placement.to_cpu(work) if placement else work
+        calibrated = _calibrated(old, tmp, index, encoder, settings) if calibrate else None
+        fusion = calibrated or (old.get("fusion") if old else None)
         stamp = now()
         meta = IndexMeta(
             model=str(recorded_model_path(encoder)),
@@ -169,6 +174,7 @@ def build_index(
             created=old["created"] if old else stamp,
             updated=stamp,
             sources=[*(old.get("sources", []) if old else []), {"corpus": str(corpus), "added": count}],
+            fusion=fusion,
         )
         write_json_atomic(tmp / META_FILE, meta.to_json())
     seconds, truncated = time.perf_counter() - start, encoder.truncated - truncated_before
@@ -186,7 +192,21 @@ def build_index(
         appended=old is not None,
         blank=read.blank,
         faiss_device=placement.name if placement else "cpu",
+        calibrated=calibrated,
     )
+
+
+def _calibrated(
+    old: dict[str, Any] | None, tmp: Path, index, encoder: Encoder, settings: LexicalSettings | None
+) -> dict[str, Any] | None:
+    """A new calibration (`embedkit.evaluation.calibrate`) where one is due: a new index, or one grown
+    by half since its last; None where none is due or there is no lexical side to fuse."""
+    from embedkit.evaluation.calibrate import calibrate_folder
+    from embedkit.index.calibration import needs_calibration
+
+    if settings is None or not needs_calibration(old or {}, int(index.ntotal)):
+        return None
+    return calibrate_folder(tmp, index, encoder, settings).to_json()
 
 
 def check_new_target(out: Path, overwrite: bool) -> None:

@@ -31,7 +31,8 @@ carries no ranking information and contributes 0 to every row, so the other side
   second dense search, so the callers (`SearchIndex.search_text`, the retrieval evaluator) run
   it; `fuse` does the score fusions.
 
-Default: `prf` with z-score alpha 0.7 (dense-heavier), 3 feedback documents, beta 0.5. Measured
+Default (an index without a calibration; `embedkit.index.calibration` records a choice per
+index): `prf` with z-score alpha 0.7 (dense-heavier), 3 feedback documents, beta 0.5. Measured
 with the bundled model (`benchmarks/hybrid.py`, benchmarks/README.md), nDCG@10 against dense:
 Cranfield +4.2 (z-score 0.5 gave +6.6 there), msmarco-5k +1.3 (z-score 0.5: -1.8, because
 BM25 is 7 points behind a model already trained on web questions). Equal-weight fusion lets a

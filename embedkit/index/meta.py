@@ -44,6 +44,7 @@ class IndexMeta:
     created: str = ""
     updated: str = ""
     sources: list[dict[str, Any]] = field(default_factory=list)  # each build or append's corpus
+    fusion: dict[str, Any] | None = None  # the calibrated fusion (`embedkit.index.calibration`)
     metric: str = "inner_product"  # vectors are L2-normalised: inner product = cosine
     normalized: bool = True
     version: int = FORMAT_VERSION
@@ -110,6 +111,13 @@ def _check(meta: dict[str, Any], path: Path) -> None:
             raise _fail(path, key, "a string", meta[key])
     if meta.get("max_seq_length") is not None:
         _int(meta, "max_seq_length", path, 1)
+    if meta.get("fusion") is not None:
+        from embedkit.index.calibration import Calibration
+
+        try:
+            Calibration.from_json(meta["fusion"])
+        except (InputError, TypeError) as exc:
+            raise _fail(path, "fusion", f"a calibration record or null ({exc})", meta["fusion"]) from None
     if meta.get("lexical") is not None:
         from embedkit.index.lexical import LexicalSettings, is_current_format
 

@@ -13,11 +13,10 @@ import numpy as np
 
 from embedkit.encode.batching import l2_normalize
 from embedkit.errors import InputError
+from embedkit.index.calibration import default_mode, fusion_for
 from embedkit.index.docstore import DocStore
 from embedkit.index.faiss_gpu import placement_for
 from embedkit.index.fusion import (
-    DEFAULT_ALPHA,
-    DEFAULT_FUSION,
     PRF_DOCS,
     check_fusion,
     feedback_query,
@@ -228,9 +227,14 @@ class SearchIndex:
             return f"the index {self.path} has the lexical side of an earlier embedkit: {fix}"
         return f"the index {self.path} has no lexical side (built with --no-lexical): {fix}"
 
-    def default_mode(self) -> str:
-        """hybrid where the index has a lexical side (the measured best), else dense."""
-        return "hybrid" if self.has_lexical else "dense"
+    def default_mode(self, fusion: str | None = None) -> str:
+        """hybrid where the index has a lexical side, unless its calibration chose dense (and no
+        `fusion` is asked for); else dense."""
+        return default_mode(self.meta, self.has_lexical, fusion)
+
+    def default_fusion(self, fusion: str | None = None, alpha: float | None = None) -> tuple[str, float]:
+        """The fusion and dense weight of a hybrid search: asked for, else the index's calibrated choice."""
+        return fusion_for(self.meta, fusion, alpha)
 
     def search_text(
         self,
@@ -239,8 +243,8 @@ class SearchIndex:
         encoder: Encoder | None = None,
         *,
         mode: str | None = None,  # dense, lexical or hybrid; None: `default_mode()`
-        fusion: str = DEFAULT_FUSION,  # prf, zscore, rrf or minmax (embedkit.index.fusion)
-        alpha: float = DEFAULT_ALPHA,  # the dense weight of zscore / minmax and of prf's first ranking
+        fusion: str | None = None,  # prf, zscore, rrf or minmax; None: `default_fusion()`
+        alpha: float | None = None,  # the dense weight of zscore / minmax and of prf's first ranking
         depth: int | None = None,  # candidates per side before fusion (default: max(k, 100))
         snippets: bool = False,  # give each hit the lexical side matched a highlighted passage
     ) -> list[list[Hit]]:
@@ -252,7 +256,8 @@ class SearchIndex:
         punctuation) is searched dense only in hybrid mode, and finds nothing in lexical mode.
         """
         items = [queries] if isinstance(queries, str) else list(queries)
-        mode = mode or self.default_mode()
+        mode = mode or self.default_mode(fusion)
+        fusion, alpha = self.default_fusion(fusion, alpha)
         if mode not in SEARCH_MODES:
             raise InputError(f"unknown search mode {mode!r}: use {', '.join(SEARCH_MODES)}")
         if k < 1:

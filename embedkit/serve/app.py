@@ -209,7 +209,7 @@ async def search(request: Request) -> Response:
     values = SEARCH.check(body, server.config)
     queries = [values["query"]] if "query" in values else values["queries"]
     mode = values.get("mode")
-    fusion, alpha = values["fusion"], float(values["alpha"])
+    fusion, alpha = values.get("fusion"), values.get("alpha")  # absent: the index's calibrated choice
     try:
         answer = await server.engine.search(
             queries, values["k"], mode, fusion=fusion, alpha=alpha, snippets=values["snippets"]
@@ -218,6 +218,7 @@ async def search(request: Request) -> Response:
         raise ApiError(400, str(exc).splitlines()[0], param="mode" if mode else None) from None
     except (QueueFull, TooLarge) as exc:
         raise queue_error(exc) from None
+    fusion, alpha = model.index.default_fusion(fusion, alpha)  # what the index that answered used
     how = {"mode": answer.mode, **({"fusion": fusion, "alpha": alpha} if answer.mode == "hybrid" else {})}
     payload = {
         "object": "list",

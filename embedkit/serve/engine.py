@@ -231,7 +231,7 @@ class Engine:
 
         def run() -> Answer:
             index = self._live_index()
-            used = mode or index.default_mode()
+            used = mode or index.default_mode(options.get("fusion"))
             hits = index.search_text(queries, k, encoder=encoder, mode=used, **options)
             return Answer(hits, encoder.truncated, used, index.version)
 

@@ -219,8 +219,21 @@ SEARCH = Body(
         Field("queries", TEXTS, "several queries (a list of strings)", max_items="max_texts"),
         Field("k", INTEGER, "hits per query", 10, minimum=1, maximum="max_k"),
         Field("mode", STRING, "dense, lexical or hybrid; absent: the index's default", choices=SEARCH_MODES),
-        Field("fusion", STRING, "hybrid: how the two rankings are fused", DEFAULT_FUSION, FUSION_METHODS),
-        Field("alpha", NUMBER, "hybrid: the dense side's weight", DEFAULT_ALPHA, minimum=0, maximum=1),
+        Field(
+            "fusion",
+            STRING,
+            f"hybrid: how the two rankings are fused; absent: the index's calibrated choice, "
+            f"else {DEFAULT_FUSION}",
+            choices=FUSION_METHODS,
+        ),
+        Field(
+            "alpha",
+            NUMBER,
+            f"hybrid: the dense side's weight; absent: the calibrated choice's, "
+            f"or {DEFAULT_ALPHA} with a fusion",
+            minimum=0,
+            maximum=1,
+        ),
         Field("snippets", BOOLEAN, "give hits the lexical side matched a highlighted passage", False),
     ),
     one_of=(("query", "queries"),),

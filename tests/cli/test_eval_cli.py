@@ -118,6 +118,38 @@ def test_retrieval_with_an_index_checks_its_model(tiny_bert: Path, tmp_path: Pat
     assert "index folder not found" in result.output
 
 
+def test_retrieval_evaluates_what_search_does_by_default(tiny_bert: Path, tmp_path: Path) -> None:
+    pytest.importorskip("faiss")
+    from runtime_helpers import set_recorded_fusion
+
+    from embedkit.index import build_index
+
+    folder, index = write_beir(tmp_path / "beir"), tmp_path / "index"
+    build_index(folder, index, tiny_bert, kind="flat", device="cpu", calibrate=False)
+    set_recorded_fusion(index, {"method": "zscore", "alpha": 0.6, "reason": "set by the test"})
+
+    def metrics(*extra: str) -> tuple[str, dict]:
+        out = tmp_path / "r.json"
+        args = ["eval", "retrieval", str(folder), "--index", str(index), "--json", str(out), *extra]
+        result = runner.invoke(app, args)
+        assert result.exit_code == 0, result.output
+        return " ".join(result.output.split()), json.loads(out.read_text())
+
+    shown, default = metrics()
+    assert "hybrid (zscore 0.6)" in shown and "what `embedkit search` does by default" in shown
+    assert "fusion: the index's calibrated choice" in shown
+    assert (default["mode"], default["fusion"], default["alpha"]) == ("hybrid", "zscore", 0.6)
+    _, explicit = metrics("--mode", "hybrid", "--fusion", "zscore", "--alpha", "0.6")
+    assert explicit["metrics"] == default["metrics"] and explicit["fusion_source"] == "asked for"
+    shown, other = metrics("--fusion", "rrf")  # a fusion asked for wins over the recorded one
+    assert "hybrid (rrf)" in shown and other["fusion"] == "rrf"
+    set_recorded_fusion(index, {"method": "dense", "alpha": 0.7, "reason": "set by the test"})
+    shown, dense = metrics()
+    assert dense["mode"] == "dense" and "dense: what `embedkit search` does by default" in shown
+    _, asked = metrics("--mode", "dense")
+    assert asked["metrics"] == dense["metrics"]
+
+
 @pytest.mark.parametrize(
     ("content", "name", "message"),
     [

@@ -48,7 +48,8 @@ def test_status_lines_stay_whole(corpus, tiny_bert, columns):
 
     search = _run(["search", out, "wing flow", "--json", "--device", "cpu"], columns)
     assert search.stderr.splitlines() == [
-        f"{out}: 3 documents (flat); hybrid search (prf, dense weight 0.7); model {tiny_bert} (torch, cpu)"
+        f"{out}: 3 documents (flat); hybrid search (prf, dense weight 0.7, the index's default); "
+        f"model {tiny_bert} (torch, cpu)"
     ]
 
     vectors = corpus.parent / f"vectors-{columns}.npy"

@@ -1,0 +1,145 @@
+"""Fusion calibration on pseudo queries against judged queries: does the index's own choice pick well?
+
+For Cranfield and msmarco-5k (../shared/data, judged test queries) and the bundled all-MiniLM-L6-v2:
+each candidate of `embedkit.index.calibration.CANDIDATES` (and BM25 alone) scored (nDCG@10 x 100)
+1. on the judged queries, over the whole collection, exact dense search and tantivy BM25, as
+   `eval retrieval --mode hybrid --fusion F --alpha A` does;
+2. on the index's label-free pseudo queries (`embedkit.index.calibration.pseudo_task`: ict, title,
+   terms; plus `ict-common`, the ict sentences without their rare words, a guard against the
+   lexical bias of a sentence cut from its own document), as `embedkit calibrate` scores them;
+and the rule's choice (`embedkit.index.calibration.choose`) with its judged nDCG@10. docs/hybrid.md holds
+the tables.
+
+    python benchmarks/calibration.py --cache /tmp/calibration-cache --seeds 0 1 --json calibration.json
+    python benchmarks/calibration.py --cache /tmp/calibration-cache --cost   # seconds per 10k documents
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import time
+from pathlib import Path
+
+import numpy as np
+
+from embedkit.data.beir import read_beir
+from embedkit.data.corpus import Document
+from embedkit.evaluation.calibrate import (
+    DEPTH,
+    CalibrationConfig,
+    candidate_runs,
+    per_query_ndcg,
+    pseudo_task,
+    score_task,
+)
+from embedkit.evaluation.runs import lexical_run
+from embedkit.index.calibration import choose
+from embedkit.index.lexical import LexicalIndex
+
+DATA = Path(__file__).resolve().parents[2] / "shared" / "data"
+COLLECTIONS = ("cranfield", "msmarco-5k")
+
+
+def embed(encoder, texts: list[str], cache: Path | None, name: str) -> np.ndarray:
+    path = cache / f"{name}.npy" if cache else None
+    if path is not None and path.is_file():
+        return np.load(path)
+    vectors = encoder.encode(texts, batch_size=64, normalize=True)
+    if path is not None:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        np.save(path, vectors)
+    return vectors
+
+
+def judged(encoder, name: str, documents: list[Document], doc_vectors: np.ndarray, cache: Path | None):
+    """candidate -> nDCG@10 x 100 on the judged test queries."""
+    data = read_beir(DATA / name, "test")
+    query_ids = [q for q in data.queries if q in data.qrels]
+    texts = [data.queries[q] for q in query_ids]
+    query_vectors = embed(encoder, texts, cache, f"{name}-judged-queries")
+    bm25 = LexicalIndex.create(None)
+    bm25.add(0, documents)
+    bm25.commit()
+    doc_ids = [d.id for d in documents]
+    lexical = lexical_run(bm25.search(texts, DEPTH), doc_ids, query_ids, DEPTH)
+    runs = candidate_runs(query_ids, query_vectors, doc_ids, doc_vectors, lexical)
+    scores = per_query_ndcg(runs, data.qrels)
+    return {c: round(100 * float(np.mean(list(v.values()))), 2) for c, v in scores.items()}
+
+
+def cost(encoder, cache: Path | None) -> None:
+    """Seconds of `calibrate` (library defaults) on msmarco-5k's 5,000 passages and on them twice."""
+    from embedkit.evaluation.calibrate import calibrate
+
+    data = read_beir(DATA / "msmarco-5k", "test")
+    documents = [Document(i, d["text"], d["title"]) for i, d in data.corpus.items()]
+    vectors = embed(encoder, [d.full_text for d in documents], cache, "msmarco-5k-docs")
+    twice = documents + [Document(f"{d.id}-copy", d.text, d.title) for d in documents]
+    for docs, vecs in ((documents, vectors), (twice, np.concatenate([vectors, vectors]))):
+        start = time.perf_counter()
+        chosen = calibrate(
+            lambda rows, d=docs: [d[r] for r in rows], lambda rows, v=vecs: v[rows], len(docs), encoder
+        )
+        print(f"calibrate on {len(docs):,} documents: {time.perf_counter() - start:.1f} s, {chosen.queries}")
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument(
+        "--cache", type=Path, help="folder for the collections' embeddings, reused when present"
+    )
+    parser.add_argument("--seeds", type=int, nargs="+", default=[0])
+    parser.add_argument(
+        "--queries", type=int, default=CalibrationConfig.queries, help="pseudo queries per kind"
+    )
+    parser.add_argument("--collections", nargs="+", default=list(COLLECTIONS))
+    parser.add_argument("--json", type=Path)
+    parser.add_argument(
+        "--cost", action="store_true", help="only time `calibrate` on 5,000 and 10,000 passages"
+    )
+    args = parser.parse_args()
+    import embedkit
+
+    encoder = embedkit.load_encoder(None, device="cpu")
+    if args.cost:
+        cost(encoder, args.cache)
+        return
+    result = {}
+    for name in args.collections:
+        data = read_beir(DATA / name, "test")
+        documents = [Document(i, d["text"], d["title"]) for i, d in data.corpus.items()]
+        doc_vectors = embed(encoder, [d.full_text for d in documents], args.cache, f"{name}-docs")
+        real = judged(encoder, name, documents, doc_vectors, args.cache)
+        pseudo = {}
+        for seed in args.seeds:
+            start = time.perf_counter()
+            task = pseudo_task(documents, CalibrationConfig(queries=args.queries, seed=seed, common=True))
+            table = score_task(task, doc_vectors, encoder)
+            seconds = time.perf_counter() - start
+            pseudo[seed] = {"table": table, "seconds": round(seconds, 1), "choice": choose(table)._asdict()}
+            print(f"{name} seed {seed}: {len(task.queries)} pseudo queries in {seconds:.1f} s", flush=True)
+        result[name] = {"judged": real, "pseudo": pseudo, "documents": len(documents)}
+        kinds = list(next(iter(pseudo.values()))["table"]["dense"])
+        print(f"{name}: candidate, judged nDCG@10, pseudo nDCG@10 by kind (seed {args.seeds[0]}) x100")
+        first = pseudo[args.seeds[0]]["table"]
+        print(f"  {'candidate':12s} {'judged':>7s} " + " ".join(f"{k:>8s}" for k in kinds))
+        for candidate, value in real.items():
+            print(f"  {candidate:12s} {value:7.2f} " + " ".join(f"{first[candidate][k]:8.2f}" for k in kinds))
+        for seed, entry in pseudo.items():
+            choice = entry["choice"]
+            picked = (
+                choice["method"]
+                if choice["method"] in ("dense", "rrf")
+                else f"{choice['method']} {choice['alpha']:g}"
+            )
+            print(
+                f"  seed {seed}: rule picks {picked} -> judged {real.get(picked, float('nan')):.2f}",
+                f"({choice['reason']})",
+            )
+    if args.json:
+        args.json.write_text(json.dumps(result, indent=2))
+
+
+if __name__ == "__main__":
+    main()

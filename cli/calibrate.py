@@ -1,0 +1,75 @@
+"""`embedkit calibrate INDEX`: choose the index's hybrid fusion on pseudo queries cut from its documents.
+
+`embedkit index` calibrates a new index (and an append that grows it by half); this command does it
+on demand (an index built before calibration existed, or with --no-calibrate, or from vectors) or,
+with --show, prints the recorded choice and its table without computing anything.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import TYPE_CHECKING, Annotated
+
+import typer
+
+from embedkit.cli.common import check_io, handle_errors
+from embedkit.cli.options import DeviceOption, PrecisionOption, WaitOption
+
+if TYPE_CHECKING:
+    from embedkit.index.calibration import Calibration
+
+
+def register(app: typer.Typer) -> None:
+    app.command("calibrate")(calibrate)
+
+
+@handle_errors
+def calibrate(
+    index_dir: Annotated[Path, typer.Argument(help="Index folder made by `embedkit index`.")],
+    show: Annotated[
+        bool, typer.Option("--show", help="Print the recorded choice and its table; compute nothing.")
+    ] = False,
+    queries: Annotated[int, typer.Option("--queries", min=1, help="Pseudo queries per kind.")] = 200,
+    seed: Annotated[int, typer.Option("--seed", help="Seed of the pseudo-query draw.")] = 0,
+    model: Annotated[
+        str | None, typer.Option("--model", "-m", help="Model folder (default: the index's; the same model).")
+    ] = None,
+    device: DeviceOption = "auto",
+    precision: PrecisionOption = None,
+    wait: WaitOption = False,
+) -> None:
+    """Score dense, prf, zscore, minmax and rrf on pseudo queries of INDEX and record the rule's choice."""
+    from embedkit.index.calibration import Calibration  # noqa: F811 (the annotation's name, at run time)
+
+    if show:
+        from embedkit.index import read_index_meta
+
+        record = read_index_meta(index_dir).get("fusion")
+        if record is None:
+            typer.echo(f"{index_dir}: no calibration recorded; hybrid search uses the default (prf 0.7)")
+            return
+        _print(Calibration.from_json(record))
+        return
+    from embedkit.evaluation.calibrate import CalibrationConfig, calibrate_index
+
+    check_io(folders=[index_dir], wait=wait)
+    config = CalibrationConfig(queries=queries, seed=seed)
+    _print(calibrate_index(index_dir, model, device=device, precision=precision, config=config))
+
+
+def _print(calibration: Calibration) -> None:
+    from rich.table import Table
+
+    from embedkit.console import make_console, print_table
+
+    console = make_console()
+    if calibration.table:
+        kinds = list(next(iter(calibration.table.values())))
+        table = Table(title="nDCG@10 x 100 on pseudo queries, by kind")
+        table.add_column("candidate")
+        for kind in kinds:
+            table.add_column(f"{kind} ({calibration.queries.get(kind, '-')})", justify="right")
+        for name, row in calibration.table.items():
+            table.add_row(name, *(f"{row[k]:.2f}" for k in kinds))
+        print_table(console, table)
+    console.print(calibration.describe(), markup=False)

@@ -1,0 +1,312 @@
+"""Fusion calibrated per index: the choice against a brute-force reference, recorded, read and overridden."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import math
+import re
+from pathlib import Path
+
+import numpy as np
+import pytest
+from runtime_helpers import set_recorded_fusion
+from typer.testing import CliRunner
+
+from embedkit.cli.app import app
+from embedkit.data.corpus import Document
+from embedkit.encode.model_folder import model_fingerprint
+from embedkit.errors import InputError
+from embedkit.evaluation.calibrate import CalibrationConfig, calibrate_index, pseudo_task
+from embedkit.index import SearchIndex, build_index
+from embedkit.index.calibration import CANDIDATES, LEXICAL, Calibration, choose, fusion_for, label
+
+pytest.importorskip("faiss")
+runner = CliRunner()
+
+WORDS = (
+    "shock",
+    "wave",
+    "wing",
+    "lift",
+    "drag",
+    "boundary",
+    "layer",
+    "heat",
+    "transfer",
+    "stall",
+    "jet",
+    "noise",
+    "buckling",
+    "shell",
+    "plate",
+    "flutter",
+    "vortex",
+    "nozzle",
+    "pressure",
+    "gradient",
+    "laminar",
+    "turbulent",
+    "supersonic",
+    "subsonic",
+    "cone",
+    "cylinder",
+    "panel",
+    "skin",
+    "friction",
+    "separation",
+    "reattachment",
+    "spike",
+    "inlet",
+    "diffuser",
+    "blade",
+    "rotor",
+    "cascade",
+)
+CONFIG = CalibrationConfig(queries=12, min_queries=5)
+
+
+class WordHashEncoder:
+    """A bag-of-words encoder: each word a fixed random vector, a text the sum of its words'.
+
+    Dense and BM25 then agree in part, as a real model and BM25 do; it claims `model_dir`'s identity.
+    """
+
+    backend, device, max_seq_length, truncated, dim = "hash", "cpu", 64, 0, 24
+
+    def __init__(self, model_dir: Path) -> None:
+        self.path = model_dir
+        self.fingerprint = model_fingerprint(model_dir)
+
+    def encode(self, texts, batch_size: int = 64, normalize: bool | None = None, progress: bool = False):
+        out = np.zeros((len(texts), self.dim), dtype=np.float64)
+        for i, text in enumerate(texts):
+            for word in re.findall(r"[a-z0-9]+", text.lower()):
+                seed = int.from_bytes(hashlib.sha256(word.encode()).digest()[:8], "little")
+                out[i] += np.random.default_rng(seed).standard_normal(self.dim)
+            out[i] += 1e-3  # an empty text is not a zero vector
+        if normalize:
+            out /= np.linalg.norm(out, axis=1, keepdims=True)
+        return out.astype(np.float32)
+
+
+def _documents(n: int = 40, seed: int = 3) -> list[dict[str, str]]:
+    """Titled documents of three sentences about a few of WORDS each (ict, title and terms queries)."""
+    rng = np.random.default_rng(seed)
+    docs = []
+    for i in range(n):
+        topic = list(rng.choice(WORDS, 4, replace=False))
+        sentences = [
+            " ".join([*rng.choice(topic, 3), *rng.choice(WORDS, 3), "measured", f"case{i}"]).capitalize()
+            + "."
+            for _ in range(3)
+        ]
+        docs.append({"_id": f"d{i}", "title": " ".join(topic[:2]), "text": " ".join(sentences)})
+    return docs
+
+
+def _write(path: Path, docs: list[dict[str, str]]) -> Path:
+    path.write_text("".join(json.dumps(d) + "\n" for d in docs), encoding="utf-8")
+    return path
+
+
+def _trec_order(hits) -> list[str]:
+    """Ids by score, ties by id descending: how trec_eval (and `eval retrieval`) ranks a run.
+
+    Rank fusion ties often (two ranks summing alike); the metric, not the search, breaks them.
+    """
+    by_id = sorted(hits, key=lambda h: h.id, reverse=True)
+    return [h.id for h in sorted(by_id, key=lambda h: -h.score)]  # sorted() is stable
+
+
+def _ndcg_at_10(ranked_ids: list[str], relevant: str) -> float:
+    """One relevant document: 1 / log2(rank + 1) if it is in the top 10, else 0."""
+    top = ranked_ids[:10]
+    return 1.0 / math.log2(top.index(relevant) + 2) if relevant in top else 0.0
+
+
+def test_calibration_picks_what_a_brute_force_search_says_is_best(tmp_path: Path, tiny_bert: Path) -> None:
+    docs = _documents()
+    encoder = WordHashEncoder(tiny_bert)
+    out = tmp_path / "idx"
+    build_index(_write(tmp_path / "c.jsonl", docs), out, encoder, kind="flat", calibrate=False)
+    assert SearchIndex.load(out).meta.get("fusion") is None
+    chosen = calibrate_index(out, encoder, config=CONFIG)
+
+    # the reference: the same pseudo queries searched through `SearchIndex.search_text` over an index
+    # of the searched texts (query sources without their query), every candidate, nDCG@10 by hand
+    task = pseudo_task([Document(d["_id"], d["text"], d["title"]) for d in docs], CONFIG)
+    searched = [{"_id": d.id, "title": d.title, "text": d.text} for d in task.documents]
+    reference = tmp_path / "reference"
+    build_index(_write(tmp_path / "r.jsonl", searched), reference, encoder, kind="flat", calibrate=False)
+    kinds = sorted({q.kind for q in task.queries})
+    table: dict[str, dict[str, float]] = {}
+    with SearchIndex.load(reference) as index:
+        for method, alpha in [*CANDIDATES, ("lexical", None)]:
+            mode = method if method in ("dense", "lexical") else "hybrid"
+            fusion = None if mode != "hybrid" else method
+            hits = index.search_text(
+                [q.text for q in task.queries], k=10, encoder=encoder, mode=mode, fusion=fusion, alpha=alpha
+            )
+            gains = [
+                _ndcg_at_10(_trec_order(found), docs[q.source]["_id"])
+                for q, found in zip(task.queries, hits, strict=True)
+            ]
+            name = LEXICAL if method == "lexical" else label(method, alpha)
+            table[name] = {
+                kind: 100
+                * float(np.mean([g for g, q in zip(gains, task.queries, strict=True) if q.kind == kind]))
+                for kind in kinds
+            }
+    for name, row in table.items():
+        for kind, value in row.items():
+            assert chosen.table[name][kind] == pytest.approx(value, abs=0.006), (name, kind)
+    expected = choose(table)
+    assert (chosen.method, chosen.alpha) == (expected.method, expected.alpha)
+    with SearchIndex.load(out) as index:  # recorded in the new version's metadata
+        assert index.meta["fusion"]["method"] == chosen.method
+        assert index.default_fusion() == fusion_for(index.meta)
+
+
+def test_search_uses_the_recorded_choice_and_flags_override(tmp_path: Path, tiny_bert: Path) -> None:
+    encoder = WordHashEncoder(tiny_bert)
+    out = tmp_path / "idx"
+    build_index(_write(tmp_path / "c.jsonl", _documents()), out, encoder, kind="flat", calibrate=False)
+    meta_path = next(out.glob("v-*")) / "embedkit-index.json"
+    queries = ["shock wave on a wing", "heat transfer in a laminar boundary layer", "flutter of a panel"]
+    recorded = {"method": "zscore", "alpha": 0.6, "reason": "set by the test"}
+    set_recorded_fusion(out, recorded)
+    with SearchIndex.load(out) as index:
+        assert index.default_mode() == "hybrid"
+        default = index.search_text(queries, k=5, encoder=encoder)
+        explicit = index.search_text(queries, k=5, encoder=encoder, mode="hybrid", fusion="zscore", alpha=0.6)
+        other = index.search_text(queries, k=5, encoder=encoder, fusion="rrf")
+        rrf = index.search_text(queries, k=5, encoder=encoder, mode="hybrid", fusion="rrf", alpha=0.7)
+        weight = index.search_text(queries, k=5, encoder=encoder, alpha=0.9)
+        zscore_09 = index.search_text(
+            queries, k=5, encoder=encoder, mode="hybrid", fusion="zscore", alpha=0.9
+        )
+    assert _ids(default) == _ids(explicit) and _scores(default) == _scores(explicit)
+    assert _scores(other) == _scores(rrf) and _scores(other) != _scores(default)  # --fusion wins
+    assert _scores(weight) == _scores(zscore_09)  # --alpha alone keeps the recorded method
+    set_recorded_fusion(out, {"method": "dense", "alpha": 0.7, "reason": "set by the test"})
+    with SearchIndex.load(out) as index:
+        assert index.default_mode() == "dense" and index.default_mode("zscore") == "hybrid"
+        dense = index.search_text(queries, k=5, encoder=encoder)
+        assert _scores(dense) == _scores(index.search_text(queries, k=5, encoder=encoder, mode="dense"))
+    assert meta_path.exists()
+
+
+def test_cold_search_reads_the_choice_and_never_computes_it(
+    tmp_path: Path, tiny_bert: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    encoder = WordHashEncoder(tiny_bert)
+    out = tmp_path / "idx"
+    build_index(_write(tmp_path / "c.jsonl", _documents()), out, encoder, kind="flat")
+    import embedkit.evaluation.calibrate as calibrate_module
+
+    def refuse(*args, **kwargs):
+        raise AssertionError("calibration ran at search time")
+
+    monkeypatch.setattr(calibrate_module, "calibrate", refuse)
+    with SearchIndex.load(out) as index:
+        assert index.meta["fusion"]["count"] == 40
+        assert index.search_text(["shock wave"], k=3, encoder=encoder)
+
+
+def test_append_recalibrates_once_the_index_grew_by_half(tmp_path: Path, tiny_bert: Path) -> None:
+    encoder = WordHashEncoder(tiny_bert)
+    docs = _documents(60)
+    out = tmp_path / "idx"
+    build_index(_write(tmp_path / "a.jsonl", docs[:30]), out, encoder, kind="flat")
+    first = SearchIndex.load(out).meta["fusion"]
+    build_index(_write(tmp_path / "b.jsonl", docs[30:40]), out, encoder, append=True)  # 40 < 1.5 x 30
+    assert SearchIndex.load(out).meta["fusion"] == first
+    build_index(_write(tmp_path / "c.jsonl", docs[40:50]), out, encoder, append=True)  # 50 >= 45
+    assert SearchIndex.load(out).meta["fusion"]["count"] == 50
+
+
+def test_a_damaged_fusion_record_is_one_clear_error(tmp_path: Path, tiny_bert: Path) -> None:
+    encoder = WordHashEncoder(tiny_bert)
+    out = tmp_path / "idx"
+    build_index(_write(tmp_path / "c.jsonl", _documents(10)), out, encoder, kind="flat", calibrate=False)
+    for bad in ({"method": "borda", "alpha": 0.5}, {"method": "zscore", "alpha": 2}, "zscore"):
+        set_recorded_fusion(out, bad)
+        with pytest.raises(InputError, match="'fusion' must be a calibration record"):
+            SearchIndex.load(out)
+
+
+def test_too_few_pseudo_queries_keep_the_default_and_say_why(tmp_path: Path, tiny_bert: Path) -> None:
+    out = tmp_path / "idx"
+    build_index(_write(tmp_path / "c.jsonl", _documents(6)), out, WordHashEncoder(tiny_bert), kind="flat")
+    record = Calibration.from_json(SearchIndex.load(out).meta["fusion"])
+    assert (record.method, record.alpha) == ("prf", 0.7)
+    assert "fewer than 30" in record.reason
+
+
+def test_calibrate_and_verify_commands_show_the_choice(tmp_path: Path, tiny_bert: Path) -> None:
+    out = tmp_path / "idx"
+    build_index(_write(tmp_path / "c.jsonl", _documents(10)), out, WordHashEncoder(tiny_bert), kind="flat")
+    record = {"method": "zscore", "alpha": 0.5, "reason": "set by the test", "queries": {"ict": 3}}
+    set_recorded_fusion(out, record)
+    result = runner.invoke(app, ["calibrate", str(out), "--show"])
+    assert result.exit_code == 0, result.output
+    assert "fusion zscore 0.5" in result.output
+    result = runner.invoke(app, ["verify", str(out)])
+    assert result.exit_code == 0, result.output
+    assert "fusion zscore 0.5" in result.output
+
+
+def _ids(results) -> list[list[str]]:
+    return [[h.id for h in hits] for hits in results]
+
+
+def _scores(results) -> list[list[tuple[str, float]]]:
+    return [[(h.id, round(h.score, 6)) for h in hits] for hits in results]
+
+
+def _table(dense: float, bm25: float, prf: float, best: str | None = None, kind: str = "ict") -> dict:
+    """A table where every fusion scores 50 on `kind` except `best` (60), and terms favour BM25."""
+    table = {label(m, a): {kind: 50.0, "terms": 90.0} for m, a in CANDIDATES}
+    table["dense"][kind], table[LEXICAL] = dense, {kind: bm25, "terms": 99.0}
+    table["prf 0.7"][kind] = prf
+    if best is not None:
+        table[best][kind] = 60.0
+    return table
+
+
+@pytest.mark.parametrize(
+    ("table", "expected"),
+    [
+        ({"dense": {"terms": 60.0}, LEXICAL: {"terms": 99.0}}, ("prf", 0.7)),  # terms alone: the default
+        (_table(dense=50, bm25=55, prf=49), ("dense", 0.7)),  # prf below dense even here
+        (_table(dense=50, bm25=49.9, prf=51, best="zscore 0.5"), ("prf", 0.7)),  # share 0.998 < 1
+        (_table(dense=50, bm25=50, prf=51, best="zscore 0.5"), ("zscore", 0.6)),  # share 1: best + 0.1
+        (_table(dense=50, bm25=60, prf=51, best="minmax 0.8"), ("minmax", 0.8)),  # capped at 0.8
+        (_table(dense=50, bm25=60, prf=51, best="rrf"), ("rrf", 0.7)),
+        (_table(dense=50, bm25=60, prf=51, best="zscore 0.6", kind="title"), ("zscore", 0.7)),
+        (_table(dense=50, bm25=60, prf=51), ("zscore", 0.8)),  # all equal: the largest dense weight
+    ],
+)
+def test_the_rule_on_hand_made_tables(table: dict, expected: tuple[str, float]) -> None:
+    chosen = choose(table)
+    assert (chosen.method, chosen.alpha) == expected, chosen.reason
+
+
+def test_index_no_calibrate_then_calibrate_then_search(tmp_path: Path, tiny_bert: Path) -> None:
+    corpus, out = _write(tmp_path / "c.jsonl", _documents()), tmp_path / "idx"
+    result = runner.invoke(
+        app, ["index", str(corpus), "--out", str(out), "-m", str(tiny_bert), "--no-calibrate"]
+    )
+    assert result.exit_code == 0, result.output
+    assert SearchIndex.load(out).meta.get("fusion") is None
+    result = runner.invoke(app, ["calibrate", str(out), "--device", "cpu"])
+    assert result.exit_code == 0, result.output
+    record = Calibration.from_json(SearchIndex.load(out).meta["fusion"])
+    assert record.count == 40 and sum(record.queries.values()) >= 30 and "zscore 0.5" in result.output
+    assert " ".join(record.describe().split()) in " ".join(result.output.split())
+    result = runner.invoke(app, ["search", str(out), "shock wave", "--device", "cpu", "--json"])
+    assert result.exit_code == 0, result.output
+    line = json.loads(result.stdout.splitlines()[-1])
+    expected = fusion_for({"fusion": record.to_json()})
+    assert line["mode"] != "hybrid" or (line["fusion"], line["alpha"]) == expected
