@@ -89,6 +89,8 @@ def _register() -> None:
     from embedkit.cli import (
         adapt,
         clean,
+        compact,
+        delete,
         embed,
         evaluate,
         experiment,
@@ -107,6 +109,8 @@ def _register() -> None:
         export,
         embed,
         index,
+        delete,
+        compact,
         push,
         search,
         serve,
