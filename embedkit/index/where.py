@@ -17,8 +17,10 @@ Fields are the top-level keys of the documents' metadata (a JSONL corpus's extra
   with dates; `<`, `<=`, `>`, `>=` compare numbers and dates (a quoted ISO date counts as a date).
   A date field is one whose text values start as ISO dates; dates compare as instants (SQLite's
   `julianday`), so 2024-01-05 and 2024-01-05T00:00:00Z are equal.
-- A comparison is false for a document that lacks the field or holds another type there (also
-  `!=`); `not` is plain negation, so `not lang = "en"` also keeps documents without `lang`.
+- A comparison is unknown for a document that lacks the field or holds another type there, and
+  `not`, `and`, `or` follow SQL's three-valued logic: a document passes where the filter is true.
+  So `lang != "en"` and `not lang = "en"` both leave out documents without `lang`, as in SQL and
+  in Milvus (whose filter expressions `embedkit.remote.milvus.milvus_filter` writes).
 Checked against the fields the index holds before anything is searched: an unknown field, or a
 value of a type the field never holds, is an `InputError` naming the position (1-based), as is
 an expression that does not parse.
@@ -344,24 +346,27 @@ def _sql(expr: Expr, fields: dict[str, set[str]], params: list[object]) -> str:
 
 
 def _compare_sql(expr: Compare, kind: str, params: list[object]) -> str:
-    """One comparison, false (never NULL) where the field is missing or of another type."""
+    """One comparison: NULL (unknown) where the field is missing or of another type, so that `not`,
+    `and` and `or` follow SQL's three-valued logic and only documents for which it is true pass."""
     path = json_path(expr.field)
     op = "<>" if expr.op == "!=" else expr.op
     value = "json_extract(metadata, ?)"
-    if kind == "bool":  # != true is = false: a document without the field passes neither
-        params += [path, "true" if bool(expr.value) != (expr.op == "!=") else "false"]
-        return "COALESCE(json_type(metadata, ?) = ?, 0)"
+    if kind == "bool":
+        params += [path, path, "true" if expr.value else "false"]
+        return (
+            f"(CASE WHEN json_type(metadata, ?) IN ('true', 'false') THEN json_type(metadata, ?) {op} ? END)"
+        )
     if kind == "number":
         params += [path, path, expr.value]
-        return f"COALESCE(json_type(metadata, ?) IN ('integer', 'real') AND {value} {op} ?, 0)"
+        return f"(CASE WHEN json_type(metadata, ?) IN ('integer', 'real') THEN {value} {op} ? END)"
     if kind == "date":
         from embedkit.index.docstore import ISO_DATE_GLOB
 
         literal = expr.value.text if isinstance(expr.value, Date) else str(expr.value)
         params += [path, path, ISO_DATE_GLOB, path, literal]
         return (
-            f"COALESCE(json_type(metadata, ?) = 'text' AND {value} GLOB ? "
-            f"AND julianday({value}) {op} julianday(?), 0)"
+            f"(CASE WHEN json_type(metadata, ?) = 'text' AND {value} GLOB ? "
+            f"THEN julianday({value}) {op} julianday(?) END)"
         )
     params += [path, path, expr.value]
-    return f"COALESCE(json_type(metadata, ?) = 'text' AND {value} {op} ?, 0)"
+    return f"(CASE WHEN json_type(metadata, ?) = 'text' THEN {value} {op} ? END)"

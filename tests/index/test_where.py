@@ -63,15 +63,20 @@ CASES = {
     "year >= 2015": lambda m: (_num(m, "year") or 0) >= 2015,
     'lang = "en"': lambda m: _str(m, "lang") == "en",
     "lang in ['de', 'fr']": lambda m: _str(m, "lang") in ("de", "fr"),
+    # three-valued logic: a comparison on a missing field or another type is unknown, `not` keeps it so
     'year >= 2010 and year < 2020 and not lang = "en"': lambda m: (
-        _num(m, "year") is not None and 2010 <= m["year"] < 2020 and _str(m, "lang") != "en"
+        _num(m, "year") is not None and 2010 <= m["year"] < 2020 and _str(m, "lang") not in (None, "en")
     ),
     'source = "web" or score > 0.5': lambda m: m["source"] == "web" or m["score"] > 0.5,
     "published >= 2020-06-01": lambda m: _day(m) >= datetime(2020, 6, 1),
     'published < "2019-01-01T00:00:00"': lambda m: _day(m) < datetime(2019, 1, 1),
     "flag = true": lambda m: m.get("flag") is True,
     "flag != TRUE": lambda m: m.get("flag") is False,
-    'NOT (lang = "en" OR lang == "de")': lambda m: _str(m, "lang") not in ("en", "de"),
+    'NOT (lang = "en" OR lang == "de")': lambda m: _str(m, "lang") not in (None, "en", "de"),
+    "not (year < 2010 or flag = true)": lambda m: (
+        _num(m, "year") is not None and m["year"] >= 2010 and m.get("flag") is False
+    ),
+    "year < 2010 or not flag = true": lambda m: (_num(m, "year") or 9999) < 2010 or m.get("flag") is False,
     'lang != "en"': lambda m: _str(m, "lang") is not None and m["lang"] != "en",
     "year = 2012": lambda m: _num(m, "year") == 2012,
     "score in (0.25, 0.74, 1)": lambda m: m["score"] in (0.25, 0.74, 1.0),
