@@ -213,7 +213,7 @@ def _replaced(index, store: DocStore, old: dict[str, Any], corpus: str | Path, o
     from embedkit.jobs.streaming import read_corpus
 
     ids = [doc.id for doc in read_corpus(corpus, options)]
-    found = store.rows_of_documents(ids)
+    found = store.rows_by_id(ids)
     rows = np.asarray(sorted(row for held in found.values() for row in held), dtype=np.int64)
     if not len(rows):
         return index, old.get("corpus_fingerprint"), 0

@@ -15,7 +15,7 @@ Rows are permanent keys: a deleted document's rows are never given to another do
 collection keys its entities by row). `deleted(row, masked)` remembers them, `masked` = 1 while the
 vector is still in the FAISS file (an HNSW graph cannot lose nodes: `embedkit.index.rows`); the
 table is made by the first `remove`, so a store that never lost a document has none. This class is
-the one place that maps document ids to rows: `rows_of_documents` gives every row of an id.
+the one place that maps document ids to rows: `rows_by_id` gives every row of an id.
 
 Earlier embedkit versions kept BM25 postings
 in tables of the SQLite file (`LEGACY_LEXICAL_TABLES`); such a store opens with `legacy_lexical`
@@ -198,7 +198,7 @@ class DocStore:
         query = "SELECT row FROM documents WHERE row >= ? AND row < ? ORDER BY row"
         return [int(r) for (r,) in self._db.execute(query, (first, stop))]
 
-    def rows_of_documents(self, ids: Sequence[str]) -> dict[str, list[int]]:
+    def rows_by_id(self, ids: Sequence[str]) -> dict[str, list[int]]:
         """Every row of each of the documents `ids` that the store holds (unknown ids are absent)."""
         found: dict[str, list[int]] = {}
         unique = list(dict.fromkeys(str(i) for i in ids))

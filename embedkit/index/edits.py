@@ -57,7 +57,7 @@ def rows_to_delete(store: DocStore, ids: Sequence[str], place: object) -> np.nda
     wanted = list(dict.fromkeys(str(i) for i in ids))
     if not wanted:
         raise InputError("no document ids to delete")
-    found = store.rows_of_documents(wanted)
+    found = store.rows_by_id(wanted)
     missing = [doc_id for doc_id in wanted if doc_id not in found]
     if missing:
         more = f" (and {len(missing) - 1} more)" if len(missing) > 1 else ""

@@ -179,7 +179,7 @@ class SearchIndex:
         similarities whatever the caller passes. `k` is capped at the index's size; an id is None
         where fewer than `k` documents pass `where` (a metadata filter, `embedkit.index.where`).
         """
-        scores, rows = self._search_rows(query_vectors, k, self.restriction(where))
+        scores, rows = self._search_rows(query_vectors, k, restriction=self.restriction(where))
         ids = self.store.ids_of_rows(rows[rows >= 0].tolist())
         return scores, [[ids[int(r)] if r >= 0 else None for r in row] for row in rows]
 
@@ -197,7 +197,7 @@ class SearchIndex:
         return self._filters[where]
 
     def _search_rows(
-        self, query_vectors: np.ndarray, k: int, restriction: Any = None
+        self, query_vectors: np.ndarray, k: int, *, restriction: Any = None
     ) -> tuple[np.ndarray, np.ndarray]:
         queries = np.asarray(query_vectors, dtype=np.float32)
         if queries.ndim == 1:
@@ -293,10 +293,12 @@ class SearchIndex:
             )
             encoder = self._checked(encoder)
             vectors = encoder.encode(items, normalize=True).reshape(len(items), -1)
-            dense = self._dense_rankings(vectors, depth, allowed)
+            dense = self._dense_rankings(vectors, depth, allowed=allowed)
             lexical = pending.result() if pending is not None else lexical
         if mode == "hybrid" and fusion == "prf":
-            ranked = self._feedback_rankings(items, vectors, dense, lexical, k, alpha, encoder, allowed)
+            ranked = self._feedback_rankings(
+                items, vectors, dense, lexical, k, alpha, encoder, allowed=allowed
+            )
         else:
             ranked = [self._rank(mode, d, x, k, fusion, alpha) for d, x in zip(dense, lexical, strict=True)]
         found = sorted({h.row for hits in ranked for h in hits})
@@ -314,9 +316,9 @@ class SearchIndex:
         return encoder
 
     def _dense_rankings(
-        self, vectors: np.ndarray, depth: int, allowed: Any = None
+        self, vectors: np.ndarray, depth: int, *, allowed: Any = None
     ) -> list[list[tuple[int, float]]]:
-        scores, rows = self._search_rows(vectors, depth, allowed)  # (Q, depth) each
+        scores, rows = self._search_rows(vectors, depth, restriction=allowed)  # (Q, depth) each
         return [
             [(int(r), float(v)) for r, v in zip(row, vals, strict=True) if r >= 0]
             for row, vals in zip(rows.tolist(), scores.tolist(), strict=True)
@@ -331,7 +333,8 @@ class SearchIndex:
         k: int,
         alpha: float,
         encoder: Encoder,
-        allowed: Any = None,
+        *,
+        allowed: Any = None,  # `restriction(where)`
     ) -> list[list[Hit]]:
         """prf (`embedkit.index.fusion`): the dense side searched again with each query's feedback vector.
 
@@ -350,7 +353,7 @@ class SearchIndex:
                 for vector, rows in zip(vectors, firsts, strict=True)
             ]
         )
-        again = self._dense_rankings(moved, k, allowed)
+        again = self._dense_rankings(moved, k, allowed=allowed)
         ranked = []
         for final, d, x, rows in zip(again, dense, lexical, firsts, strict=True):
             if not rows:  # no lexical hits: the dense ranking stands

@@ -136,7 +136,7 @@ class RemoteIndex(SearchIndex):
         return milvus_filter(expr)
 
     def _search_rows(
-        self, query_vectors: np.ndarray, k: int, restriction: Any = None
+        self, query_vectors: np.ndarray, k: int, *, restriction: Any = None
     ) -> tuple[np.ndarray, np.ndarray]:
         queries = np.asarray(query_vectors, dtype=np.float32)
         if queries.ndim == 1:

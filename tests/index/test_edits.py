@@ -151,7 +151,7 @@ def test_rows_of_deleted_documents_are_never_given_again(built, tmp_path: Path) 
     delete_documents(out, ["d38", "d39"])  # the last rows
     build_index(_write(tmp_path / "u.jsonl", extra), out, encoder, append=True, upsert=True)
     with SearchIndex.load(out) as index:
-        rows = index.store.rows_of_documents(list(extra))
+        rows = index.store.rows_by_id(list(extra))
         assert min(r for held in rows.values() for r in held) == 40  # not 38: rows are permanent
         assert len(index) == 38 + 6  # two of the eight replace documents
 
