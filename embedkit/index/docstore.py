@@ -34,6 +34,7 @@ import numpy as np
 
 from embedkit.data.corpus import Document
 from embedkit.errors import InputError
+from embedkit.index.fields import note_fields, read_fields
 from embedkit.index.lexical import LEXICAL_DIR, LexicalIndex, LexicalSettings
 
 _SCHEMA = """
@@ -50,8 +51,6 @@ _MAX_PARAMS = 900
 # The BM25 postings of embedkit before its lexical side moved to tantivy.
 LEGACY_LEXICAL_TABLES = ("lexical_settings", "lexical_segments", "lexical_postings")
 _REINDEX_BATCH = 10_000
-# Text that begins as an ISO date (YYYY-MM-DD): what `--where` compares as a date.
-ISO_DATE_GLOB = "[0-9][0-9][0-9][0-9]-[0-1][0-9]-[0-3][0-9]*"
 _DELETED_SCHEMA = "CREATE TABLE IF NOT EXISTS deleted (row INTEGER PRIMARY KEY, masked INTEGER NOT NULL)"
 
 
@@ -64,6 +63,7 @@ class DocStore:
         self._db = connection
         self.path = path
         self.lexical: LexicalIndex | None = None  # the BM25 side, when the index has one
+        self._fields: dict[str, set[str]] | None = None  # `metadata_fields`, read once
         try:
             marks = ",".join("?" * len(LEGACY_LEXICAL_TABLES))
             query = f"SELECT COUNT(*) FROM sqlite_master WHERE type = 'table' AND name IN ({marks})"
@@ -236,20 +236,13 @@ class DocStore:
             raise InputError(f"corrupt document store {self.path}: {exc}") from None
 
     def metadata_fields(self) -> dict[str, set[str]]:
-        """Each top-level metadata field and the JSON types its values have (`json_type`'s names,
-        with "date" for text that starts as an ISO date)."""
-        query = (
-            "SELECT key, CASE WHEN type = 'text' AND value GLOB ? THEN 'date' ELSE type END, COUNT(*) "
-            "FROM documents, json_each(documents.metadata) WHERE documents.metadata IS NOT NULL "
-            "GROUP BY 1, 2"
-        )
-        found: dict[str, set[str]] = {}
-        try:
-            for key, kind, _ in self._db.execute(query, (ISO_DATE_GLOB,)):
-                found.setdefault(key, set()).add(kind)
-        except sqlite3.DatabaseError as exc:
-            raise InputError(f"corrupt document store {self.path}: {exc}") from None
-        return found
+        """Each top-level metadata field and the types of its values (`embedkit.index.fields`)."""
+        if self._fields is None:
+            try:
+                self._fields = read_fields(self._db)
+            except sqlite3.DatabaseError as exc:
+                raise InputError(f"corrupt document store {self.path}: {exc}") from None
+        return self._fields
 
     def has_deleted(self) -> bool:
         """Whether a document was ever deleted from this store (its rows then have gaps)."""
@@ -276,6 +269,8 @@ class DocStore:
         ]
         try:
             self._db.executemany("INSERT INTO documents VALUES (?, ?, ?, ?, ?)", records)
+            note_fields(self._db, (doc.metadata for doc in documents))  # what `--where` may name
+            self._fields = None
             if self.lexical is not None:  # committed with the documents: both, or neither
                 self.lexical.add_rows(range(first_row, first_row + len(documents)), documents)
         except sqlite3.IntegrityError:

@@ -360,7 +360,7 @@ def _compare_sql(expr: Compare, kind: str, params: list[object]) -> str:
         params += [path, path, expr.value]
         return f"(CASE WHEN json_type(metadata, ?) IN ('integer', 'real') THEN {value} {op} ? END)"
     if kind == "date":
-        from embedkit.index.docstore import ISO_DATE_GLOB
+        from embedkit.index.fields import ISO_DATE_GLOB
 
         literal = expr.value.text if isinstance(expr.value, Date) else str(expr.value)
         params += [path, path, ISO_DATE_GLOB, path, literal]

@@ -208,3 +208,26 @@ def test_a_kill_during_a_delete_leaves_the_old_or_the_new_index(built, step: str
         assert lexical == expected & set(gone)  # the lexical side in step with the documents
     delete_documents(out, ["d1"])  # the next write clears what the killed one left
     assert not [p for p in out.iterdir() if p.name.startswith(".staging-")]
+
+
+def test_cli_upsert(tmp_path: Path, tiny_bert: Path) -> None:
+    out = tmp_path / "cli-idx"
+    runner = CliRunner()
+    first = _write(tmp_path / "a.jsonl", _texts("d", 6))
+    result = runner.invoke(app, ["index", str(first), "--out", str(out), "--model", str(tiny_bert)])
+    assert result.exit_code == 0, result.output
+    changes = _write(tmp_path / "b.jsonl", {"d1": "d1 rewritten", "d4": "d4 rewritten", "new": "a new one"})
+    result = runner.invoke(app, ["index", str(changes), "--out", str(out), "--upsert"])
+    assert result.exit_code == 2 and result.output.strip().splitlines() == [
+        "error: --upsert replaces documents of an existing index: use it with --append"
+    ]
+    result = runner.invoke(app, ["index", str(changes), "--out", str(out), "--append", "--upsert"])
+    assert result.exit_code == 0, result.output
+    assert "appended 3 documents (2 of them replacing documents)" in result.output
+    with SearchIndex.load(out) as index:
+        assert len(index) == 7
+        assert [d.text for d in index.get_documents(["d1", "d4", "new"])] == [
+            "d1 rewritten",
+            "d4 rewritten",
+            "a new one",
+        ]
