@@ -274,7 +274,8 @@ def check(expr: Expr, fields: dict[str, set[str]]) -> None:
                 f"is compared with {_a(wanted)} there"
             )
         if wanted not in held:
-            holds = " and ".join(sorted(held)) or "nothing comparable"
+            plural = {"number": "numbers", "string": "strings", "date": "dates", "bool": "booleans"}
+            holds = " and ".join(plural[kind] for kind in sorted(held)) or "nothing comparable"
             raise InputError(
                 f"where: field {field!r} at position {position} holds {holds}, not {_a(wanted)} ({value!r})"
             )

@@ -173,10 +173,10 @@ def test_bad_expressions_name_the_position(expression: str, message: str) -> Non
     [
         ("yeer = 2015", "unknown metadata field 'yeer' at position 1"),
         ('year = 2015 and source > "a"', "> at position 17 compares numbers and dates"),
-        ("lang = 3", "field 'lang' at position 1 holds string, not a number"),
-        ("source in ('web', 2)", "holds string, not a number"),
-        ("flag > 1", "field 'flag' at position 1 holds bool, not a number"),
-        ("published < 2020", "holds date and string, not a number"),
+        ("lang = 3", "field 'lang' at position 1 holds strings, not a number"),
+        ("source in ('web', 2)", "holds strings, not a number"),
+        ("flag > 1", "field 'flag' at position 1 holds booleans, not a number"),
+        ("published < 2020", "holds dates and strings, not a number"),
     ],
 )
 def test_unknown_fields_and_wrong_types_are_refused(filtered, expression: str, message: str) -> None:

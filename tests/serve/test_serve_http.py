@@ -325,7 +325,7 @@ def test_search_where_filters_every_mode_and_refuses_bad_filters(client):
     for where, says in [
         ("year >", "position 7"),
         ("colour = 'red'", "unknown metadata field 'colour'"),
-        ("year = 'old'", "holds number, not a string"),
+        ("year = 'old'", "holds numbers, not a string"),
     ]:
         response = client.post("/search", json={"query": "wing", "where": where})
         assert response.status_code == 400, response.text
