@@ -113,7 +113,11 @@ def search_rows(
     width = int(params.get("ef_search", HNSW_EF_SEARCH)) if kind == "hnsw" else int(params.get("nprobe", 1))
     limit = int(index.ntotal) if kind == "hnsw" else int(params.get("nlist", 1))
     while True:
-        scores, rows = index.search(queries, k, params=_parameters(kind, selector, width, k))
+        try:
+            scores, rows = index.search(queries, k, params=_parameters(kind, selector, width, k))
+        except RuntimeError as exc:  # a faiss build or device without ID selectors for this index
+            reason = str(exc).strip().splitlines()[-1]
+            raise InputError(f"this index cannot search among some rows (drop --gpu?): {reason}") from None
         short = (rows >= 0).sum(axis=1) < want
         if kind == "flat" or not short.any() or width >= limit:
             break
