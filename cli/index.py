@@ -64,6 +64,12 @@ def index(
     overwrite: Annotated[
         bool, typer.Option("--overwrite", help="Replace an existing index in --out.")
     ] = False,
+    upsert: Annotated[
+        bool,
+        typer.Option(
+            "--upsert", help="With --append: documents whose ids the index holds replace them (new version)."
+        ),
+    ] = False,
     gpu: Annotated[
         bool,
         typer.Option(
@@ -119,7 +125,8 @@ def index(
     The folder holds index.faiss, docs.sqlite (ids, texts, metadata, and the BM25 index unless
     --no-lexical) and embedkit-index.json (model, fingerprint, kind, parameters, count). It is
     written atomically: a failed or interrupted run leaves the previous index intact. Document ids
-    must be unique; with --append, an id already in the index is an error and nothing is added.
+    must be unique; with --append, an id already in the index is an error and nothing is added,
+    unless --upsert: then the corpus's document replaces the index's (see `embedkit delete`).
     With --from-vectors DIR the vectors come from DIR's part files (checked: all parts present,
     none corrupt, the corpus's ids in the same order, one model) and nothing is embedded.
     --device cuda (or cuda:N) runs the model and builds a flat or ivf-pq index with faiss on that GPU
@@ -139,6 +146,8 @@ def index(
         raise InputError("missing the corpus: give CORPUS (or --corpus CORPUS)")
     if append and overwrite:
         raise InputError("--append and --overwrite exclude each other")
+    if upsert and not append:
+        raise InputError("--upsert replaces documents of an existing index: use it with --append")
     options = CorpusOptions(column=column, id_column=id_column, chunk_size=chunk_size, batch_size=batch_size)
     # the same for an index embedded here and one built from part files
     building = {
@@ -154,10 +163,11 @@ def index(
         _from_vectors(from_vectors, corpus, out, model, append, building, wait)
         return
     check_io(inputs=[corpus, model], folders=[out], wait=wait)
-    settings = {"append": append, "precision": precision, "calibrate": calibrate}
+    settings = {"append": append, "upsert": upsert, "precision": precision, "calibrate": calibrate}
     report = build_index(corpus, out, model, **settings, **building)
     verb = "appended" if report.appended else "indexed"
     blank = f" ({report.blank:,} blank skipped)" if report.blank else ""
+    blank += f" ({report.replaced:,} of them replacing documents)" if upsert else ""
     faiss = f", faiss on {report.faiss_device}" if report.faiss_device != "cpu" else ""
     where = f"{report.backend}/{report.device}{faiss}"
     _print_built(report, f"{verb} {report.added:,} documents{blank} on {where}")

@@ -80,6 +80,14 @@ def search(
     alpha: AlphaOption = None,
     collection: CollectionOption = None,
     token: TokenOption = None,
+    where: Annotated[
+        str | None,
+        typer.Option(
+            "--where",
+            help='Only documents whose metadata pass EXPR: year >= 2020 and lang in ["en", "de"] '
+            "(=, !=, <, <=, >, >=, in, and, or, not, parentheses; dates as 2024-01-31).",
+        ),
+    ] = None,
 ) -> None:
     """Search INDEX_DIR for QUERY (or each line of --queries): ranked ids, scores and texts.
 
@@ -93,9 +101,14 @@ def search(
     from embedkit.index.search import hit_record
 
     check_search_choices(mode, fusion, alpha)  # before the index loads
+    if where is not None:
+        from embedkit.index.where import parse
+
+        parse(where)  # a syntax error before the index and the model load
     texts = _queries(query, queries_file)
     with open_search_index(index_dir, collection, token, gpu=gpu, device=device) as index:
         check_gpu_k(k, index.faiss_device)
+        index.restriction(where)  # an unknown field or a wrong type: before the model loads
         encoder = index.encoder(model, device=device, precision=precision)
         mode = mode or index.default_mode(fusion)
         asked = fusion is not None or alpha is not None
@@ -112,7 +125,7 @@ def search(
             )
         )
         results = index.search_text(
-            texts, k=k, encoder=encoder, mode=mode, fusion=fusion, alpha=alpha, snippets=True
+            texts, k=k, encoder=encoder, mode=mode, fusion=fusion, alpha=alpha, snippets=True, where=where
         )
     for text, hits in zip(texts, results, strict=True):
         if mode == "lexical" and not hits:

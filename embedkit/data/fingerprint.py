@@ -30,6 +30,11 @@ class CorpusFingerprint:
         for doc in documents:
             self.total = (self.total + document_hash(doc.id, doc.title, doc.text)) % _MOD
 
+    def remove(self, documents: Iterable) -> None:
+        """Take documents out again (the index deleted them): the sum's inverse."""
+        for doc in documents:
+            self.total = (self.total - document_hash(doc.id, doc.title, doc.text)) % _MOD
+
     def add_fields(self, doc_id: str, title: str, text: str) -> None:
         self.total = (self.total + document_hash(doc_id, title, text)) % _MOD
 

@@ -36,6 +36,7 @@ from embedkit.index.kinds import (
 )
 from embedkit.index.lexical import LEXICAL_DIR, LexicalIndex, LexicalSettings, is_current_format
 from embedkit.index.meta import IndexMeta, now
+from embedkit.index.rows import add_rows
 from embedkit.jobs.streaming import CorpusOptions, as_encoder, embed_corpus
 from embedkit.storage.atomic import write_json_atomic
 from embedkit.storage.write_failures import npy_for_writing
@@ -78,6 +79,7 @@ class IndexReport:
     blank: int = 0  # blank documents of the corpus, skipped (BEIR counts them: `eval` says n + blank)
     faiss_device: str = "cpu"  # where faiss built the index: cpu or cuda:N (`embedkit.index.faiss_gpu`)
     calibrated: dict[str, Any] | None = None  # the fusion calibration this build made (`IndexMeta.fusion`)
+    replaced: int = 0  # `upsert`: documents of the index that the corpus replaced
 
 
 # --- building ------------------------------------------------------------------------------------
@@ -91,6 +93,7 @@ def build_index(
     *,
     kind: str = "auto",  # auto, flat, hnsw or ivf-pq
     append: bool = False,  # add to the index in `out`
+    upsert: bool = False,  # with `append`: documents whose ids the index holds replace them
     overwrite: bool = False,  # replace the index in `out`
     gpu: bool = False,  # build with faiss's GPU index on GPU 0 (saved in CPU form)
     options: CorpusOptions | None = None,  # columns, chunk and batch sizes
@@ -105,7 +108,9 @@ def build_index(
     `model`: an open encoder or a model folder (None: the bundled model; with `append`, the index's
     own model). A new index needs an absent or empty `out`, or `overwrite` to replace an index. An
     append keeps the index's kind and model (a given model must have the same fingerprint, or be its
-    ONNX export). Document ids must be unique: an id already present is an `InputError`.
+    ONNX export). Document ids must be unique: an id already present is an `InputError`, unless
+    `upsert`, where the index's document of that id (every row of it) is deleted in the same new
+    version (`embedkit.index.edits`: what a deletion costs per index kind).
     A new index holds a BM25 lexical index beside the vectors unless `lexical` is False; an append
     keeps whatever the index has, both sides in one step.
     """
@@ -113,6 +118,8 @@ def build_index(
     options = options or CorpusOptions()
     if kind not in KINDS:
         raise InputError(f"unknown index kind {kind!r}: use {', '.join(KINDS)}")
+    if upsert and not append:
+        raise InputError("--upsert replaces documents of an existing index: use it with --append")
     old = read_index_meta(out) if append else None
     if old is None:
         check_new_target(out, overwrite)
@@ -136,7 +143,7 @@ def build_index(
         params = index_params(chosen, count, encoder.dim)
     else:
         chosen, reason, params = old["kind"], "the index's kind", dict(old["params"])
-    truncated_before = encoder.truncated
+    truncated_before, replaced = encoder.truncated, 0
     start = time.perf_counter()
     with new_version(out) as tmp:
         if old is None:
@@ -145,11 +152,15 @@ def build_index(
                 store.enable_lexical()
         else:
             index, store = read_faiss_copy(out, tmp, old), copy_store(out, tmp, old)
+            if upsert:
+                index, fingerprint, replaced = _replaced(index, store, old, corpus, options)
+                old = {**old, "corpus_fingerprint": fingerprint}
         work = placement.to_gpu(index, chosen) if placement else index
         try:
             _fill(work, store, encoder, corpus, count, options, tmp, progress)
             store.commit()
             settings = store.lexical.settings if store.lexical is not None else None
+            masked = len(store.masked_rows())
         finally:
             store.close()
         index = placement.to_cpu(work) if placement else work
@@ -166,14 +177,17 @@ def build_index(
             kind_reason=old["kind_reason"] if old else reason,
             params=params,
             lexical=store.lexical.settings.to_json() if store.lexical is not None else None,
-            count=int(index.ntotal),
+            count=int(index.ntotal),  # vectors: documents, and (hnsw) deleted ones masked
             corpus_fingerprint=combined(old.get("corpus_fingerprint"), corpus_fingerprint)
             if old
             else corpus_fingerprint,
             index_bytes=write_faiss(index, tmp / INDEX_FILE),
             created=old["created"] if old else stamp,
             updated=stamp,
-            sources=[*(old.get("sources", []) if old else []), {"corpus": str(corpus), "added": count}],
+            sources=[
+                *(old.get("sources", []) if old else []),
+                _source(corpus, count, replaced if upsert else None),
+            ],
             fusion=fusion,
         )
         write_json_atomic(tmp / META_FILE, meta.to_json())
@@ -184,7 +198,7 @@ def build_index(
         reason,
         params,
         count,
-        meta.count,
+        meta.count - masked,
         seconds,
         truncated,
         encoder.backend,
@@ -193,6 +207,7 @@ def build_index(
         blank=read.blank,
         faiss_device=placement.name if placement else "cpu",
         calibrated=calibrated,
+        replaced=replaced,
     )
 
 
@@ -207,6 +222,25 @@ def _calibrated(
     if settings is None or not needs_calibration(old or {}, int(index.ntotal)):
         return None
     return calibrate_folder(tmp, index, encoder, settings).to_json()
+
+
+def _source(corpus: str | Path, added: int, replaced: int | None) -> dict[str, Any]:
+    """The metadata's record of one build or append (`sources`)."""
+    return {"corpus": str(corpus), "added": added, **({"replaced": replaced} if replaced is not None else {})}
+
+
+def _replaced(index, store: DocStore, old: dict[str, Any], corpus: str | Path, options: CorpusOptions):
+    """`--upsert`: the documents of the index whose ids `corpus` holds, removed (one more read of it)."""
+    from embedkit.index.edits import remove_documents
+    from embedkit.jobs.streaming import read_corpus
+
+    ids = [doc.id for doc in read_corpus(corpus, options)]
+    found = store.rows_by_id(ids)
+    rows = np.asarray(sorted(row for held in found.values() for row in held), dtype=np.int64)
+    if not len(rows):
+        return index, old.get("corpus_fingerprint"), 0
+    index, fingerprint = remove_documents(index, store, old["kind"], rows, old.get("corpus_fingerprint"))
+    return index, fingerprint, len(found)
 
 
 def check_new_target(out: Path, overwrite: bool) -> None:
@@ -238,8 +272,8 @@ def _fill(
     An untrained IVF-PQ index cannot take vectors before it is trained on a sample of them, so its
     vectors go to a memory map in the build folder first.
     """
-    first_row = store.next_row()
-    if first_row != index.ntotal:
+    first_row = store.next_row()  # rows are permanent: after deletions they continue past the gaps
+    if not store.has_deleted() and first_row != index.ntotal:
         raise InputError(f"{store.path} holds {first_row} documents but the index {index.ntotal} vectors")
     buffer_path = tmp / "vectors.tmp.npy"
     buffer = None
@@ -249,7 +283,7 @@ def _fill(
     def write(offset: int, documents: list[Document], vectors: np.ndarray) -> None:
         store.add(first_row + offset, documents)
         if buffer is None:
-            index.add(vectors)
+            add_rows(index, vectors, first_row + offset)
         else:
             buffer[offset : offset + len(documents)] = vectors
 

@@ -34,6 +34,8 @@ from functools import cache
 from pathlib import Path
 from typing import Any, Protocol
 
+import numpy as np
+
 from embedkit.errors import InputError
 
 ENGINE = "tantivy"
@@ -52,6 +54,7 @@ _CJK = r"\p{Han}\p{Hiragana}\p{Katakana}"
 WORD_PATTERN = rf"[{_CJK}]|[[\p{{L}}\p{{N}}\p{{M}}]--[{_CJK}]]+"
 _TOKENIZER = "embedkit"  # the name the analyzer is registered under in each opened tantivy index
 _WRITER_HEAP = 64 * 1024 * 1024  # tantivy's indexing buffer; flushed into a segment when full
+_FILTER_FETCH = 1000  # hits fetched first under a metadata filter (then 4x more while too few pass)
 
 
 class TextDocument(Protocol):
@@ -227,15 +230,33 @@ class LexicalIndex:
         expected = self.next_row()
         if first_row != expected:
             raise InputError(f"the lexical index holds rows 0..{expected - 1}; cannot add at row {first_row}")
+        self.add_rows(range(first_row, first_row + len(documents)), documents)
+
+    def add_rows(self, rows: Sequence[int], documents: Sequence[TextDocument]) -> None:
+        """Index `documents` at the given rows (the document store's, which own them). Not committed."""
         tantivy = _tantivy()
+        writer = self._writing()
+        for row, doc in zip(rows, documents, strict=True):
+            record = tantivy.Document()
+            record.add_unsigned("row", int(row))  # add_unsigned: a plain int would be i64
+            record.add_text("body", prepare(f"{doc.title or ''} {doc.text}"))
+            writer.add_document(record)
+        self._pending += len(documents)
+
+    def remove(self, rows: Sequence[int]) -> None:
+        """Delete the documents at `rows` (at the commit). Like Lucene, tantivy keeps counting them in
+        BM25's statistics (N, document frequencies, average length) until their segment is merged:
+        `embedkit compact` rebuilds the lexical side, and the scores are then a fresh index's."""
+        tantivy = _tantivy()
+        writer = self._writing()
+        for first, last in _runs(rows):  # a fast-field range query per run of consecutive rows
+            query = tantivy.Query.range_query(_schema(), "row", tantivy.FieldType.Unsigned, first, last)
+            writer.delete_documents_by_query(query)
+
+    def _writing(self):  # -> tantivy.IndexWriter, opened on first use
         if self._writer is None:
             self._writer = self._index.writer(heap_size=_WRITER_HEAP, num_threads=1)
-        for offset, doc in enumerate(documents):
-            record = tantivy.Document()
-            record.add_unsigned("row", first_row + offset)  # add_unsigned: a plain int would be i64
-            record.add_text("body", prepare(f"{doc.title or ''} {doc.text}"))
-            self._writer.add_document(record)
-        self._pending += len(documents)
+        return self._writer
 
     def commit(self) -> None:
         """Write the added documents as a segment and wait for merges; nothing to do without adds."""
@@ -265,11 +286,16 @@ class LexicalIndex:
         clauses = [(tantivy.Occur.Should, tantivy.Query.term_query(schema, "body", term)) for term in terms]
         return tantivy.Query.boolean_query(clauses)
 
-    def search(self, queries: Sequence[str], k: int) -> list[list[tuple[int, float]]]:
+    def search(
+        self, queries: Sequence[str], k: int, allowed: np.ndarray | None = None
+    ) -> list[list[tuple[int, float]]]:
         """Each query's best `k` rows by BM25, as (row, score) with score > 0, best first.
 
         Equal scores are ordered by row, ascending. A query without terms, or whose terms no
-        document holds, gets an empty list.
+        document holds, gets an empty list. With `allowed` (sorted rows, a metadata filter), the
+        best `k` of those rows, with the scores of the unfiltered search: the hits are fetched in
+        growing batches, best first, until `k` allowed ones are found or the hits run out, so the
+        answer is exact; a filter that leaves few rows costs up to every hit of the query.
         """
         if k < 1:
             raise InputError(f"k must be at least 1, got {k}")
@@ -278,16 +304,28 @@ class LexicalIndex:
             results = []
             for text in queries:
                 query = self.query(text)
-                if query is None or not searcher.num_docs:
+                if query is None or not searcher.num_docs or (allowed is not None and not len(allowed)):
                     results.append([])
                     continue
-                hits = searcher.search(query, k).hits
-                rows = searcher.fast_field_values("row", [address for _, address in hits])
-                found = [(int(row), float(score)) for (score, _), row in zip(hits, rows, strict=True)]
-                results.append(sorted((h for h in found if h[1] > 0), key=lambda h: (-h[1], h[0])))
+                limit = k if allowed is None else max(4 * k, _FILTER_FETCH)
+                while True:
+                    found = every = self._hits(searcher, query, limit)
+                    if allowed is not None and every:
+                        kept = np.isin([row for row, _ in every], allowed)
+                        found = [hit for hit, keep in zip(every, kept, strict=True) if keep]
+                    if allowed is None or len(found) >= k or len(every) < limit:
+                        break
+                    limit *= 4
+                results.append(sorted((h for h in found if h[1] > 0), key=lambda h: (-h[1], h[0]))[:k])
             return results
         except ValueError as exc:
             raise InputError(f"corrupt lexical index {self.folder}: {exc}") from None
+
+    @staticmethod
+    def _hits(searcher, query, limit: int) -> list[tuple[int, float]]:
+        hits = searcher.search(query, limit).hits
+        rows = searcher.fast_field_values("row", [address for _, address in hits])
+        return [(int(row), float(score)) for (score, _), row in zip(hits, rows, strict=True)]
 
     def snippets(self, query_text: str, texts: Sequence[str], max_chars: int = 200) -> list[str | None]:
         """Each text's best passage for the query, HTML with the matched terms in <b>; None if no match.
@@ -308,3 +346,14 @@ class LexicalIndex:
             snippet = generator.snippet_from_doc(record)
             found.append(snippet.to_html() if snippet.highlighted() else None)
         return found
+
+
+def _runs(rows: Sequence[int]) -> list[tuple[int, int]]:
+    """Sorted rows as runs of consecutive rows, (first, last) inclusive."""
+    runs: list[tuple[int, int]] = []
+    for row in sorted({int(r) for r in rows}):
+        if runs and row == runs[-1][1] + 1:
+            runs[-1] = (runs[-1][0], row)
+        else:
+            runs.append((row, row))
+    return runs

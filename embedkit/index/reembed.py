@@ -44,7 +44,7 @@ def reembed_index(
         if corpus is None:
             corpus = Path(tmp) / "corpus.jsonl"
             with SearchIndex.load(path) as opened:
-                _write_documents(opened.store, len(opened), corpus)
+                _write_documents(opened.store, opened.store.next_row(), corpus)  # gaps after deletions
         return build_index(
             corpus,
             path,

@@ -37,11 +37,13 @@ from embedkit.index.folder import (
 )
 from embedkit.index.integrity import check_scores, load_consistent
 from embedkit.index.lexical import lexical_settings
+from embedkit.index.rows import search_rows
 from embedkit.storage.versioned import verify_checksums
 
 SEARCH_MODES = ("dense", "lexical", "hybrid")
 # Each side's candidates before fusion: BEIR's evaluation depth, or k when k is larger.
 FUSION_DEPTH = 100
+_FILTER_CACHE = 32  # metadata filters whose allowed rows a loaded index keeps (a server's repeats)
 
 
 @dataclass(frozen=True)
@@ -104,6 +106,8 @@ class SearchIndex:
         self.store = store
         self._placement = placement  # holds the GPU resources as long as the index lives
         self._encoder: Encoder | None = None
+        self.masked = store.masked_rows() if hasattr(store, "masked_rows") else np.empty(0, np.int64)
+        self._filters: dict[str, Any] = {}  # --where text -> its allowed rows (`rows_where`)
 
     @classmethod
     def load(cls, path: str | Path, *, gpu: bool = False, device: str = "cpu") -> SearchIndex:
@@ -148,7 +152,9 @@ class SearchIndex:
         index = read_faiss(folder / INDEX_FILE, meta)
         recorded = meta.get("lexical")
         store = DocStore.open(folder / DOCS_FILE, lexical=lexical_settings(recorded))
-        if store.next_row() != index.ntotal:
+        # every vector is a document's, or a deleted document's that is masked (`embedkit.index.rows`)
+        held = store.count() + len(store.masked_rows()) if store.has_deleted() else store.next_row()
+        if held != index.ntotal:
             store.close()
             raise InputError(f"{folder / DOCS_FILE} does not match {folder / INDEX_FILE}: rebuild the index")
         return meta, index, store
@@ -163,7 +169,8 @@ class SearchIndex:
         self.store.close()
 
     def __len__(self) -> int:
-        return int(self.index.ntotal)
+        """Documents (rows) held: the vectors less those of deleted documents still masked."""
+        return int(self.index.ntotal) - len(self.masked)
 
     @property
     def dim(self) -> int:
@@ -173,18 +180,35 @@ class SearchIndex:
     def kind(self) -> str:
         return str(self.meta["kind"])
 
-    def search(self, query_vectors: np.ndarray, k: int = 10) -> tuple[np.ndarray, list[list[str | None]]]:
+    def search(
+        self, query_vectors: np.ndarray, k: int = 10, where: str | None = None
+    ) -> tuple[np.ndarray, list[list[str | None]]]:
         """Scores float32 [q, k] and doc ids [q][k] of each query's `k` nearest documents, best first.
 
         `query_vectors` is [q, dim] (or [dim]); it is L2-normalized here, so scores are cosine
         similarities whatever the caller passes. `k` is capped at the index's size; an id is None
-        where an approximate index found fewer than `k` documents.
+        where fewer than `k` documents pass `where` (a metadata filter, `embedkit.index.where`).
         """
-        scores, rows = self._search_rows(query_vectors, k)
+        scores, rows = self._search_rows(query_vectors, k, restriction=self.restriction(where))
         ids = self.store.ids_of_rows(rows[rows >= 0].tolist())
         return scores, [[ids[int(r)] if r >= 0 else None for r in row] for row in rows]
 
-    def _search_rows(self, query_vectors: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]:
+    def restriction(self, where: str | None) -> Any:
+        """What the search sides take for a metadata filter: here the allowed rows (sorted; None
+        for no filter), computed once per expression (`embedkit.index.where`)."""
+        if where is None:
+            return None
+        if where not in self._filters:
+            from embedkit.index.where import rows_where
+
+            if len(self._filters) >= _FILTER_CACHE:
+                self._filters.pop(next(iter(self._filters)))
+            self._filters[where] = rows_where(self.store, where)
+        return self._filters[where]
+
+    def _search_rows(
+        self, query_vectors: np.ndarray, k: int, *, restriction: Any = None
+    ) -> tuple[np.ndarray, np.ndarray]:
         queries = np.asarray(query_vectors, dtype=np.float32)
         if queries.ndim == 1:
             queries = queries[None, :]
@@ -193,9 +217,11 @@ class SearchIndex:
         if k < 1:
             raise InputError(f"k must be at least 1, got {k}")
         k = max(1, min(k, len(self)))
-        if not len(queries) or not len(self):
+        if not len(queries) or not len(self) or (restriction is not None and not len(restriction)):
             return np.empty((len(queries), 0), np.float32), np.empty((len(queries), 0), np.int64)
-        scores, rows = self.index.search(np.ascontiguousarray(l2_normalize(queries)), k)
+        normalized = np.ascontiguousarray(l2_normalize(queries))
+        params = self.meta["params"]
+        scores, rows = search_rows(self.index, self.kind, normalized, k, restriction, self.masked, params)
         check_scores(scores, rows, self.meta, self.path)
         return scores, rows
 
@@ -247,6 +273,7 @@ class SearchIndex:
         alpha: float | None = None,  # the dense weight of zscore / minmax and of prf's first ranking
         depth: int | None = None,  # candidates per side before fusion (default: max(k, 100))
         snippets: bool = False,  # give each hit the lexical side matched a highlighted passage
+        where: str | None = None,  # a metadata filter (`embedkit.index.where`), applied in each side
     ) -> list[list[Hit]]:
         """Hits with their documents for each query, best first.
 
@@ -254,6 +281,7 @@ class SearchIndex:
         both, fused (`embedkit.index.fusion`; the default, prf, searches the dense side again with a
         query moved toward the top fused hits). A query with no lexical terms (stopwords,
         punctuation) is searched dense only in hybrid mode, and finds nothing in lexical mode.
+        With `where`, each side searches only the documents that pass it, so fusion sees no other.
         """
         items = [queries] if isinstance(queries, str) else list(queries)
         mode = mode or self.default_mode(fusion)
@@ -265,25 +293,28 @@ class SearchIndex:
         check_fusion(fusion, alpha)
         if mode != "dense" and not self.has_lexical:
             raise InputError(self.no_lexical_reason())
+        allowed = self.restriction(where)  # a bad expression fails here, before the model runs
         depth = max(k, depth or FUSION_DEPTH) if mode == "hybrid" else k
         lexical: list[list[tuple[int, float]]] = [[] for _ in items]
         dense: list[list[tuple[int, float]]] = [[] for _ in items]
         if mode == "lexical":
-            lexical = self.store.search_lexical(items, depth)
+            lexical = self.store.search_lexical(items, depth, allowed)
         else:
             # hybrid: BM25 runs on a second thread while the model encodes the queries (both leave
             # the GIL), so the lexical side costs little of a query's time
             pending = (
-                _lexical_thread().submit(self.store.search_lexical, items, depth)
+                _lexical_thread().submit(self.store.search_lexical, items, depth, allowed)
                 if mode == "hybrid"
                 else None
             )
             encoder = self._checked(encoder)
             vectors = encoder.encode(items, normalize=True).reshape(len(items), -1)
-            dense = self._dense_rankings(vectors, depth)
+            dense = self._dense_rankings(vectors, depth, allowed=allowed)
             lexical = pending.result() if pending is not None else lexical
         if mode == "hybrid" and fusion == "prf":
-            ranked = self._feedback_rankings(items, vectors, dense, lexical, k, alpha, encoder)
+            ranked = self._feedback_rankings(
+                items, vectors, dense, lexical, k, alpha, encoder, allowed=allowed
+            )
         else:
             ranked = [self._rank(mode, d, x, k, fusion, alpha) for d, x in zip(dense, lexical, strict=True)]
         found = sorted({h.row for hits in ranked for h in hits})
@@ -300,8 +331,10 @@ class SearchIndex:
             self.check_encoder(encoder)
         return encoder
 
-    def _dense_rankings(self, vectors: np.ndarray, depth: int) -> list[list[tuple[int, float]]]:
-        scores, rows = self._search_rows(vectors, depth)  # (Q, depth) each
+    def _dense_rankings(
+        self, vectors: np.ndarray, depth: int, *, allowed: Any = None
+    ) -> list[list[tuple[int, float]]]:
+        scores, rows = self._search_rows(vectors, depth, restriction=allowed)  # (Q, depth) each
         return [
             [(int(r), float(v)) for r, v in zip(row, vals, strict=True) if r >= 0]
             for row, vals in zip(rows.tolist(), scores.tolist(), strict=True)
@@ -316,6 +349,8 @@ class SearchIndex:
         k: int,
         alpha: float,
         encoder: Encoder,
+        *,
+        allowed: Any = None,  # `restriction(where)`
     ) -> list[list[Hit]]:
         """prf (`embedkit.index.fusion`): the dense side searched again with each query's feedback vector.
 
@@ -334,7 +369,7 @@ class SearchIndex:
                 for vector, rows in zip(vectors, firsts, strict=True)
             ]
         )
-        again = self._dense_rankings(moved, k)
+        again = self._dense_rankings(moved, k, allowed=allowed)
         ranked = []
         for final, d, x, rows in zip(again, dense, lexical, firsts, strict=True):
             if not rows:  # no lexical hits: the dense ranking stands
@@ -365,7 +400,11 @@ class SearchIndex:
         try:
             import faiss
 
-            faiss.extract_index_ivf(self.index).make_direct_map()
+            ivf = faiss.extract_index_ivf(self.index)
+            if self.store.has_deleted():  # labels with gaps: the array map needs 0..n-1
+                ivf.set_direct_map_type(faiss.DirectMap.Hashtable)
+            else:
+                ivf.make_direct_map()
             return np.asarray(self.index.reconstruct_batch(wanted), dtype=np.float32)
         except (RuntimeError, AttributeError):
             documents = self.store.by_rows(list(rows))

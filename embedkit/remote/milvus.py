@@ -33,6 +33,7 @@ from embedkit.remote.base import PushRecord, RemoteTarget
 
 if TYPE_CHECKING:
     from embedkit.data.corpus import Document
+    from embedkit.index.where import Expr
 
 RECORD_PROPERTY = "embedkit.push"
 MAX_VARCHAR = 65535  # Milvus's VARCHAR limit, in bytes
@@ -263,6 +264,13 @@ class MilvusCollection:
         with _calls(self.target, f"writing rows {rows[0]}..{rows[-1]}" if rows else "writing"):
             self.client.upsert(self.name, entities)
 
+    def delete(self, rows: list[int]) -> None:
+        """Remove the entities of `rows` (documents the index deleted or replaced)."""
+        for first in range(0, len(rows), QUERY_BATCH):
+            part = [int(r) for r in rows[first : first + QUERY_BATCH]]
+            with _calls(self.target, f"deleting rows {part[0]}..{part[-1]}"):
+                self.client.delete(self.name, ids=part)
+
     def flush(self) -> None:
         """Seal what was written into segments (Milvus Lite otherwise rescans its memtable per search)."""
         with _calls(self.target, "flushing"):
@@ -270,7 +278,8 @@ class MilvusCollection:
 
     # --- reading and searching --------------------------------------------------------------------
 
-    def search_dense(self, vectors: np.ndarray, k: int) -> list[list[tuple[int, float]]]:
+    def search_dense(self, vectors: np.ndarray, k: int, where: str = "") -> list[list[tuple[int, float]]]:
+        """Each vector's best `k` rows among those passing `where` (`milvus_filter`'s expression)."""
         self._load()
         params: dict[str, Any] = {"metric_type": "IP"}
         if "HNSW" in self._index_types():
@@ -280,7 +289,13 @@ class MilvusCollection:
             block = np.asarray(vectors[first : first + QUERY_BATCH], dtype=np.float32).tolist()
             with _calls(self.target, "dense search"):
                 results = self.client.search(
-                    self.name, data=block, anns_field="dense", limit=k, search_params=params, output_fields=[]
+                    self.name,
+                    data=block,
+                    anns_field="dense",
+                    limit=k,
+                    filter=where,
+                    search_params=params,
+                    output_fields=[],
                 )
             found += [[(int(hit["row"]), float(hit["distance"])) for hit in hits] for hits in results]
         return found
@@ -290,7 +305,7 @@ class MilvusCollection:
             described = self.client.describe_index(self.name, index_name="dense") or {}
         return {str(described.get("index_type", ""))}
 
-    def search_lexical(self, texts: list[str], k: int) -> list[list[tuple[int, float]]]:
+    def search_lexical(self, texts: list[str], k: int, where: str = "") -> list[list[tuple[int, float]]]:
         self._load()
         found: list[list[tuple[int, float]]] = []
         for first in range(0, len(texts), QUERY_BATCH):
@@ -301,6 +316,7 @@ class MilvusCollection:
                     data=block,
                     anns_field="sparse",
                     limit=k,
+                    filter=where,
                     search_params={"metric_type": "BM25"},
                     output_fields=[],
                 )
@@ -346,10 +362,38 @@ class MilvusCollection:
             with _calls(self.target, "reading document ids"):
                 entities = self.client.query(
                     self.name,
-                    filter="doc_id in {ids}",  # a template: ids are sent as values, never parsed
-                    filter_params={"ids": part},
+                    # ids as a JSON list literal: Milvus Lite takes no filter templates (`{ids}`)
+                    filter=f"doc_id in {json.dumps(part, ensure_ascii=False)}",
                     output_fields=["row", "doc_id"],
                     limit=len(part),
                 )
             found.update((e["doc_id"], int(e["row"])) for e in entities)
         return found
+
+
+def milvus_filter(expr: Expr) -> str:
+    """A `--where` tree (`embedkit.index.where`) as a Milvus boolean expression over `metadata`.
+
+    Milvus compares JSON values with SQL's three-valued logic, as the local filter does; `in` is
+    written as `==` alternatives (Milvus Lite takes `in` on fields only). Dates compare as text
+    there: the same answers as locally where the documents' dates share the literal's ISO format.
+    """
+    from embedkit.index.where import And, Compare, Date, Member, Not
+
+    if isinstance(expr, Not):
+        return f"not ({milvus_filter(expr.part)})"
+    if isinstance(expr, Member):
+        alternatives = [milvus_filter(Compare(expr.field, "=", v, expr.position)) for v in expr.values]
+        return "(" + " or ".join(alternatives) + ")"
+    if not isinstance(expr, Compare):
+        joiner = " and " if isinstance(expr, And) else " or "
+        return "(" + joiner.join(milvus_filter(part) for part in expr.parts) + ")"
+    value = expr.value
+    if isinstance(value, bool):
+        literal = "true" if value else "false"
+    elif isinstance(value, (int, float)):
+        literal = repr(value)
+    else:
+        literal = json.dumps(value.text if isinstance(value, Date) else value, ensure_ascii=False)
+    op = "==" if expr.op == "=" else expr.op
+    return f"metadata[{json.dumps(expr.field, ensure_ascii=False)}] {op} {literal}"

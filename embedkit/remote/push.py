@@ -4,8 +4,11 @@ Vectors are the ones the index holds (`SearchIndex.vectors_of_rows`: exact for f
 decoded codes for IVF-PQ) or the parts hold (normalised as `index --from-vectors` does); nothing
 is embedded again. Documents go under their index row, in batches, upserted: a push killed half
 way is finished by pushing again (`--append` sends only the rows the collection lacks, checked a
-batch at a time). Before anything is written the target is checked: same model (fingerprint),
-same dimension, no more rows than this source has (else it holds another corpus). The push record
+batch at a time). Rows are permanent keys (`embedkit.index.docstore`): rows the collection holds
+that the index no longer does (documents deleted, or replaced by `--upsert` under a new row) are
+deleted there, so a push, with `--append` or not, carries deletions and updates. Before anything
+is written the target is checked: same model (fingerprint), same dimension, no row beyond this
+source's (else it holds another corpus). The push record
 (`PushRecord`) is written when the collection is created (count 0) and again when the push is
 complete, so `count` is the rows of the last complete push.
 """
@@ -66,13 +69,16 @@ def push_index(
             index_format=meta.get("version"),
             source=str(index_dir),
             lexical={"analyzer": ANALYZER, **BM25},
+            metadata_fields={name: sorted(types) for name, types in index.store.metadata_fields().items()},
         )
 
         def batches(wanted: list[int]) -> Iterator[Batch]:
             found = index.store.by_rows(wanted)
             yield wanted, found, index.vectors_of_rows(wanted)
 
-        return _push(record, target, batches, append, dense_index, batch_size, progress)
+        stop = index.store.next_row()
+        rows = index.store.rows_between(0, stop)
+        return _push(record, target, batches, append, dense_index, batch_size, progress, rows=rows, stop=stop)
 
 
 def push_vectors(
@@ -141,6 +147,8 @@ def _push(
     batch_size: int,
     progress: bool,
     stream: bool = False,  # `batches` reads its whole source once (parts) rather than per call
+    rows: list[int] | None = None,  # the source's rows, ascending (default 0..count-1)
+    stop: int | None = None,  # one past the source's last row ever (deleted ones too)
 ) -> PushReport:
     if batch_size < 1:
         raise InputError(f"batch size must be at least 1, got {batch_size}")
@@ -149,14 +157,17 @@ def _push(
     try:
         stamp = now()
         record = replace(record, pushed=stamp)
-        if collection.exists():
+        rows = list(range(record.count)) if rows is None else rows
+        stop = record.count if stop is None else stop
+        existed = collection.exists()
+        if existed:
             _check_target(collection, record)
         else:
             collection.create(record.dim, replace(record, count=0), dense_index)
-            append = False  # nothing to skip
         sent = 0
         with ProgressBar(record.count, "pushing", enabled=progress, rate_unit="docs/s") as bar:
-            wanted_all = _wanted(collection, record.count, batch_size, append, bar)
+            wanted_all, stale = _plan(collection, rows, stop, append and existed, existed, bar)
+            collection.delete(stale)  # deleted or replaced documents: before their rows count
             if stream:
                 for rows, documents, vectors in batches(wanted_all):
                     collection.upsert(rows, documents, vectors)
@@ -178,19 +189,36 @@ def _push(
     return PushReport(target, record.count, sent, time.perf_counter() - start)
 
 
-def _wanted(
-    collection: RemoteCollection, total: int, batch_size: int, append: bool, bar: ProgressBar
-) -> list[int]:
-    """The rows to send: all, or (`--append`) those the collection lacks (the others count as done)."""
-    if not append:
-        return list(range(total))
+def _plan(
+    collection: RemoteCollection, rows: list[int], stop: int, append: bool, existed: bool, bar: ProgressBar
+) -> tuple[list[int], list[int]]:
+    """The rows to send (all, or with `append` those the collection lacks: the others count as done)
+    and the rows to delete there (held there, no longer in the source), read a window at a time.
+
+    A collection holding rows at or beyond `stop` holds another corpus: an `InputError`."""
+    if not existed:
+        return list(rows), []
     wanted: list[int] = []
-    for first in range(0, total, batch_size):
-        last = min(total, first + batch_size)
+    stale: list[int] = []
+    seen, position = 0, 0
+    window = max(1, PUSH_BATCH * 10)
+    for first in range(0, stop, window):
+        last = min(stop, first + window)
         present = collection.rows_present(first, last)
-        wanted += [row for row in range(first, last) if row not in present]
-    bar.advance(total - len(wanted))
-    return wanted
+        end = position
+        while end < len(rows) and rows[end] < last:
+            end += 1
+        live = rows[position:end]
+        position, seen = end, seen + len(present)
+        wanted += [row for row in live if row not in present] if append else live
+        stale += sorted(present.difference(live))
+    if collection.count() > seen:
+        raise InputError(
+            f"{collection.target} holds rows this source never had: it holds another corpus; "
+            "use another --collection"
+        )
+    bar.advance(len(rows) - len(wanted))
+    return wanted, stale
 
 
 def _check_target(collection: RemoteCollection, record: PushRecord) -> None:
@@ -208,10 +236,4 @@ def _check_target(collection: RemoteCollection, record: PushRecord) -> None:
         raise InputError(
             f"{target} holds vectors of model {held.model} (fingerprint {held.model_fingerprint}); "
             f"this source's are of {record.model} ({record.model_fingerprint}): use another --collection"
-        )
-    rows = collection.count()
-    if rows > record.count:
-        raise InputError(
-            f"{target} holds {rows:,} rows, this source {record.count:,}: it holds another corpus; "
-            "use another --collection"
         )

@@ -34,9 +34,9 @@ class _Vectors:
         self.ntotal = count
         self.d = dim
 
-    def search(self, queries: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]:
+    def search(self, queries: np.ndarray, k: int, where: str = "") -> tuple[np.ndarray, np.ndarray]:
         """(scores, rows), [q, k] each, padded with rows -1 (faiss's convention)."""
-        found = self.collection.search_dense(queries, k)
+        found = self.collection.search_dense(queries, k, where)
         scores = np.full((len(queries), k), -np.inf, dtype=np.float32)
         rows = np.full((len(queries), k), -1, dtype=np.int64)
         for i, hits in enumerate(found):
@@ -55,8 +55,10 @@ class _Store:
         self.collection = collection
         self.lexical = collection  # never None: every pushed collection has its BM25 field
 
-    def search_lexical(self, queries: Sequence[str], k: int) -> list[list[tuple[int, float]]]:
-        return self.collection.search_lexical(list(queries), k)
+    def search_lexical(
+        self, queries: Sequence[str], k: int, where: str | None = None
+    ) -> list[list[tuple[int, float]]]:
+        return self.collection.search_lexical(list(queries), k, where or "")
 
     def by_rows(self, rows: Sequence[int]) -> list[Document | None]:
         found = self.collection.documents([int(r) for r in rows])
@@ -108,14 +110,34 @@ class RemoteIndex(SearchIndex):
         except BaseException:
             collection.close()
             raise
-        meta: dict[str, Any] = {**record.as_index_meta(), "count": count}
+        meta: dict[str, Any] = {
+            **record.as_index_meta(),
+            "count": count,
+            "metadata_fields": record.metadata_fields,
+        }
         return cls(str(target), meta, _Vectors(collection, count, dim), _Store(collection))  # type: ignore[arg-type]
 
     @classmethod
     def load(cls, path: Any, *, gpu: bool = False, device: str = "cpu") -> SearchIndex:
         raise InputError("a remote collection is opened with RemoteIndex.open(target)")
 
-    def _search_rows(self, query_vectors: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]:
+    def restriction(self, where: str | None) -> str | None:
+        """A `--where` as the collection's filter expression, checked against the metadata fields
+        the push recorded (`embedkit.index.where`; an older push recorded none: not checked)."""
+        if where is None:
+            return None
+        from embedkit.index.where import check, parse
+        from embedkit.remote.milvus import milvus_filter
+
+        expr = parse(where)
+        fields = self.meta.get("metadata_fields")
+        if fields is not None:
+            check(expr, {name: set(types) for name, types in fields.items()})
+        return milvus_filter(expr)
+
+    def _search_rows(
+        self, query_vectors: np.ndarray, k: int, *, restriction: Any = None
+    ) -> tuple[np.ndarray, np.ndarray]:
         queries = np.asarray(query_vectors, dtype=np.float32)
         if queries.ndim == 1:
             queries = queries[None, :]
@@ -128,7 +150,7 @@ class RemoteIndex(SearchIndex):
         k = max(1, min(k, len(self)))
         if not len(queries) or not len(self):
             return np.empty((len(queries), 0), np.float32), np.empty((len(queries), 0), np.int64)
-        return self.index.search(np.ascontiguousarray(l2_normalize(queries)), k)
+        return self.index.search(np.ascontiguousarray(l2_normalize(queries)), k, restriction or "")
 
     def _with_snippets(self, query: str, hits: list[Hit]) -> list[Hit]:
         return hits  # snippets need the local analyzer's offsets: none for a remote collection

@@ -210,12 +210,15 @@ async def search(request: Request) -> Response:
     queries = [values["query"]] if "query" in values else values["queries"]
     mode = values.get("mode")
     fusion, alpha = values.get("fusion"), values.get("alpha")  # absent: the index's calibrated choice
+    where = values.get("where")
     try:
         answer = await server.engine.search(
-            queries, values["k"], mode, fusion=fusion, alpha=alpha, snippets=values["snippets"]
+            queries, values["k"], mode, fusion=fusion, alpha=alpha, snippets=values["snippets"], where=where
         )
     except InputError as exc:
-        raise ApiError(400, str(exc).splitlines()[0], param="mode" if mode else None) from None
+        message = str(exc).splitlines()[0]
+        param = "where" if where is not None and message.startswith("where") else "mode" if mode else None
+        raise ApiError(400, message, param=param) from None
     except (QueueFull, TooLarge) as exc:
         raise queue_error(exc) from None
     fusion, alpha = model.index.default_fusion(fusion, alpha)  # what the index that answered used

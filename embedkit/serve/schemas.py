@@ -235,6 +235,7 @@ SEARCH = Body(
             maximum=1,
         ),
         Field("snippets", BOOLEAN, "give hits the lexical side matched a highlighted passage", False),
+        Field("where", STRING, 'metadata filter, as `search --where`: year >= 2020 and lang = "en"'),
     ),
     one_of=(("query", "queries"),),
     description="a search of the server's index",

@@ -311,3 +311,24 @@ def test_metrics_counters_move(client):
     assert delta("embedkit_batch_size_sum") == 6
     assert after[("embedkit_queue_depth", ())] == 0
     assert after[("embedkit_ready", ())] == 1
+
+
+def test_search_where_filters_every_mode_and_refuses_bad_filters(client):
+    # the corpus's metadata: w1 has year 1960, h1 has lab "b"; no other document has either field
+    for mode in ("dense", "lexical", "hybrid"):
+        where = "year = 1960 or lab = 'b'"
+        body = {"query": "wing flow and heat transfer", "k": 8, "mode": mode, "where": where}
+        response = client.post("/search", json=body)
+        assert response.status_code == 200, response.text
+        found = {h["id"] for h in response.json()["results"][0]["hits"]}
+        assert found <= {"w1", "h1"} and (mode == "lexical" or found == {"w1", "h1"})
+    for where, says in [
+        ("year >", "position 7"),
+        ("colour = 'red'", "unknown metadata field 'colour'"),
+        ("year = 'old'", "holds numbers, not a string"),
+    ]:
+        response = client.post("/search", json={"query": "wing", "where": where})
+        assert response.status_code == 400, response.text
+        error = response.json()["error"]
+        assert says in error["message"] and error["param"] == "where"
+    assert client.post("/search", json={"query": "wing", "where": 3}).status_code == 422

@@ -1,0 +1,373 @@
+"""Metadata filters (`search --where EXPR`, `"where"` in /search): the language, parsed and checked once.
+
+The grammar (lark, LALR; keywords are case-insensitive):
+
+    expr       := or
+    or         := and ("or" and)*
+    and        := not ("and" not)*
+    not        := "not" not | "(" expr ")" | comparison
+    comparison := FIELD OP value | FIELD "in" "[" value ("," value)* "]"   (or "(" ... ")")
+    OP         := "=" | "==" | "!=" | "<" | "<=" | ">" | ">="
+    FIELD      := a name [A-Za-z_][A-Za-z0-9_.-]* or any name in backticks: `publication year`
+    value      := NUMBER | "string" | 'string' | DATE | true | false
+    DATE       := YYYY-MM-DD, optionally THH:MM[:SS[.fff]] and Z or +HH:MM (ISO 8601)
+
+Fields are the top-level keys of the documents' metadata (a JSONL corpus's extra fields). Meaning:
+- `=`, `!=`, `in` compare numbers with numbers, strings with strings, booleans with booleans, dates
+  with dates; `<`, `<=`, `>`, `>=` compare numbers and dates (a quoted ISO date counts as a date).
+  A date field is one whose text values start as ISO dates; dates compare as instants (SQLite's
+  `julianday`), so 2024-01-05 and 2024-01-05T00:00:00Z are equal.
+- A comparison is unknown for a document that lacks the field or holds another type there, and
+  `not`, `and`, `or` follow SQL's three-valued logic: a document passes where the filter is true.
+  So `lang != "en"` and `not lang = "en"` both leave out documents without `lang`, as in SQL and
+  in Milvus (whose filter expressions `embedkit.remote.milvus.milvus_filter` writes).
+Checked against the fields the index holds before anything is searched: an unknown field, or a
+value of a type the field never holds, is an `InputError` naming the position (1-based), as is
+an expression that does not parse.
+
+`parse` gives the tree; `rows_where` turns it into SQL over the document store (each search side
+then takes the allowed rows, `embedkit.index.rows` and `embedkit.index.lexical`); adapters of
+other engines translate the same tree (`embedkit.remote.milvus.milvus_filter`).
+"""
+
+from __future__ import annotations
+
+import functools
+import re
+from dataclasses import dataclass
+from datetime import datetime
+from typing import TYPE_CHECKING, Union
+
+from embedkit.errors import InputError
+
+if TYPE_CHECKING:
+    import numpy as np
+
+    from embedkit.index.docstore import DocStore
+
+DATE_PATTERN = r"\d{4}-\d{2}-\d{2}(T\d{2}:\d{2}(:\d{2}(\.\d+)?)?(Z|[+-]\d{2}:\d{2})?)?"
+GRAMMAR = r"""
+?start: or_
+?or_: and_ (_OR and_)*
+?and_: not_ (_AND not_)*
+?not_: negation
+     | "(" or_ ")"
+     | comparison
+negation: _NOT not_
+comparison: field OP value -> compare
+          | field _IN "[" value ("," value)* "]" -> member
+          | field _IN "(" value ("," value)* ")" -> member
+field: NAME | QUOTED_NAME
+value: NUMBER -> number
+     | STRING -> string
+     | DATE -> date
+     | _TRUE -> true
+     | _FALSE -> false
+_OR: "or"i
+_AND: "and"i
+_NOT: "not"i
+_IN: "in"i
+_TRUE: "true"i
+_FALSE: "false"i
+OP: "==" | "=" | "!=" | "<=" | ">=" | "<" | ">"
+DATE.3: /DATE_PATTERN/
+NUMBER.2: /[+-]?(\d+(\.\d*)?|\.\d+)([eE][+-]?\d+)?/
+STRING: /"([^"\\]|\\.)*"/ | /'([^'\\]|\\.)*'/
+NAME: /[A-Za-z_][A-Za-z0-9_.-]*/
+QUOTED_NAME: /`[^`]+`/
+%ignore /\s+/
+""".replace("DATE_PATTERN", DATE_PATTERN)
+_DATE = re.compile(DATE_PATTERN)
+_FRIENDLY = {
+    "NAME": "a field",
+    "QUOTED_NAME": "a field",
+    "OP": "a comparison",
+    "_IN": "in",
+    "NUMBER": "a value",
+    "STRING": "a value",
+    "DATE": "a value",
+    "_TRUE": "a value",
+    "_FALSE": "a value",
+    "_AND": "and",
+    "_OR": "or",
+    "_NOT": "not",
+    "LPAR": "(",
+    "RPAR": ")",
+    "LSQB": "[",
+    "RSQB": "]",
+    "COMMA": ",",
+}
+NUMERIC = ("integer", "real")  # `json_type` names of numbers
+Value = Union[int, float, str, bool, "Date"]
+
+
+@dataclass(frozen=True)
+class Date:
+    """An ISO 8601 date or date-time literal, as written."""
+
+    text: str
+
+
+@dataclass(frozen=True)
+class Compare:
+    field: str
+    op: str  # =, !=, <, <=, >, >=
+    value: Value
+    position: int  # 1-based, of the field
+
+
+@dataclass(frozen=True)
+class Member:
+    field: str
+    values: tuple[Value, ...]
+    position: int
+
+
+@dataclass(frozen=True)
+class Not:
+    part: Expr
+
+
+@dataclass(frozen=True)
+class And:
+    parts: tuple[Expr, ...]
+
+
+@dataclass(frozen=True)
+class Or:
+    parts: tuple[Expr, ...]
+
+
+Expr = Union[Compare, Member, Not, And, Or]  # noqa: UP007 (a runtime alias: Python 3.10 has no `|` of strings)
+
+
+@functools.cache
+def _parser():  # -> lark.Lark, built once per process
+    from lark import Lark
+
+    return Lark(GRAMMAR, parser="lalr", propagate_positions=True, maybe_placeholders=False)
+
+
+def parse(text: str) -> Expr:
+    """The tree of `text`; an `InputError` naming the position where it stops making sense."""
+    from lark import Token, Transformer, v_args
+    from lark.exceptions import (
+        UnexpectedCharacters,
+        UnexpectedEOF,
+        UnexpectedInput,
+        UnexpectedToken,
+        VisitError,
+    )
+
+    if not text.strip():
+        raise InputError('the filter (where) is empty: give one such as year >= 2020 and lang = "en"')
+    try:
+        tree = _parser().parse(text)
+    except UnexpectedEOF as exc:
+        raise InputError(
+            f"where: the expression ends early, at position {len(text) + 1}{_expected(exc)}"
+        ) from None
+    except UnexpectedCharacters as exc:
+        shown = text[exc.pos_in_stream : exc.pos_in_stream + 10]
+        raise InputError(
+            f"where: unexpected {shown!r} at position {exc.pos_in_stream + 1}{_expected(exc)}"
+        ) from None
+    except UnexpectedToken as exc:
+        if exc.token.type == "$END":
+            raise InputError(
+                f"where: the expression ends early, at position {len(text) + 1}{_expected(exc)}"
+            ) from None
+        where = (exc.token.start_pos or 0) + 1
+        raise InputError(
+            f"where: unexpected {str(exc.token)!r} at position {where}{_expected(exc)}"
+        ) from None
+    except UnexpectedInput as exc:  # pragma: no cover - the three above are lark's kinds
+        raise InputError(f"where: cannot parse the expression: {exc}") from None
+
+    @v_args(inline=True)
+    class Build(Transformer):
+        def field(self, token: Token) -> tuple[str, int]:
+            name = token[1:-1] if token.type == "QUOTED_NAME" else str(token)
+            return name, token.start_pos + 1
+
+        def number(self, token: Token) -> int | float:
+            number = float(token)
+            return int(number) if number.is_integer() and re.fullmatch(r"[+-]?\d+", token) else number
+
+        def string(self, token: Token) -> str:
+            return re.sub(r"\\(.)", r"\1", token[1:-1])
+
+        def date(self, token: Token) -> Date:
+            _check_date(str(token), token.start_pos + 1)
+            return Date(str(token))
+
+        def true(self) -> bool:
+            return True
+
+        def false(self) -> bool:
+            return False
+
+        def compare(self, field: tuple[str, int], op: Token, value: Value) -> Compare:
+            return Compare(field[0], "=" if op == "==" else str(op), value, field[1])
+
+        def member(self, field: tuple[str, int], *values: Value) -> Member:
+            return Member(field[0], values, field[1])
+
+        def negation(self, part: Expr) -> Not:
+            return Not(part)
+
+        def and_(self, *parts: Expr) -> And:
+            return And(parts)
+
+        def or_(self, *parts: Expr) -> Or:
+            return Or(parts)
+
+    try:
+        return Build().transform(tree)
+    except VisitError as exc:  # a bad date, raised inside the transformer
+        if isinstance(exc.orig_exc, InputError):
+            raise exc.orig_exc from None
+        raise
+
+
+def _expected(exc) -> str:
+    names = sorted({_FRIENDLY.get(name, name.lower()) for name in getattr(exc, "expected", None) or ()})
+    return f" (expected {' or '.join(names)})" if names else ""
+
+
+def _check_date(text: str, position: int) -> None:
+    try:
+        datetime.fromisoformat(text)
+    except ValueError:
+        raise InputError(f"where: {text!r} at position {position} is not a valid date") from None
+
+
+# --- checking against the fields an index holds -------------------------------------------------
+
+
+def kind_of(value: Value) -> str:
+    """The field type a literal compares with: number, string, date or bool."""
+    if isinstance(value, bool):
+        return "bool"
+    if isinstance(value, (int, float)):
+        return "number"
+    return "date" if isinstance(value, Date) else "string"
+
+
+def check(expr: Expr, fields: dict[str, set[str]]) -> None:
+    """An `InputError` for a field the index does not hold, or a value of a type it never holds there.
+
+    `fields`: name -> the JSON types of its values (`DocStore.metadata_fields`: integer, real, text,
+    date, true, false, ...).
+    """
+    for field, op, value, position in _comparisons(expr):
+        if field not in fields:
+            known = ", ".join(sorted(fields)[:12]) or "none"
+            raise InputError(
+                f"where: unknown metadata field {field!r} at position {position} (fields: {known})"
+            )
+        held = _held(fields[field])
+        wanted = _compared_as(value, op, fields[field])
+        if op in ("<", "<=", ">", ">=") and wanted not in ("number", "date"):
+            raise InputError(
+                f"where: {op} at position {position} compares numbers and dates; {field!r} "
+                f"is compared with {_a(wanted)} there"
+            )
+        if wanted not in held:
+            plural = {"number": "numbers", "string": "strings", "date": "dates", "bool": "booleans"}
+            holds = " and ".join(plural[kind] for kind in sorted(held)) or "nothing comparable"
+            raise InputError(
+                f"where: field {field!r} at position {position} holds {holds}, not {_a(wanted)} ({value!r})"
+            )
+
+
+def _a(kind: str) -> str:
+    return {"number": "a number", "string": "a string", "date": "a date", "bool": "a boolean"}[kind]
+
+
+def _held(types: set[str]) -> set[str]:
+    """A field's JSON types as the kinds literals have (a date field's values are strings too)."""
+    names = {"integer": "number", "real": "number", "text": "string", "true": "bool", "false": "bool"}
+    held = {names[t] for t in types if t in names}
+    return held | {"date", "string"} if "date" in types else held
+
+
+def _compared_as(value: Value, op: str, types: set[str]) -> str:
+    """A quoted string is compared as a date where it is one and the field holds dates: in a range,
+    or where the field holds no other text."""
+    kind = kind_of(value)
+    ranged = op in ("<", "<=", ">", ">=")
+    date = kind == "string" and "date" in types and _DATE.fullmatch(str(value)) is not None
+    if date and (ranged or "text" not in types):
+        return "date"
+    return kind
+
+
+def _comparisons(expr: Expr):  # -> Iterator[(field, op, value, position)]
+    if isinstance(expr, Compare):
+        yield expr.field, expr.op, expr.value, expr.position
+    elif isinstance(expr, Member):
+        for value in expr.values:
+            yield expr.field, "=", value, expr.position
+    elif isinstance(expr, Not):
+        yield from _comparisons(expr.part)
+    else:
+        for part in expr.parts:
+            yield from _comparisons(part)
+
+
+# --- SQL over the document store ----------------------------------------------------------------
+
+
+def rows_where(store: DocStore, text: str) -> np.ndarray:
+    """The rows of the documents in `store` that pass the filter `text` (sorted int64)."""
+    expr = parse(text)
+    fields = store.metadata_fields()
+    check(expr, fields)
+    params: list[object] = []
+    sql = _sql(expr, fields, params)
+    return store.rows_where(sql, params)
+
+
+def json_path(field: str) -> str:
+    """SQLite's JSON path of a top-level key (quoted, so any key works)."""
+    return '$."' + field.replace("\\", "\\\\").replace('"', '\\"') + '"'
+
+
+def _sql(expr: Expr, fields: dict[str, set[str]], params: list[object]) -> str:
+    if isinstance(expr, Not):
+        return f"NOT ({_sql(expr.part, fields, params)})"
+    if isinstance(expr, (And, Or)):
+        joiner = " AND " if isinstance(expr, And) else " OR "
+        return "(" + joiner.join(_sql(part, fields, params) for part in expr.parts) + ")"
+    if isinstance(expr, Member):
+        parts = [_sql(Compare(expr.field, "=", v, expr.position), fields, params) for v in expr.values]
+        return "(" + " OR ".join(parts) + ")"
+    return _compare_sql(expr, _compared_as(expr.value, expr.op, fields[expr.field]), params)
+
+
+def _compare_sql(expr: Compare, kind: str, params: list[object]) -> str:
+    """One comparison: NULL (unknown) where the field is missing or of another type, so that `not`,
+    `and` and `or` follow SQL's three-valued logic and only documents for which it is true pass."""
+    path = json_path(expr.field)
+    op = "<>" if expr.op == "!=" else expr.op
+    value = "json_extract(metadata, ?)"
+    if kind == "bool":
+        params += [path, path, "true" if expr.value else "false"]
+        return (
+            f"(CASE WHEN json_type(metadata, ?) IN ('true', 'false') THEN json_type(metadata, ?) {op} ? END)"
+        )
+    if kind == "number":
+        params += [path, path, expr.value]
+        return f"(CASE WHEN json_type(metadata, ?) IN ('integer', 'real') THEN {value} {op} ? END)"
+    if kind == "date":
+        from embedkit.index.fields import ISO_DATE_GLOB
+
+        literal = expr.value.text if isinstance(expr.value, Date) else str(expr.value)
+        params += [path, path, ISO_DATE_GLOB, path, literal]
+        return (
+            f"(CASE WHEN json_type(metadata, ?) = 'text' AND {value} GLOB ? "
+            f"THEN julianday({value}) {op} julianday(?) END)"
+        )
+    params += [path, path, expr.value]
+    return f"(CASE WHEN json_type(metadata, ?) = 'text' THEN {value} {op} ? END)"
