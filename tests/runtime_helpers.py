@@ -73,3 +73,29 @@ def brute_force(docs: np.ndarray, queries: np.ndarray, k: int) -> tuple[np.ndarr
 def is_png(path: Path) -> bool:
     """Whether `path` is a non-empty file with the PNG signature."""
     return path.is_file() and path.stat().st_size > 8 and path.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def invoke_with_deadline(args: Sequence[str], deadline_s: float = 120) -> tuple[int, str]:
+    """Exit code and stderr of `embedkit ARGS` run in-process; past `deadline_s` the test fails (a hang).
+
+    The command runs on a daemon thread: one stuck on a FIFO is left behind, the test goes on.
+    """
+    import threading
+
+    import pytest
+    from typer.testing import CliRunner
+
+    from embedkit.cli.app import app
+
+    outcome: dict[str, object] = {}
+
+    def run() -> None:
+        result = CliRunner().invoke(app, list(args))
+        outcome["code"], outcome["stderr"] = result.exit_code, result.stderr
+
+    thread = threading.Thread(target=run, daemon=True)
+    thread.start()
+    thread.join(deadline_s)
+    if thread.is_alive():
+        pytest.fail(f"`embedkit {' '.join(args)}` did not finish in {deadline_s} s: it hangs")
+    return outcome["code"], outcome["stderr"]  # type: ignore[return-value]

@@ -11,11 +11,11 @@ import os
 import shutil
 import socket
 import tempfile
-import threading
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
+from runtime_helpers import invoke_with_deadline
 from typer.testing import CliRunner
 
 from embedkit.cli.app import app
@@ -119,22 +119,6 @@ def short_dir() -> Iterator[Path]:
     shutil.rmtree(folder, ignore_errors=True)
 
 
-def _invoke_with_deadline(args: list[str]) -> tuple[int, str]:
-    """Exit code and stderr of the command; a run past the deadline fails the test (it hung)."""
-    outcome: dict[str, object] = {}
-
-    def run() -> None:
-        result = CliRunner().invoke(app, args)
-        outcome["code"], outcome["stderr"] = result.exit_code, result.stderr
-
-    thread = threading.Thread(target=run, daemon=True)
-    thread.start()
-    thread.join(DEADLINE_S)
-    if thread.is_alive():
-        pytest.fail(f"`embedkit {' '.join(args)}` did not finish in {DEADLINE_S} s: it hangs")
-    return outcome["code"], outcome["stderr"]  # type: ignore[return-value]
-
-
 @pytest.mark.parametrize("kind", [k[0] for k in KINDS])
 @pytest.mark.parametrize("command", list(COMMANDS))
 def test_a_path_that_is_not_a_regular_file_is_one_line_and_exit_2(
@@ -148,7 +132,7 @@ def test_a_path_that_is_not_a_regular_file_is_one_line_and_exit_2(
     fill = {"{in}": str(path), "{tmp}": str(short_dir), "{model}": str(tiny_bert),
             "{index}": str(search_index), "{beir}": str(beir)}
     args = [fill.get(a, a).replace("{tmp}", str(short_dir)) for a in template]
-    code, stderr = _invoke_with_deadline(args)
+    code, stderr = invoke_with_deadline(args, DEADLINE_S)
     assert code == 2, stderr
     lines = stderr.strip().splitlines()
     assert len(lines) == 1 and lines[0].startswith("error: "), stderr  # one line, no traceback
