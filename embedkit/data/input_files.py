@@ -31,7 +31,10 @@ _KINDS = (
 )
 
 
-def _kind(mode: int) -> str:
+def kind_of(mode: int) -> str:
+    """What a `st_mode` is, for a message: "a file", "a folder", "a pipe or FIFO", "a socket", ..."""
+    if stat.S_ISREG(mode):
+        return "a file"
     for test, name in _KINDS:
         if test(mode):
             return name
@@ -40,7 +43,7 @@ def _kind(mode: int) -> str:
 
 def _not_a_file(path: Path, what: str, mode: int) -> InputError:
     link = f" (a symlink to {path.resolve()})" if path.is_symlink() else ""
-    kind = _kind(mode)
+    kind = kind_of(mode)
     if stat.S_ISDIR(mode):
         return InputError(f"{what} {path}{link} is a folder, not a file")
     return InputError(
@@ -131,6 +134,7 @@ __all__ = [
     "check_input_file",
     "check_input_file_or_folder",
     "input_mode",
+    "kind_of",
     "open_input",
     "read_input_bytes",
     "read_input_text",
