@@ -20,7 +20,6 @@ pymilvus is imported inside the functions: `embedkit --help` and local search ne
 from __future__ import annotations
 
 import contextlib
-import importlib.util
 import json
 from collections.abc import Iterator
 from typing import TYPE_CHECKING, Any
@@ -28,6 +27,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from embedkit.errors import InputError, RunFailure
+from embedkit.extras import require_extra
 from embedkit.index.lexical import LUCENE_ENGLISH_STOPWORDS
 from embedkit.remote.base import PushRecord, RemoteTarget
 from embedkit.remote.lite import LITE_LOG, check_lite_path, lite_failure, lite_failure_in, quiet_milvus_lite
@@ -54,8 +54,7 @@ _DOC_FIELDS = ["doc_id", "title", "body", "metadata"]
 
 
 def _pymilvus():
-    if importlib.util.find_spec("pymilvus") is None:
-        raise InputError("a Milvus target needs pymilvus: pip install 'embedkit[milvus]'")
+    require_extra("milvus", "a Milvus target")
     import logging
 
     import pymilvus
