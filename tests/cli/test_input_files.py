@@ -176,3 +176,17 @@ def test_regular_files_and_symlinks_to_them_are_read(short_dir: Path) -> None:
     assert read_input_text(link) == "één\n"
     with open_input(packed) as handle:
         assert handle.read() == b"zipped\n"
+
+
+@pytest.mark.parametrize("name", ["CURRENT", "v-000001/embedkit-index.json", "v-000001/docs.sqlite"])
+def test_a_fifo_inside_an_index_is_refused_without_a_hang(name: str, search_index: Path, tmp_path: Path):
+    """An index folder is input too: a FIFO in place of one of its files is damage, not a wait."""
+    index = tmp_path / "idx"
+    shutil.copytree(search_index, index)
+    assert (index / name).is_file()  # the layout this test damages
+    (index / name).unlink()
+    os.mkfifo(index / name)
+    code, stderr = invoke_with_deadline(["search", str(index), "wing"], DEADLINE_S)
+    lines = stderr.strip().splitlines()
+    assert code == 2 and len(lines) == 1 and lines[0].startswith("error: "), stderr
+    assert str(index) in lines[0], lines[0]
