@@ -91,3 +91,31 @@ def test_a_lock_file_on_a_full_disk_is_one_line_and_exit_1(command, step, tmp_pa
     lines = result.stderr.strip().splitlines()
     assert len(lines) == 1 and lines[0].startswith(f"error: no space left on device writing {out} ("), lines
     assert not out.exists()
+
+
+def test_the_training_log_on_a_full_disk_is_a_write_failure(tmp_path, monkeypatch):
+    """`metrics.jsonl` is appended to, not written atomically: its full disk is named all the same."""
+    pytest.importorskip("torch")
+    from embedkit.storage.write_failures import WriteFailure
+    from embedkit.training.checkpoint import append_metrics
+
+    log = tmp_path / "metrics.jsonl"
+    real_open = Path.open
+
+    class Full:
+        def __init__(self, handle):
+            self.handle = handle
+
+        def __enter__(self):
+            return self
+
+        def __exit__(self, *exc):
+            self.handle.close()
+
+        def write(self, text):
+            raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))  # a file write names no file
+
+    monkeypatch.setattr(Path, "open", lambda self, *a, **k: Full(real_open(self, *a, **k)))
+    with pytest.raises(WriteFailure) as caught:
+        append_metrics(log, {"step": 1})
+    assert str(caught.value).startswith(f"no space left on device writing {log} (")
