@@ -23,8 +23,23 @@ class OneLineErrors(TyperGroup):
     """Usage errors (`-k 0`, a missing `--out`) as one `error:` line and exit 2, like all bad input."""
 
     def main(self, *args: Any, standalone_mode: bool = True, **kwargs: Any) -> Any:
+        from embedkit.cli.common import GuardedStdout, StdoutFailure
+
+        stdout = sys.stdout
+        guard = GuardedStdout(stdout) if stdout is not None else None  # None: started with it closed
+        if guard is not None:
+            sys.stdout = guard  # type: ignore[assignment]
         try:
             result = super().main(*args, standalone_mode=False, **kwargs)
+            if guard is not None:
+                guard.flush()  # here, not at exit, so that a failure is one line
+        except StdoutFailure as exc:  # results that could not be written, in or out of a command
+            typer.echo(f"error: {exc}", err=True)
+            if guard is not None:
+                guard.silence()
+            if not standalone_mode:
+                raise
+            sys.exit(exc.exit_code)
         except _click_errors.UsageError as exc:
             message = " ".join(exc.format_message().split())
             command = exc.ctx.command_path if exc.ctx is not None else "embedkit"
@@ -45,6 +60,8 @@ class OneLineErrors(TyperGroup):
             if not standalone_mode:
                 raise
             sys.exit(130)
+        finally:
+            sys.stdout = stdout
         if standalone_mode:
             sys.exit(result if isinstance(result, int) else 0)
         return result

@@ -1,5 +1,6 @@
 """What every command shares: turning library errors into one line and an exit code, checking its
-inputs and outputs, and the truncation note of the commands that embed."""
+inputs and outputs, results on a standard output that may fail, and the truncation note of the
+commands that embed."""
 
 from __future__ import annotations
 
@@ -11,7 +12,7 @@ from typing import Any, TypeVar
 
 import typer
 
-from embedkit.errors import EmbedkitError
+from embedkit.errors import EmbedkitError, RunFailure
 
 F = TypeVar("F", bound=Callable[..., Any])
 
@@ -41,6 +42,8 @@ def handle_errors(func: F) -> F:
     def wrapper(*args: Any, **kwargs: Any) -> Any:
         try:
             return func(*args, **kwargs)
+        except StdoutFailure:
+            raise  # reported once, by the app, which then silences the stream
         except EmbedkitError as exc:
             raise fail(str(exc).splitlines()[0] if str(exc) else type(exc).__name__, exc.exit_code) from None
         except OSError as exc:  # a write outside embedkit's atomic writers (a lock file, a cache)
@@ -55,6 +58,51 @@ def handle_errors(func: F) -> F:
             sys.exit(130)
 
     return wrapper  # type: ignore[return-value]
+
+
+class StdoutFailure(RunFailure):
+    """Standard output could not be written (`> /dev/full`, a full disk, a closed pipe): exit 1."""
+
+    def __init__(self, exc: OSError) -> None:
+        self.errno = exc.errno
+        reason = os.strerror(exc.errno).lower() if exc.errno else str(exc)
+        super().__init__(f"cannot write the results to standard output: {reason}")
+
+
+class GuardedStdout:
+    """`sys.stdout` whose failed writes raise a `StdoutFailure` (one line, exit 1), not an OSError.
+
+    The app (`OneLineErrors.main`) installs it, reports the failure once and then `silence`s the
+    stream, so that the interpreter's own flush at exit cannot fail again with a traceback.
+    """
+
+    def __init__(self, stream: Any) -> None:
+        self._stream = stream
+
+    def write(self, text: str) -> int:
+        try:
+            return self._stream.write(text)
+        except OSError as exc:
+            raise StdoutFailure(exc) from None
+
+    def flush(self) -> None:
+        try:
+            self._stream.flush()
+        except OSError as exc:
+            raise StdoutFailure(exc) from None
+
+    def silence(self) -> None:
+        """Point the stream's descriptor at /dev/null: what is still buffered goes nowhere."""
+        try:
+            fd = self._stream.fileno()
+        except (OSError, ValueError, AttributeError):  # a test's captured stream: nothing to silence
+            return
+        null = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(null, fd)
+        os.close(null)
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._stream, name)
 
 
 def print_truncated(console: Any, truncated: int) -> None:

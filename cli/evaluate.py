@@ -222,10 +222,9 @@ def retrieval(
     check_search_choices(None, fusion, alpha)
     _check_outputs([beir_dir, index, model], json_path, per_query, plot)
     if plot is not None:
-        from embedkit.report.plots import plots_available
+        from embedkit.extras import require_extra
 
-        if not plots_available():
-            raise InputError("--plot needs matplotlib: pip install 'embedkit[plots]'")
+        require_extra("plots", "--plot")
     meta, searched = None, None
     if index is not None:
         from embedkit.remote.base import is_remote

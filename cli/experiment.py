@@ -169,7 +169,9 @@ def _report(result: Any, out: Path, plots: bool, console: Any) -> None:
         if plots_available():
             paths += write_plots(result.table, out / "plots")
         else:
-            console.print("plots skipped: matplotlib is not installed (pip install 'embedkit[plots]')")
+            from embedkit.extras import missing_extra_message
+
+            console.print(f"plots skipped: {missing_extra_message('plots', '--plots')}")
     reused = f", {len(result.reused)} found finished" if result.reused else ""
     console.print(f"{len(result.trained)} runs done{reused}; wrote " + ", ".join(str(p) for p in paths))
 

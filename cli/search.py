@@ -151,7 +151,7 @@ def _queries(query: str | None, queries_file: Path | None) -> list[str]:
         return [query]
     from embedkit.data.textfiles import text_lines
 
-    texts = [line.strip() for _, line in text_lines(queries_file) if line.strip()]
+    texts = [line.strip() for _, line in text_lines(queries_file, "queries file") if line.strip()]
     if not texts:
         raise InputError(f"no queries in {queries_file}: it is empty or every line is blank")
     return texts

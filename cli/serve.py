@@ -91,6 +91,9 @@ def serve(
 ) -> None:
     """Serve MODEL_DIR (or --index's model) over HTTP: POST /v1/embeddings (OpenAI API), POST /search,
     GET /health, /v1/models, /metrics. Stops on SIGTERM or Ctrl-C after answering the requests in flight."""
+    from embedkit.extras import require_extra
+
+    require_extra("serve", "embedkit serve")  # before the import that would fail with a traceback
     from embedkit.serve.server import run_server
 
     config = settings.ServeConfig(

@@ -122,20 +122,15 @@ def judge(
 
 def read_calibration(path: str | Path) -> list[str]:
     """Non-empty lines of a UTF-8 text file (`.gz` accepted): extra sentences for the parity check."""
-    import gzip
+    from embedkit.data.textfiles import text_lines
 
     file = Path(path)
-    if not file.is_file():
-        raise InputError(f"calibration file not found: {file}")
     try:
-        if file.suffix == ".gz":
-            with gzip.open(file, "rt", encoding="utf-8") as fh:
-                lines = [line.strip() for line in fh]
-        else:
-            with file.open(encoding="utf-8") as fh:
-                lines = [line.strip() for line in fh]
-    except (OSError, EOFError, UnicodeDecodeError) as exc:
-        raise InputError(f"cannot read calibration file {file}: {exc}") from None
+        lines = [line.strip() for _, line in text_lines(file, "calibration file")]
+    except InputError as exc:  # a bad byte names the file and line; say which file it was
+        message = str(exc)
+        named = message if "calibration file" in message else f"cannot read calibration file {message}"
+        raise InputError(named) from None
     lines = [line for line in lines if line]
     if not lines:
         raise InputError(f"calibration file {file} has no sentences")

@@ -246,12 +246,10 @@ def _check_output(out_dir: str | Path, source: Path) -> Path:
 
 
 def _read_dev_sts(path: str | Path):  # -> embedkit.data.sts.StsData
+    from embedkit.data.input_files import check_input_file
     from embedkit.data.sts import read_sts
 
-    file = Path(path)
-    if not file.is_file():
-        raise InputError(f"--dev-sts file not found: {file}")
-    return read_sts(file)
+    return read_sts(check_input_file(path, "--dev-sts file"))
 
 
 def _copy_tokenizer(source: Path, stage: Path) -> None:

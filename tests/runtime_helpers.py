@@ -93,3 +93,29 @@ def set_recorded_fusion(out: Path, record: object) -> None:
     (folder / "embedkit-index.json").write_text(json.dumps(meta))
     (folder / "checksums.json").unlink()
     write_checksums(folder)
+
+
+def invoke_with_deadline(args: Sequence[str], deadline_s: float = 120) -> tuple[int, str]:
+    """Exit code and stderr of `embedkit ARGS` run in-process; past `deadline_s` the test fails (a hang).
+
+    The command runs on a daemon thread: one stuck on a FIFO is left behind, the test goes on.
+    """
+    import threading
+
+    import pytest
+    from typer.testing import CliRunner
+
+    from embedkit.cli.app import app
+
+    outcome: dict[str, object] = {}
+
+    def run() -> None:
+        result = CliRunner().invoke(app, list(args))
+        outcome["code"], outcome["stderr"] = result.exit_code, result.stderr
+
+    thread = threading.Thread(target=run, daemon=True)
+    thread.start()
+    thread.join(deadline_s)
+    if thread.is_alive():
+        pytest.fail(f"`embedkit {' '.join(args)}` did not finish in {deadline_s} s: it hangs")
+    return outcome["code"], outcome["stderr"]  # type: ignore[return-value]

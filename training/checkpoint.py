@@ -313,8 +313,13 @@ def overwrite_run_dir(out: Path) -> Path:
 
 
 def append_metrics(path: Path, record: dict[str, object]) -> None:
-    """Append one JSON line; the file is a log, so an append is enough (resume rewrites it whole)."""
-    with path.open("a", encoding="utf-8") as fh:
+    """Append one JSON line; the file is a log, so an append is enough (resume rewrites it whole).
+
+    A full disk is a `WriteFailure` naming the log (one line, exit 1), as for every other writer.
+    """
+    from embedkit.storage.write_failures import named_write_failures
+
+    with named_write_failures(path), path.open("a", encoding="utf-8") as fh:
         fh.write(json.dumps(record) + "\n")
 
 

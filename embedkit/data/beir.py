@@ -7,6 +7,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from embedkit.data.input_files import check_input_file
 from embedkit.data.textfiles import find_data_file, json_objects, record_id, string_field, text_lines
 from embedkit.errors import InputError
 
@@ -46,6 +47,9 @@ def read_beir(folder: str | Path, split: str = "test") -> BeirData:
     for name, path in paths.items():
         if path is None:
             raise InputError(f"{folder} has no {name}.jsonl: not a BEIR folder")
+    check_input_file(qrels_path, "qrels file")
+    for name, path in paths.items():
+        check_input_file(path, f"{name} file")  # type: ignore[arg-type]
     qrels = read_qrels(qrels_path)
     corpus = _read_corpus(paths["corpus"])  # type: ignore[arg-type]
     all_queries = _read_queries(paths["queries"])  # type: ignore[arg-type]
@@ -81,7 +85,7 @@ def read_qrels(path: Path) -> dict[str, dict[str, int]]:
     """`query-id <tab> corpus-id <tab> integer grade`, with or without a header line."""
     qrels: dict[str, dict[str, int]] = {}
     first = True
-    for number, line in text_lines(path):
+    for number, line in text_lines(path, "qrels file"):
         if not line.strip():
             continue
         fields = line.split("\t")

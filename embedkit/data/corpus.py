@@ -25,6 +25,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from embedkit.data.input_files import check_input_file, check_input_file_or_folder
 from embedkit.data.sentences import split_into_sentences
 from embedkit.data.textfiles import (
     check_header,
@@ -67,19 +68,13 @@ class ReadStats:
 
 def corpus_file(path: str | Path) -> Path:
     """The file to read for `path`: the file itself, or a BEIR folder's `corpus.jsonl[.gz]`."""
-    path = Path(path).expanduser()
-    if not path.exists():
-        raise InputError(f"corpus not found: {path}")
+    # A pipe (`<(zcat ...)`) is refused with the rest: a corpus is read twice (count, then embed).
+    path = check_input_file_or_folder(path, "corpus")
     if path.is_dir():
         found = find_data_file(path, "corpus.jsonl")
         if found is None:
             raise InputError(f"{path} is a folder without corpus.jsonl: not a BEIR folder")
-        return found
-    if not path.is_file():  # a pipe or FIFO (`<(zcat ...)`): its second pass would wait forever
-        raise InputError(
-            f"corpus {path} is a pipe or FIFO, not a file: embedkit reads a corpus twice (to count it, "
-            "then to embed it); write it to a file first, or pass the .gz itself"
-        )
+        return check_input_file(found, "corpus")
     data_format(path, CORPUS_FORMATS)
     return path
 

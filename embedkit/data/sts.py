@@ -10,6 +10,7 @@ from typing import Any
 
 import numpy as np
 
+from embedkit.data.input_files import check_input_file
 from embedkit.data.textfiles import check_header, csv_rows, data_format, json_objects, text_lines
 from embedkit.errors import InputError
 
@@ -38,7 +39,7 @@ def read_sts(path: str | Path) -> StsData:
     quoting; TSV and CSV need a header row, other columns are ignored. JSONL holds one object
     per line with those keys.
     """
-    path = Path(path)
+    path = check_input_file(path, "STS file")
     fmt = data_format(path, STS_FORMATS)
     rows = _jsonl_pairs(path) if fmt == ".jsonl" else _delimited_pairs(path, fmt)
     first: list[str] = []

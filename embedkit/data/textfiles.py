@@ -8,13 +8,14 @@ reported with its file and line number as one `InputError`. The corpus, STS and 
 from __future__ import annotations
 
 import csv
-import gzip
 import json
+import os
 import zlib
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+from embedkit.data.input_files import open_input
 from embedkit.errors import InputError
 
 
@@ -30,16 +31,15 @@ def data_format(path: Path, formats: tuple[str, ...]) -> str:
     return suffix
 
 
-def text_lines(path: Path) -> Iterator[tuple[int, str]]:
-    """(line number, line without its newline) for a UTF-8 file, gzipped or not."""
-    if not path.exists():
-        raise InputError(f"file not found: {path}")
-    if path.is_dir():
-        raise InputError(f"expected a file, got a folder: {path}")
-    opener = gzip.open if path.name.lower().endswith(".gz") else open
+def text_lines(path: Path, what: str = "file") -> Iterator[tuple[int, str]]:
+    """(line number, line without its newline) for a UTF-8 file, gzipped or not.
+
+    `what` names the file in errors ("queries file"); anything but a regular file is refused
+    by `embedkit.data.input_files`, the one opener of user files.
+    """
     number = 0
     try:
-        with opener(path, "rb") as handle:
+        with open_input(path, what) as handle:
             for raw in handle:
                 try:
                     line = raw.decode("utf-8")
@@ -118,9 +118,9 @@ def json_objects(path: Path, *, keep_blank: bool = False) -> Iterator[tuple[int,
 
 
 def find_data_file(folder: Path, stem: str) -> Path | None:
-    """`folder/stem` or `folder/stem.gz`, whichever exists."""
+    """`folder/stem` or `folder/stem.gz`, whichever exists (as anything: the opener says if it is no file)."""
     for candidate in (folder / stem, folder / f"{stem}.gz"):
-        if candidate.is_file():
+        if os.path.lexists(candidate):
             return candidate
     return None
 

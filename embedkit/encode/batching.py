@@ -21,9 +21,23 @@ from embedkit.progress import ProgressBar
 
 
 def load_tokenizer(model_dir: Path, max_seq_length: int):  # -> tokenizers.Tokenizer
-    """The folder's fast tokenizer with truncation at `max_seq_length` and padding off."""
+    """The folder's fast tokenizer with truncation at `max_seq_length` and padding off.
+
+    A tokenizer that cannot tokenize text (an empty or zeroed `vocab.txt`) is an `InputError`
+    naming the damaged folder, here and not at the first batch.
+    """
+    import os
+
     from tokenizers import Tokenizer
 
+    from embedkit.data.input_files import check_input_file
+
+    # Files a tokenizer is built from; a FIFO among them would hang the library that opens it.
+    names = ("tokenizer.json", "vocab.txt", "vocab.json", "merges.txt", "tokenizer_config.json",
+             "special_tokens_map.json", "added_tokens.json", "spiece.model", "sentencepiece.bpe.model")
+    for name in names:
+        if os.path.lexists(Path(model_dir) / name):
+            check_input_file(Path(model_dir) / name, "tokenizer file")
     path = Path(model_dir) / "tokenizer.json"
     if path.is_file():
         try:
@@ -41,6 +55,16 @@ def load_tokenizer(model_dir: Path, max_seq_length: int):  # -> tokenizers.Token
             tokenizer = AutoTokenizer.from_pretrained(str(model_dir)).backend_tokenizer
         except Exception as exc:  # transformers raises many kinds for a bad folder
             raise InputError(f"cannot load a tokenizer from {model_dir}: {exc}") from None
+    # Words no vocabulary holds whole: a WordPiece vocabulary without its [UNK] (an empty or zeroed
+    # vocab.txt) fails on them here, rather than on the first unusual word of a corpus.
+    try:
+        tokenizer.encode("embedkit probes its tokenizer: zqxjv \u2603 \u0b90 42")
+    except Exception as exc:  # tokenizers raises a bare Exception ("WordPiece error: Missing [UNK]")
+        reason = " ".join(str(exc).split())[:120]
+        raise InputError(
+            f"the tokenizer of {model_dir} cannot tokenize text ({reason}): its vocab.txt or "
+            "tokenizer files are empty or damaged; the model folder is damaged"
+        ) from None
     tokenizer.no_padding()
     tokenizer.enable_truncation(max_length=max_seq_length)
     return tokenizer

@@ -57,9 +57,11 @@ def resolve_model_path(model: str | Path | None) -> Path:
 
 
 def read_json(path: Path) -> dict[str, Any]:
+    from embedkit.data.input_files import read_input_text  # a FIFO here would hang a plain read
+
     try:
-        data = json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
+        data = json.loads(read_input_text(path))
+    except json.JSONDecodeError as exc:
         raise InputError(f"cannot read {path}: {exc}") from None
     if not isinstance(data, dict):
         raise InputError(f"cannot read {path}: expected a JSON object")

@@ -19,6 +19,7 @@ in its `sources`, and the model that made them, so that queries are embedded by 
 
 from __future__ import annotations
 
+import io
 import time
 from itertools import islice
 from pathlib import Path
@@ -27,6 +28,7 @@ from typing import Any
 import numpy as np
 
 from embedkit.data.fingerprint import CorpusFingerprint, combined
+from embedkit.data.input_files import open_input
 from embedkit.encode.default_onnx import recorded_model_path
 from embedkit.encode.model_folder import ModelSpec, read_model_spec
 from embedkit.errors import InputError, RunFailure
@@ -171,7 +173,8 @@ def _check_corpus(parts: list[Part], corpus: str | Path, options: CorpusOptions,
     with ProgressBar(total, "checking", enabled=progress, rate_unit="docs/s", transient=True) as bar:
         for part in parts:
             fingerprint = CorpusFingerprint()
-            with part.ids.open(encoding="utf-8", newline="\n") as ids:
+            with open_input(part.ids, "ids file", gunzip=False) as raw:
+                ids = io.TextIOWrapper(raw, encoding="utf-8", newline="\n")
                 for line in islice(ids, part.info.count):
                     doc = next(documents, None)
                     if doc is None:

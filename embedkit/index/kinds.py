@@ -38,7 +38,9 @@ def _faiss():  # -> the faiss module, imported on first use
     try:
         import faiss
     except ImportError:
-        raise InputError("faiss is not installed: pip install 'embedkit[cpu]' (or [gpu])") from None
+        from embedkit.extras import missing_extra_message
+
+        raise InputError(missing_extra_message("cpu", "a vector index", ["faiss"])) from None
     return faiss
 
 

@@ -27,11 +27,12 @@ import numpy as np
 
 from embedkit.encode.devices import check_device
 from embedkit.errors import EmbedkitError, InputError, RunFailure
+from embedkit.extras import missing_extra_message
 from embedkit.jobs.parts import Shard
 from embedkit.jobs.run_report import EmbedRun
 from embedkit.jobs.streaming import CorpusOptions, count_documents
 
-RAY_MISSING = "Ray is not installed: pip install 'embedkit[distributed]'"
+RAY_MISSING = missing_extra_message("distributed", "embed --ray", ["ray[data]"])
 
 
 def import_ray():  # -> the ray module, with ray.data loaded

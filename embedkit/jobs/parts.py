@@ -28,6 +28,7 @@ from typing import Any
 
 import numpy as np
 
+from embedkit.data.input_files import check_input_file, open_input, read_input_text
 from embedkit.errors import InputError
 
 PART_FORMAT = 1
@@ -141,7 +142,7 @@ class Part:
         )
 
     def read_ids(self) -> list[str]:
-        return self.ids.read_text(encoding="utf-8").split("\n")[: self.info.count]
+        return read_input_text(self.ids, "ids file").split("\n")[: self.info.count]
 
 
 def read_parts(folder: str | Path) -> list[Part]:
@@ -181,9 +182,11 @@ def read_parts(folder: str | Path) -> list[Part]:
 
 def _read_part(folder: Path, shard: Shard) -> Part:
     npy, ids, sidecar = part_paths(folder, shard)
+    for path in (npy, ids, sidecar):
+        check_input_file(path, "part file")
     try:
-        data = json.loads(sidecar.read_text(encoding="utf-8"))
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
+        data = json.loads(read_input_text(sidecar, "part sidecar"))
+    except json.JSONDecodeError as exc:
         raise InputError(f"corrupt part sidecar {sidecar}: {exc}") from None
     info = PartInfo.from_json(data, sidecar)
     if (info.shard, info.shards) != (shard.index, shard.count):
@@ -199,7 +202,7 @@ def _check_npy(path: Path, info: PartInfo) -> None:
     """The `.npy` header says float32 [count, dim], C order, and the file holds every byte of it."""
     name = info.name
     try:
-        with path.open("rb") as fh:
+        with open_input(path, "part file", gunzip=False) as fh:
             major, _ = np.lib.format.read_magic(fh)
             read_header = (
                 np.lib.format.read_array_header_1_0 if major == 1 else np.lib.format.read_array_header_2_0
@@ -225,7 +228,7 @@ def _check_npy(path: Path, info: PartInfo) -> None:
 
 def _count_lines(path: Path) -> int:
     lines, last = 0, b"\n"
-    with path.open("rb") as fh:
+    with open_input(path, "ids file", gunzip=False) as fh:
         for block in iter(lambda: fh.read(1 << 20), b""):
             lines += block.count(b"\n")
             last = block[-1:]

@@ -1,7 +1,7 @@
 """The seam between embedkit and a search server: targets, the push record, the adapter protocol.
 
 A target is a URI and a collection name: `milvus://HOST:PORT` (a Milvus server) or a path ending
-in `.db` (a Milvus Lite file, created on first use). `is_remote` tells a target from an index
+in `.db` (a Milvus Lite file, created by the first push). `is_remote` tells a target from an index
 folder, so commands that take an index take a target too. An adapter (`RemoteCollection`) keeps
 each document under its index row (the FAISS position, 0-based), so pushing a row twice stores
 it once (upsert): a push that was killed is finished by running it again.
@@ -157,8 +157,11 @@ class RemoteCollection(Protocol):
     def close(self) -> None: ...
 
 
-def open_collection(target: RemoteTarget) -> RemoteCollection:
-    """The adapter for `target`'s engine, connected; an unreachable server is an `InputError`."""
+def open_collection(target: RemoteTarget, *, create: bool = False) -> RemoteCollection:
+    """The adapter for `target`'s engine, connected; an unreachable server is an `InputError`.
+
+    A local file target is created only with `create` (a push); a reader is refused a missing one.
+    """
     from embedkit.remote.milvus import MilvusCollection  # the only engine so far
 
-    return MilvusCollection.connect(target)
+    return MilvusCollection.connect(target, create=create)

@@ -20,7 +20,6 @@ pymilvus is imported inside the functions: `embedkit --help` and local search ne
 from __future__ import annotations
 
 import contextlib
-import importlib.util
 import json
 from collections.abc import Iterator
 from typing import TYPE_CHECKING, Any
@@ -28,8 +27,10 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from embedkit.errors import InputError, RunFailure
+from embedkit.extras import require_extra
 from embedkit.index.lexical import LUCENE_ENGLISH_STOPWORDS
 from embedkit.remote.base import PushRecord, RemoteTarget
+from embedkit.remote.lite import LITE_LOG, check_lite_path, lite_failure, lite_failure_in, quiet_milvus_lite
 
 if TYPE_CHECKING:
     from embedkit.data.corpus import Document
@@ -54,8 +55,7 @@ _DOC_FIELDS = ["doc_id", "title", "body", "metadata"]
 
 
 def _pymilvus():
-    if importlib.util.find_spec("pymilvus") is None:
-        raise InputError("a Milvus target needs pymilvus: pip install 'embedkit[milvus]'")
+    require_extra("milvus", "a Milvus target")
     import logging
 
     import pymilvus
@@ -63,6 +63,7 @@ def _pymilvus():
     # pymilvus logs each failed call with its traceback on stderr before raising it; `_calls`
     # reports every failure in one line, so that dump is only noise (a traceback, against the rules)
     logging.getLogger("pymilvus.decorators").setLevel(logging.CRITICAL)
+    quiet_milvus_lite()  # Milvus Lite's own tracebacks too: `_calls` says what they were about
     return pymilvus
 
 
@@ -75,6 +76,7 @@ def _calls(
     import grpc
     from pymilvus.exceptions import MilvusException
 
+    LITE_LOG.last = None
     try:
         yield
     except (MilvusException, grpc.RpcError) as exc:  # pymilvus lets some gRPC errors through as they are
@@ -85,6 +87,12 @@ def _calls(
             ) from None
         text = exc.details() if isinstance(exc, grpc.RpcError) and hasattr(exc, "details") else None
         message = " ".join(str(text or getattr(exc, "message", "") or exc).split())
+        if target.is_local_file:  # what Milvus Lite logged, not pymilvus's summary of it
+            cause = LITE_LOG.last
+            known = lite_failure(target.uri, what, cause) if cause else lite_failure_in(target.uri, message)
+            if known is not None:
+                raise known from None
+            hint = ""
         raise error(f"{target}: {what} failed: {message}{hint}") from None
 
 
@@ -126,9 +134,11 @@ class MilvusCollection:
         self._loaded = False
 
     @classmethod
-    def connect(cls, target: RemoteTarget) -> MilvusCollection:
+    def connect(cls, target: RemoteTarget, *, create: bool = False) -> MilvusCollection:
+        """A client of `target`; a Milvus Lite path is checked first, and created only if `create`."""
         pymilvus = _pymilvus()
         if target.is_local_file:
+            check_lite_path(target.uri, create=create)
             uri, token = target.uri, ""
         else:
             uri, token = "http://" + target.uri.split("://", 1)[1].rstrip("/"), target.token

@@ -153,7 +153,7 @@ def _push(
     if batch_size < 1:
         raise InputError(f"batch size must be at least 1, got {batch_size}")
     start = time.perf_counter()
-    collection = open_collection(target)
+    collection = open_collection(target, create=True)
     try:
         stamp = now()
         record = replace(record, pushed=stamp)

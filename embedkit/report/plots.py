@@ -12,11 +12,10 @@ no global state is touched.
 
 from __future__ import annotations
 
-import importlib.util
 from pathlib import Path
 from typing import Any
 
-from embedkit.errors import InputError
+from embedkit.extras import extra_available, require_extra
 from embedkit.report.tables import BASE_METHOD, Cell, ExperimentTable, slug
 from embedkit.storage.atomic import atomic_path
 
@@ -24,12 +23,11 @@ REFERENCE_METHOD = "simcse"  # the paper's baseline; deltas are against it
 
 
 def plots_available() -> bool:
-    return importlib.util.find_spec("matplotlib") is not None
+    return extra_available("plots")
 
 
 def _figure() -> Any:
-    if not plots_available():
-        raise InputError("plots need matplotlib: pip install 'embedkit[plots]'")
+    require_extra("plots", "plots")
     from matplotlib.backends.backend_agg import FigureCanvasAgg
     from matplotlib.figure import Figure
 

@@ -3,7 +3,10 @@ for `/openapi.json`.
 
 A request body is a `Body` of `Field`s. `Body.check` validates a parsed JSON object against them
 (the one-line messages the API answers with, and the status: 422 for a wrong type or value, 413
-for a list over the server's limit) and `Body.schema` writes the same fields as JSON Schema (2020-12,
+for a list over the server's limit). Every field present is checked, `null` included: `null` is
+a value of no field's type, so `{"input": null}` or `{"k": null}` is a 422 naming the field, as
+an absent required field is; only a field declared `nullable` (TEI's `truncate`, an `Option` in
+TEI) takes `null`, as its default. and `Body.schema` writes the same fields as JSON Schema (2020-12,
 the dialect of OpenAPI 3.1). Limits that depend on the server's settings (`max_texts`, `max_k`)
 are named by their `ServeConfig` attribute and read from the config in both. Response bodies are
 JSON Schema written out here; the tests validate live responses against them.
@@ -46,6 +49,7 @@ class Field:
     minimum: float | None = None  # INTEGER / NUMBER
     maximum: float | str | None = None  # a number, or the ServeConfig attribute that holds it
     max_items: str | None = None  # TEXTS: the ServeConfig attribute limiting a list's length
+    nullable: bool = False  # `null` means the default (as the reference API's optional field)
 
     def limit(self, config: ServeConfig) -> float | None:
         return getattr(config, self.maximum) if isinstance(self.maximum, str) else self.maximum
@@ -60,7 +64,7 @@ class Field:
         elif self.kind == TEXT:
             out = dict(text)
         else:
-            out = {"type": self.kind}
+            out = {"type": [self.kind, "null"] if self.nullable else self.kind}
         if self.choices:
             out["enum"] = list(self.choices)
         if self.minimum is not None:
@@ -101,7 +105,8 @@ class Field:
                 what = "an integer" if self.kind == INTEGER else "a number"
                 span = f" from {low:g}" if low is not None else ""
                 span += f" to {high:g}" if high is not None else (" or more" if span else "")
-                raise BodyError(422, f"'{name}' must be {what}{span}, not {value!r}", name)
+                given = repr(value) if number and not isinstance(value, bool) else json_type(value)
+                raise BodyError(422, f"'{name}' must be {what}{span}, not {given}", name)
         return value
 
 
@@ -127,8 +132,8 @@ class Body:
                 raise BodyError(422, f"'{name}' is missing", name)
         values: dict[str, Any] = {}
         for spec in self.fields:
-            if spec.name in body and body[spec.name] is not None:
-                values[spec.name] = spec.check(body[spec.name], config)
+            if spec.name in body and not (spec.nullable and body[spec.name] is None):
+                values[spec.name] = spec.check(body[spec.name], config)  # null is a wrong type
             elif spec.default is not None:
                 values[spec.name] = spec.default
         return values
@@ -245,7 +250,7 @@ TEI_EMBED = Body(
     (
         Field("inputs", TEXTS, "the text, or texts, to embed", max_items="max_texts"),
         Field("normalize", BOOLEAN, "L2-normalize the vectors", True),
-        Field("truncate", BOOLEAN, "cut texts longer than max_input_length (else 413)", False),
+        Field("truncate", BOOLEAN, "cut texts longer than max_input_length (else 413)", False, nullable=True),
     ),
     required=("inputs",),
     description="text-embeddings-inference's /embed request",

@@ -40,6 +40,11 @@ DEFAULT_MAX_QUEUE_TEXTS = 16384
 DEFAULT_MAX_K = 1000
 
 
+def _header_safe(value: str) -> bool:
+    """Printable ASCII, the characters every HTTP client sends in a header as they are."""
+    return all(" " <= c <= "~" for c in value)
+
+
 @dataclass(frozen=True)
 class ServeConfig:
     """One server's settings; `check()` turns bad values into an `InputError`."""
@@ -70,6 +75,13 @@ class ServeConfig:
         check_encoding_options(self.device, self.precision)
         if self.api_key is not None and (not self.api_key.strip() or self.api_key != self.api_key.strip()):
             raise InputError("the API key is empty or has surrounding spaces")
+        if self.api_key is not None and not _header_safe(self.api_key):
+            # HTTP header values are bytes: clients send non-ASCII as UTF-8, Latin-1 or not at all
+            # (httpx and requests refuse it), and the server reads Latin-1, so such a key never matches.
+            raise InputError(
+                "the API key must be printable ASCII (letters, digits, punctuation): a key with other "
+                "characters cannot be sent the same way by every HTTP client"
+            )
         positive = ("max_batch_tokens", "workers", "max_texts", "max_body_bytes", "max_queue_texts", "max_k")
         for name in positive:
             if getattr(self, name) < 1:

@@ -10,6 +10,11 @@ The lock is `fcntl.flock` on `.NAME.lock` beside the target: the kernel releases
 dies, however it dies, so a lock left by a killed process is stale by construction and is simply
 taken over (the pid in the file is only for the message). Readers take no lock: writers publish
 atomically (`embedkit.storage.atomic`, `embedkit.storage.versioned`).
+
+A lock is keyed on the target's resolved path (`lock_target`: symlinks followed, `..` and a
+relative path made absolute), so every spelling of one folder - through a symlink to it or to a
+folder above it, `a/../idx`, `./idx` - takes the same lock file. A lock file that cannot be
+created or written because the disk is full is a `WriteFailure` (exit 1) before any work.
 """
 
 from __future__ import annotations
@@ -32,8 +37,13 @@ _WAIT: contextvars.ContextVar[bool] = contextvars.ContextVar("embedkit_wait_for_
 _HELD: set[Path] = set()  # targets this process holds, so a nested writer (experiment -> train) passes
 
 
+def lock_target(target: str | os.PathLike[str]) -> Path:
+    """The path a lock is keyed on: `target` resolved, whichever way it is spelled."""
+    return Path(os.path.realpath(Path(target).expanduser()))
+
+
 def lock_path(target: str | os.PathLike[str]) -> Path:
-    target = Path(target).expanduser().absolute()
+    target = lock_target(target)
     return target.parent / f".{target.name}.lock"
 
 
@@ -63,7 +73,7 @@ def _holder(path: Path) -> str:
 @contextlib.contextmanager
 def write_lock(target: str | os.PathLike[str], *, wait: bool | None = None) -> Iterator[None]:
     """Hold the write lock of `target` for the block; `InputError` if another live process holds it."""
-    target = Path(target).expanduser().absolute()
+    target = lock_target(target)
     if target in _HELD:
         yield
         return
@@ -72,12 +82,14 @@ def write_lock(target: str | os.PathLike[str], *, wait: bool | None = None) -> I
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
     except OSError as exc:
+        _full_disk(exc, target)
         reason = f"{path.parent} is not writable ({exc.strerror})"
         raise InputError(f"cannot write to {target}: {reason}") from None
     while True:
         try:
             fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o666)
         except OSError as exc:
+            _full_disk(exc, target)
             raise InputError(f"cannot write {target}: {exc.strerror} ({path})") from None
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | (0 if wait else fcntl.LOCK_NB))
@@ -95,8 +107,12 @@ def write_lock(target: str | os.PathLike[str], *, wait: bool | None = None) -> I
             break
         os.close(fd)
     try:
-        os.ftruncate(fd, 0)
-        os.write(fd, f"{os.getpid()}\n".encode())
+        try:
+            os.ftruncate(fd, 0)
+            os.write(fd, f"{os.getpid()}\n".encode())
+        except OSError as exc:  # a full disk: the write that follows would fail too, after the work
+            _full_disk(exc, target)
+            raise
         _HELD.add(target)
         yield
     finally:
@@ -104,6 +120,14 @@ def write_lock(target: str | os.PathLike[str], *, wait: bool | None = None) -> I
         with contextlib.suppress(FileNotFoundError):
             os.unlink(path)
         os.close(fd)
+
+
+def _full_disk(exc: OSError, target: Path) -> None:
+    """Raise the `WriteFailure` of a full disk (exit 1, naming `target`); return for anything else."""
+    from embedkit.storage.write_failures import NO_SPACE, WriteFailure
+
+    if exc.errno in NO_SPACE:
+        raise WriteFailure(exc.errno, target) from None
 
 
 def locked(argument: str) -> Callable[[F], F]:

@@ -44,13 +44,12 @@ __all__ = ["CHECKSUMS", "current_dir", "is_versioned", "new_version", "clean", "
 
 def current_dir(root: str | Path) -> Path:
     """The folder a reader opens: the version CURRENT names, or ROOT itself (flat layout)."""
+    from embedkit.data.input_files import read_input_text  # a FIFO pointer must not hang a reader
+
     root = Path(root)
-    try:
-        name = (root / POINTER).read_text(encoding="utf-8").strip()
-    except FileNotFoundError:
+    if not os.path.lexists(root / POINTER):
         return root
-    except (OSError, UnicodeDecodeError) as exc:
-        raise InputError(f"cannot read {root / POINTER}: {exc}") from None
+    name = read_input_text(root / POINTER, "version pointer").strip()
     if not _VERSION.match(name):
         raise InputError(f"{root / POINTER} names {name[:40]!r}, not a version folder: the folder is damaged")
     return root / name

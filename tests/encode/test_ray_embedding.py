@@ -84,4 +84,8 @@ def test_missing_ray_names_the_extra(monkeypatch):
     monkeypatch.setitem(sys.modules, "ray", None)  # `import ray` now raises ImportError
     with pytest.raises(InputError) as caught:
         import_ray()
-    assert str(caught.value) == RAY_MISSING == "Ray is not installed: pip install 'embedkit[distributed]'"
+    expected = (
+        "embed --ray needs the distributed extra (ray[data] not installed): "
+        "pip install 'embedkit[distributed]'"
+    )
+    assert str(caught.value) == RAY_MISSING == expected
