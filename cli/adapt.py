@@ -9,7 +9,7 @@ import typer
 
 from embedkit.cli.common import check_io, handle_errors
 from embedkit.cli.options import DeviceOption, WaitOption
-from embedkit.training.adapt_config import ADAPT_METHODS, AdaptConfig  # stdlib only: no torch
+from embedkit.training.adapt.config import ADAPT_METHODS, AdaptConfig  # stdlib only: no torch
 
 DEFAULTS = AdaptConfig()
 
@@ -118,8 +118,8 @@ def adapt(
     ).validate()
     from transformers.utils import logging as hf_logging
 
-    from embedkit.training.adapt import adapt as run_adapt
-    from embedkit.training.adapt_report import before_after_table, finished_adapt, holds_model
+    from embedkit.training.adapt.report import before_after_table, finished_adapt, holds_model
+    from embedkit.training.adapt.run import adapt as run_adapt
 
     hf_logging.disable_progress_bar()  # the weight-loading bars would bury ours
     console = make_console(stderr=True)

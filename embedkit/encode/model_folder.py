@@ -15,12 +15,12 @@ from __future__ import annotations
 
 import hashlib
 import importlib.util
-import json
 from dataclasses import dataclass, field
 from functools import cached_property
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from embedkit.encode.json_file import read_json
 from embedkit.errors import InputError
 
 if TYPE_CHECKING:
@@ -54,16 +54,6 @@ def resolve_model_path(model: str | Path | None) -> Path:
     if not path.is_dir():
         raise InputError(f"not a model folder: {path} is a file")
     return path
-
-
-def read_json(path: Path) -> dict[str, Any]:
-    try:
-        data = json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
-        raise InputError(f"cannot read {path}: {exc}") from None
-    if not isinstance(data, dict):
-        raise InputError(f"cannot read {path}: expected a JSON object")
-    return data
 
 
 @dataclass(frozen=True)

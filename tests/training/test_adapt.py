@@ -17,9 +17,9 @@ from embedkit.cli.app import app
 from embedkit.data.corpus import Document
 from embedkit.index.folder import read_index_meta
 from embedkit.index.search import Hit
-from embedkit.training.adapt import teacher_candidates
-from embedkit.training.adapt_config import AdaptConfig
-from embedkit.training.adapt_queries import (
+from embedkit.training.adapt.config import AdaptConfig
+from embedkit.training.adapt.losses import candidate_cosines, listwise_kl
+from embedkit.training.adapt.queries import (
     PseudoQuery,
     make_pseudo_queries,
     mine_candidates,
@@ -27,7 +27,7 @@ from embedkit.training.adapt_queries import (
     unique_source_batches,
     words,
 )
-from embedkit.training.distill_losses import candidate_cosines, listwise_kl
+from embedkit.training.adapt.run import teacher_candidates
 
 # --- the loss ------------------------------------------------------------------------------------
 
@@ -266,7 +266,7 @@ class _FixedVectors:
 
 def test_dev_ndcg_ranks_the_positive_among_the_other_documents() -> None:
     from embedkit.evaluation.metrics import ndcg_at_k
-    from embedkit.training.adapt import dev_ndcg
+    from embedkit.training.adapt.run import dev_ndcg
 
     rng = np.random.default_rng(1)
     docs = rng.normal(size=(30, 8)).astype(np.float32)
@@ -296,7 +296,7 @@ def test_training_the_passages_too_moves_the_model_differently(
 
     from safetensors.numpy import load_file
 
-    adapt_module = importlib.import_module("embedkit.training.adapt")
+    adapt_module = importlib.import_module("embedkit.training.adapt.run")
     corpus = _corpus(tmp_path / "corpus.jsonl")
     index = tmp_path / "index"
     made = CliRunner().invoke(app, ["index", str(corpus), "--out", str(index), "--model", str(tiny_bert)])
@@ -321,8 +321,8 @@ def test_the_step_runs_under_bf16_autocast_and_saves_fp32_weights(
 
     from safetensors.numpy import load_file
 
-    adapt_module = importlib.import_module("embedkit.training.adapt")
-    student_module = importlib.import_module("embedkit.training.adapt_student")
+    adapt_module = importlib.import_module("embedkit.training.adapt.run")
+    student_module = importlib.import_module("embedkit.training.adapt.student")
     corpus = _corpus(tmp_path / "corpus.jsonl")
     index = tmp_path / "index"
     made = CliRunner().invoke(app, ["index", str(corpus), "--out", str(index), "--model", str(tiny_bert)])

@@ -14,10 +14,10 @@ from safetensors.numpy import load_file
 from typer.testing import CliRunner
 
 from embedkit.cli.app import app
-from embedkit.training.adapt import adapt
-from embedkit.training.adapt_config import AdaptConfig
+from embedkit.training.adapt.config import AdaptConfig
+from embedkit.training.adapt.run import adapt
 
-adapt_module = importlib.import_module("embedkit.training.adapt")  # the package re-exports the function
+adapt_module = importlib.import_module("embedkit.training.adapt.run")
 STEPS, EVAL_STEPS, KILLED_AT = 6, 2, 5  # checkpoints after steps 2 and 4; killed inside step 5
 
 

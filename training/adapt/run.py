@@ -2,11 +2,11 @@
 
 Read top to bottom:
 1. Check the inputs (the index has a lexical side, its model is a torch folder this code can save).
-2. Pseudo queries from the index's own documents (`adapt_queries`), a held-out share for dev.
+2. Pseudo queries from the index's own documents (`queries`), a held-out share for dev.
 3. The teacher: the index's hybrid ranking of every query (`SearchIndex.search_text`), mined into
    each query's candidate list and hard negatives.
 4. The student, the dense encoder (backbone + the model's pooling), trained on the query side:
-   listwise KL to the teacher's distribution over the candidates (`distill_losses.listwise_kl`),
+   listwise KL to the teacher's distribution over the candidates (`losses.listwise_kl`),
    plus InfoNCE over in-batch positives and hard negatives (`losses.info_nce`). Each query's positive
    (its document, without the ICT sentence or title) is embedded every step by the current model
    without gradient; the other candidates' vectors start as the index's own and are embedded again
@@ -38,7 +38,7 @@ from embedkit.index.search import SearchIndex
 from embedkit.progress import ProgressBar
 from embedkit.storage.locking import write_lock
 from embedkit.training import checkpoint as ckpt
-from embedkit.training.adapt_checkpoint import (
+from embedkit.training.adapt.checkpoint import (
     AdaptParts,
     AdaptState,
     check_adapt_resumable,
@@ -47,8 +47,8 @@ from embedkit.training.adapt_checkpoint import (
     save_adapt_best,
     save_adapt_checkpoint,
 )
-from embedkit.training.adapt_config import AdaptConfig
-from embedkit.training.adapt_queries import (
+from embedkit.training.adapt.config import AdaptConfig
+from embedkit.training.adapt.queries import (
     HARD_NEGATIVE_RANKS,
     Candidates,
     PseudoQuery,
@@ -58,7 +58,7 @@ from embedkit.training.adapt_queries import (
     unique_source_batches,
     words,
 )
-from embedkit.training.adapt_student import StudentEmbedder, dev_ndcg, step_loss
+from embedkit.training.adapt.student import StudentEmbedder, dev_ndcg, step_loss
 from embedkit.training.model import make_optimizer, make_scheduler, optimizer_step
 from embedkit.training.save import write_model_folder
 from embedkit.training.trainer import resolve_precision

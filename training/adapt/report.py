@@ -13,7 +13,7 @@ from embedkit.errors import InputError
 from embedkit.index.folder import read_index_meta
 
 if TYPE_CHECKING:
-    from embedkit.training.adapt import AdaptResult
+    from embedkit.training.adapt.run import AdaptResult
 
 
 def before_after_table(result: AdaptResult) -> str:

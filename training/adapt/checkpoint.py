@@ -28,7 +28,7 @@ from embedkit.encode.model_folder import read_json
 from embedkit.errors import InputError, RunFailure
 from embedkit.storage.atomic import atomic_dir
 from embedkit.training import checkpoint as ckpt
-from embedkit.training.adapt_config import AdaptConfig
+from embedkit.training.adapt.config import AdaptConfig
 
 # settings that may differ on resume: they change no number the run computes
 RESUMABLE_CHANGES = frozenset({"device"})

@@ -8,7 +8,7 @@ from typing import Any
 
 from embedkit.errors import InputError
 from embedkit.index.fusion import FUSION_METHODS
-from embedkit.training.adapt_queries import QUERY_KINDS
+from embedkit.training.adapt.queries import QUERY_KINDS
 from embedkit.training.config import PRECISIONS
 
 # method -> weight of the in-batch InfoNCE term beside the listwise KL term
@@ -24,7 +24,7 @@ class AdaptConfig:
 
     base_model: str | None = None  # the index's model (its torch folder); another copy of it may be named
     method: str = "kl+nce"  # ADAPT_METHODS; see benchmarks/README.md "adapt" for the measured variants
-    queries: str = "ict,title,terms"  # pseudo-query kinds (adapt_queries.QUERY_KINDS), comma-separated
+    queries: str = "ict,title,terms"  # pseudo-query kinds (queries.QUERY_KINDS), comma-separated
     max_queries: int = 4000  # training queries drawn from all that the documents give (steps x batch: 4800)
     dev_queries: int = 200  # held-out queries (their documents give none for training): Cranfield's 225
     fusion: str = "prf"  # the teacher: the index's hybrid ranking, with `embedkit search`'s default fusion
