@@ -13,6 +13,8 @@ from typing import Annotated, Any
 import typer
 from typer.core import TyperGroup
 
+from embedkit.console_quiet import quiet_other_libraries
+
 try:  # typer 0.29+ carries its own copy of click
     from typer._click import exceptions as _click_errors
 except ImportError:  # older typer: click itself
@@ -23,6 +25,7 @@ class OneLineErrors(TyperGroup):
     """Usage errors (`-k 0`, a missing `--out`) as one `error:` line and exit 2, like all bad input."""
 
     def main(self, *args: Any, standalone_mode: bool = True, **kwargs: Any) -> Any:
+        quiet_other_libraries()
         try:
             result = super().main(*args, standalone_mode=False, **kwargs)
         except _click_errors.UsageError as exc:
