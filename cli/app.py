@@ -13,6 +13,7 @@ from typing import Annotated, Any
 import typer
 from typer.core import TyperGroup
 
+from embedkit.cli.help_format import name_values
 from embedkit.console_quiet import quiet_other_libraries
 
 try:  # typer 0.29+ carries its own copy of click
@@ -26,6 +27,7 @@ class OneLineErrors(TyperGroup):
 
     def main(self, *args: Any, standalone_mode: bool = True, **kwargs: Any) -> Any:
         quiet_other_libraries()
+        name_values(self)
         try:
             result = super().main(*args, standalone_mode=False, **kwargs)
         except _click_errors.UsageError as exc:
@@ -60,6 +62,9 @@ app = typer.Typer(
     no_args_is_help=False,  # a bare `embedkit` is a usage error: one line, exit 2
     add_completion=False,
     pretty_exceptions_enable=False,
+    # click's plain help, as git and ruff print theirs: rich's boxed panels squeeze option text into a
+    # narrow column at 80 characters and cut defaults off
+    rich_markup_mode=None,
 )
 
 
