@@ -9,7 +9,7 @@ import typer
 
 from embedkit.cli.common import check_io, handle_errors
 from embedkit.cli.options import DeviceOption, WaitOption
-from embedkit.training.adapt_config import ADAPT_METHODS, AdaptConfig  # stdlib only: no torch
+from embedkit.training.adapt.config import ADAPT_METHODS, AdaptConfig  # stdlib only: no torch
 
 DEFAULTS = AdaptConfig()
 
@@ -67,6 +67,23 @@ def adapt(
             "pseudo queries).",
         ),
     ] = None,
+    select: Annotated[
+        str | None,
+        typer.Option(
+            "--select",
+            help="The dev signal a step is chosen on: rare-cut (held-out pseudo queries without their "
+            "rare words), pseudo (as cut), or judged (--dev-retrieval's; its default).",
+        ),
+    ] = None,
+    margin: Annotated[
+        float,
+        typer.Option(
+            "--margin", help="nDCG@10 the chosen signal must gain over the base for a step to be kept."
+        ),
+    ] = DEFAULTS.margin,
+    force: Annotated[
+        bool, typer.Option("--force", help="Keep the best step even when it does not clear the margin.")
+    ] = False,
     reindex: Annotated[
         bool,
         typer.Option(
@@ -113,15 +130,15 @@ def adapt(
         seed=seed,
         eval_steps=eval_steps,
         dev_retrieval=str(dev_retrieval) if dev_retrieval is not None else None,
+        select=select,
+        margin=margin,
+        force=force,
         device=device,
         precision=precision,
     ).validate()
-    from transformers.utils import logging as hf_logging
+    from embedkit.training.adapt.report import before_after_table, finished_adapt, holds_model, kept_base
+    from embedkit.training.adapt.run import adapt as run_adapt
 
-    from embedkit.training.adapt import adapt as run_adapt
-    from embedkit.training.adapt_report import before_after_table, finished_adapt, holds_model
-
-    hf_logging.disable_progress_bar()  # the weight-loading bars would bury ours
     console = make_console(stderr=True)
     finished = resume and finished_adapt(out, index)
     if finished:
@@ -131,6 +148,9 @@ def adapt(
             index, out, config, overwrite=overwrite, resume=resume, progress=not quiet, note=console.print
         )
         typer.echo(before_after_table(result))
+    if kept_base(out):  # the same model: an export or a re-embed would only copy what exists
+        typer.echo(f"the base model was kept: {index} is unchanged, nothing exported or re-embedded")
+        return
     model_for_index: Path = out
     if export is not None:
         if finished and holds_model(export, out):

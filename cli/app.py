@@ -13,6 +13,9 @@ from typing import Annotated, Any
 import typer
 from typer.core import TyperGroup
 
+from embedkit.cli.help_format import name_values
+from embedkit.console_quiet import quiet_other_libraries
+
 try:  # typer 0.29+ carries its own copy of click
     from typer._click import exceptions as _click_errors
 except ImportError:  # older typer: click itself
@@ -23,6 +26,8 @@ class OneLineErrors(TyperGroup):
     """Usage errors (`-k 0`, a missing `--out`) as one `error:` line and exit 2, like all bad input."""
 
     def main(self, *args: Any, standalone_mode: bool = True, **kwargs: Any) -> Any:
+        quiet_other_libraries()
+        name_values(self)
         from embedkit.cli.common import GuardedStdout, StdoutFailure
 
         stdout = sys.stdout
@@ -74,6 +79,9 @@ app = typer.Typer(
     no_args_is_help=False,  # a bare `embedkit` is a usage error: one line, exit 2
     add_completion=False,
     pretty_exceptions_enable=False,
+    # click's plain help, as git and ruff print theirs: rich's boxed panels squeeze option text into a
+    # narrow column at 80 characters and cut defaults off
+    rich_markup_mode=None,
 )
 
 

@@ -122,15 +122,16 @@ def index(
 ) -> None:
     """Embed CORPUS (normalized vectors, inner product) into the index folder --out.
 
-    The folder holds index.faiss, docs.sqlite (ids, texts, metadata, and the BM25 index unless
-    --no-lexical) and embedkit-index.json (model, fingerprint, kind, parameters, count). It is
-    written atomically: a failed or interrupted run leaves the previous index intact. Document ids
-    must be unique; with --append, an id already in the index is an error and nothing is added,
-    unless --upsert: then the corpus's document replaces the index's (see `embedkit delete`).
-    With --from-vectors DIR the vectors come from DIR's part files (checked: all parts present,
-    none corrupt, the corpus's ids in the same order, one model) and nothing is embedded.
-    --device cuda (or cuda:N) runs the model and builds a flat or ivf-pq index with faiss on that GPU
-    (faiss with GPU support: the gpu extra); the index is saved in faiss's CPU form either way.
+    Each build, --append or --overwrite writes a new version folder v-N/ (the FAISS vectors, the
+    documents in SQLite, the tantivy BM25 index unless --no-lexical, checksums) and then moves the
+    CURRENT pointer to it in one step: a failed or interrupted run leaves the previous version in
+    use. Document ids must be unique; with --append, an id already in the index is an error and
+    nothing is added, unless --upsert: then the corpus's document replaces the index's (see
+    `embedkit delete`). With --from-vectors DIR the vectors come from DIR's part files (checked:
+    all parts present, none corrupt, the corpus's ids in the same order, one model) and nothing is
+    embedded. --device cuda (or cuda:N) runs the model and builds a flat or ivf-pq index with
+    faiss on that GPU (faiss with GPU support: the gpu extra); the index is saved in faiss's CPU
+    form either way.
     """
     from embedkit.errors import InputError
     from embedkit.index import build_index

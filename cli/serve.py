@@ -84,6 +84,10 @@ def serve(
     max_body_mb: Annotated[
         float, typer.Option("--max-body-mb", min=0.001, help="Request body size limit in MiB; more is a 413.")
     ] = settings.DEFAULT_MAX_BODY_BYTES / 2**20,
+    served_model_name: Annotated[
+        str | None,
+        typer.Option("--served-model-name", help="The model's name in responses (default: its card's name)."),
+    ] = None,
     access_log: Annotated[bool, typer.Option("--access-log", help="Log every request on stderr.")] = False,
     ort_spinning: Annotated[
         bool, typer.Option("--ort-spinning", hidden=True, help="Let ONNX Runtime's CPU threads busy-wait.")
@@ -115,6 +119,7 @@ def serve(
         max_body_bytes=int(max_body_mb * 2**20),
         access_log=access_log,
         ort_spinning=ort_spinning,
+        served_model_name=served_model_name,
     )
     config.check()
     if not config.loopback and config.api_key is None:

@@ -9,11 +9,15 @@ import pytest
 from fixture_text import AERO_WORDS, SENTENCES  # noqa: F401 (re-exported for tests)
 from tiny_models import make_tiny_bert
 
+from embedkit.console_quiet import quiet_other_libraries
+
 SHARED_DATA = Path(__file__).resolve().parents[1].parent / "shared" / "data"
 
 # rich lays tables out at the terminal's width (COLUMNS, else 80), so the tests pin it: they read the
 # same output in any terminal. Tests of other widths set COLUMNS themselves; subprocesses inherit it.
 os.environ["COLUMNS"] = "80"
+# As the CLI does: no transformers/hub progress bars, no gRPC exit chatter from Milvus Lite.
+quiet_other_libraries()
 
 @pytest.fixture(scope="session")
 def tiny_bert(tmp_path_factory: pytest.TempPathFactory) -> Path:

@@ -11,9 +11,9 @@ from embedkit.lazy import lazy_exports
 
 # public name -> module that defines it
 _EXPORTS: dict[str, str] = {
-    "AdaptConfig": "embedkit.training.adapt_config",
-    "AdaptResult": "embedkit.training.adapt",
-    "adapt": "embedkit.training.adapt",
+    "AdaptConfig": "embedkit.training.adapt.config",
+    "AdaptResult": "embedkit.training.adapt.run",
+    "adapt": "embedkit.training.adapt.run",
     "TrainConfig": "embedkit.training.config",
     "METHODS": "embedkit.training.config",
     "TrainResult": "embedkit.training.trainer",

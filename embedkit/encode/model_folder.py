@@ -15,12 +15,13 @@ from __future__ import annotations
 
 import hashlib
 import importlib.util
-import json
 from dataclasses import dataclass, field
 from functools import cached_property
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from embedkit.encode.hub import looks_like_hub_name, resolve_hub_name
+from embedkit.encode.json_file import read_json
 from embedkit.errors import InputError
 
 if TYPE_CHECKING:
@@ -45,27 +46,18 @@ def default_base_model_path() -> Path:
 
 
 def resolve_model_path(model: str | Path | None) -> Path:
-    """`None` or the default model's name gives the bundled folder; anything else must be a folder."""
+    """`None` or the default model's name gives the bundled folder; `ORG/NAME` that is not a local path is
+    a hub name, found in the Hugging Face cache (`embedkit.encode.hub`); anything else must be a folder."""
     if model is None or str(model) in (DEFAULT_BASE_MODEL, f"sentence-transformers/{DEFAULT_BASE_MODEL}"):
         return default_base_model_path()
     path = Path(model).expanduser()
+    if not path.exists() and looks_like_hub_name(str(model)):
+        return resolve_hub_name(str(model))
     if not path.exists():
-        raise InputError(f"model folder not found: {path} (models are local folders, not hub names)")
+        raise InputError(f"model folder not found: {path} (a hub model is named ORG/NAME)")
     if not path.is_dir():
         raise InputError(f"not a model folder: {path} is a file")
     return path
-
-
-def read_json(path: Path) -> dict[str, Any]:
-    from embedkit.data.input_files import read_input_text  # a FIFO here would hang a plain read
-
-    try:
-        data = json.loads(read_input_text(path))
-    except json.JSONDecodeError as exc:
-        raise InputError(f"cannot read {path}: {exc}") from None
-    if not isinstance(data, dict):
-        raise InputError(f"cannot read {path}: expected a JSON object")
-    return data
 
 
 @dataclass(frozen=True)

@@ -25,7 +25,7 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
-from embedkit.encode.model_folder import read_json
+from embedkit.encode.json_file import read_json
 from embedkit.errors import InputError
 
 # Pooling modes in the order sentence-transformers concatenates the boolean-key format's modes.

@@ -15,13 +15,13 @@ from dataclasses import asdict, dataclass, field, fields
 from typing import TYPE_CHECKING, Any, Protocol
 
 from embedkit.errors import InputError
+from embedkit.remote.engines import ENGINES
 
 if TYPE_CHECKING:
     import numpy as np
 
     from embedkit.data.corpus import Document
 
-SCHEMES = ("milvus",)  # URI schemes of the adapters (a local Milvus Lite file needs none)
 LITE_SUFFIX = ".db"
 DEFAULT_COLLECTION = "embedkit"
 TOKEN_ENV = "MILVUS_TOKEN"
@@ -55,7 +55,7 @@ class RemoteTarget:
             )
         if "://" in uri:
             match = _URI.fullmatch(uri)
-            if match is None or match["scheme"] not in SCHEMES or not 0 < int(match["port"]) < 65536:
+            if match is None or match["scheme"] not in ENGINES or not 0 < int(match["port"]) < 65536:
                 raise InputError(f"bad search server URI {uri!r}: use milvus://HOST:PORT or a FILE.db path")
         elif not uri.endswith(LITE_SUFFIX):
             raise InputError(f"bad search server URI {uri!r}: use milvus://HOST:PORT or a FILE.db path")
@@ -158,10 +158,10 @@ class RemoteCollection(Protocol):
 
 
 def open_collection(target: RemoteTarget, *, create: bool = False) -> RemoteCollection:
-    """The adapter for `target`'s engine, connected; an unreachable server is an `InputError`.
-
-    A local file target is created only with `create` (a push); a reader is refused a missing one.
+    """The adapter for `target`'s engine, connected (the registry in `engines` picks it); an
+    unreachable server is an `InputError`. A local file target is created only with `create` (a
+    push); a reader is refused a missing one.
     """
-    from embedkit.remote.milvus import MilvusCollection  # the only engine so far
+    from embedkit.remote.engines import open_collection as open_registered
 
-    return MilvusCollection.connect(target, create=create)
+    return open_registered(target, create=create)

@@ -58,6 +58,9 @@ def _pymilvus():
     require_extra("milvus", "a Milvus target")
     import logging
 
+    from embedkit.console_quiet import quiet_other_libraries
+
+    quiet_other_libraries()  # gRPC's verbosity is read once, when it starts
     import pymilvus
 
     # pymilvus logs each failed call with its traceback on stderr before raising it; `_calls`

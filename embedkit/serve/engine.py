@@ -66,14 +66,16 @@ class Embedded:
 class ServedModel:
     """An open encoder (and index), with what the server says about it."""
 
-    def __init__(self, encoder: Any, index: SearchIndex | None = None) -> None:
+    def __init__(self, encoder: Any, index: SearchIndex | None = None, name: str | None = None) -> None:
+        from embedkit.encode.model_name import model_name
+
         self.encoder = encoder
         self.index = index
         tokenizer = getattr(getattr(encoder, "batcher", None), "tokenizer", None)
         if tokenizer is None:
             raise InputError(f"{encoder.path} has no tokenizer to count tokens with")
         self.tokenizer = tokenizer
-        self.name = encoder.path.name
+        self.name = model_name(encoder.path, name)  # the card's name, not a cache key or "onnx"
         self.backend = str(encoder.backend)
         self.device = str(encoder.device)
         self.precision = str(getattr(encoder, "precision", "fp32"))
@@ -108,10 +110,11 @@ class ServedModel:
         # without spinning, 36 instead of 23 to 32 (benchmarks/README.md; `--ort-spinning` keeps it).
         options = {"device": config.device, "precision": config.precision, "spinning": config.ort_spinning}
         if config.index is None:
-            return cls(load_encoder(config.model, **options))
+            return cls(load_encoder(config.model, **options), name=config.served_model_name)
         index = open_search_index(config.index, config.collection, config.token)
         try:
-            return cls(load_encoder(check_model_for(index.meta, config.model), **options), index)
+            encoder = load_encoder(check_model_for(index.meta, config.model), **options)
+            return cls(encoder, index, name=config.served_model_name)
         except BaseException:
             index.close()
             raise

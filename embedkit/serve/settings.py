@@ -68,6 +68,7 @@ class ServeConfig:
     max_k: int = DEFAULT_MAX_K
     access_log: bool = False
     ort_spinning: bool = False  # let ONNX Runtime's CPU threads busy-wait (see engine.stop_spinning)
+    served_model_name: str | None = None  # None: the model's own name (embedkit.encode.model_name)
 
     def check(self) -> None:
         if not 0 <= self.port <= 65535:
@@ -88,6 +89,8 @@ class ServeConfig:
                 raise InputError(f"--{name.replace('_', '-')} must be at least 1, got {getattr(self, name)}")
         if self.max_queue_tokens is not None and self.max_queue_tokens < 1:
             raise InputError(f"--max-queue-tokens must be at least 1, got {self.max_queue_tokens}")
+        if self.served_model_name is not None and not self.served_model_name.strip():
+            raise InputError("--served-model-name is empty")
         if self.max_wait_ms < 0:
             raise InputError(f"--max-wait-ms must be 0 or more, got {self.max_wait_ms}")
         if self.max_queue_texts < self.max_texts:

@@ -68,12 +68,13 @@ def metric_values(client) -> dict[tuple[str, tuple], float]:
     return {(s.name, tuple(sorted(s.labels.items()))): s.value for f in families for s in f.samples}
 
 
-def test_health_and_models(server: Server, client, tiny_onnx: Path):
+def test_health_and_models(server: Server, client, tiny_bert: Path):
+    # an export is named after the torch folder it came from (it has no card of its own)
     health = httpx.get(f"{server.url}/health").json()
-    assert health == {"status": "ok", "model": tiny_onnx.name, "index_version": "v-000001"}
+    assert health == {"status": "ok", "model": tiny_bert.name, "index_version": "v-000001"}
     (card,) = client.get("/v1/models").json()["data"]
     assert (card["id"], card["object"], card["dim"], card["max_seq_length"]) == (
-        tiny_onnx.name,
+        tiny_bert.name,
         "model",
         32,
         64,
@@ -82,7 +83,9 @@ def test_health_and_models(server: Server, client, tiny_onnx: Path):
 
 
 @pytest.mark.parametrize("encoding_format", [None, "float", "base64"])
-def test_openai_client_gets_the_encoders_vectors(server: Server, encoder, tiny_onnx: Path, encoding_format):
+def test_openai_client_gets_the_encoders_vectors(
+    server: Server, encoder, tiny_onnx: Path, tiny_bert: Path, encoding_format
+):
     api = openai.OpenAI(base_url=f"{server.url}/v1", api_key=KEY, max_retries=0)
     options = {} if encoding_format is None else {"encoding_format": encoding_format}
     response = api.embeddings.create(input=TEXTS, model="anything", **options)
@@ -94,7 +97,7 @@ def test_openai_client_gets_the_encoders_vectors(server: Server, encoder, tiny_o
         got = np.array([d.embedding for d in response.data])
     assert [d.index for d in response.data] == list(range(len(TEXTS)))
     assert cosines(got, encoder.encode(TEXTS)).min() >= 0.99999
-    assert response.model == tiny_onnx.name
+    assert response.model == tiny_bert.name  # the export is named after its source
     assert response.usage.prompt_tokens == response.usage.total_tokens == sum(token_counts(tiny_onnx, TEXTS))
 
     one = api.embeddings.create(input="the cat eats food", model="anything")

@@ -26,7 +26,9 @@ def queue_depth(url: str) -> float:
     raise AssertionError("no embedkit_queue_depth in /metrics")
 
 
-def test_503_while_loading_then_sigterm_drains_the_request_in_flight(tiny_index: Path, tiny_onnx: Path):
+def test_503_while_loading_then_sigterm_drains_the_request_in_flight(
+    tiny_index: Path, tiny_onnx: Path, tiny_bert: Path
+):
     """Served from --index alone (the index's own model); every batch waits 1.5 s for company, so
     the warm-up batch leaves time to see a 503, and a request is surely in flight at SIGTERM."""
     from embedkit import load_encoder
@@ -45,7 +47,7 @@ def test_503_while_loading_then_sigterm_drains_the_request_in_flight(tiny_index:
         if early.status_code == 503:  # unless the warm-up finished in between
             assert early.json()["error"]["type"] == "service_unavailable" and "Retry-After" in early.headers
         server.wait_ready()
-        assert f"model {tiny_onnx.name} (onnx, cpu" in "".join(server.stdout)  # the index's model
+        assert f"model {tiny_bert.name} (onnx, cpu" in "".join(server.stdout)  # the index's model
 
         # A client that gives up while its texts wait: they are dropped, never embedded.
         with pytest.raises(httpx.ReadTimeout):
@@ -98,7 +100,7 @@ def test_a_folder_that_is_not_a_model_exits_2_before_the_url(tmp_path: Path, tin
     assert result.returncode == 2, result.stderr
     assert (result.stdout, result.stderr) == (
         "",
-        f"error: model folder not found: {tmp_path / 'missing'} (models are local folders, not hub names)\n",
+        f"error: model folder not found: {tmp_path / 'missing'} (a hub model is named ORG/NAME)\n",
     )
     result = run_cli("--index", str(tiny_index), str(tmp_path), "--port", "0", "--device", "cpu")
     assert result.returncode == 2 and result.stdout == "", result.stdout

@@ -82,9 +82,9 @@ def test_embed_follows_teis_shapes(client, encoder):
     assert bad.status_code == 422 and "'truncate'" in bad.json()["error"]
 
 
-def test_info_has_teis_fields(client, tiny_onnx: Path):
+def test_info_has_teis_fields(client, tiny_bert: Path):
     info = client.get("/info").json()
-    assert info["model_id"] == tiny_onnx.name
+    assert info["model_id"] == tiny_bert.name  # the export is named after its source
     assert (info["max_input_length"], info["max_client_batch_size"]) == (64, MAX_TEXTS)
     assert info["model_dtype"] == "float32" and info["model_type"] == {"embedding": {"pooling": "mean"}}
     assert info["auto_truncate"] is False

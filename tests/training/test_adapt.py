@@ -17,9 +17,9 @@ from embedkit.cli.app import app
 from embedkit.data.corpus import Document
 from embedkit.index.folder import read_index_meta
 from embedkit.index.search import Hit
-from embedkit.training.adapt import teacher_candidates
-from embedkit.training.adapt_config import AdaptConfig
-from embedkit.training.adapt_queries import (
+from embedkit.training.adapt.config import AdaptConfig
+from embedkit.training.adapt.losses import candidate_cosines, listwise_kl
+from embedkit.training.adapt.queries import (
     PseudoQuery,
     make_pseudo_queries,
     mine_candidates,
@@ -27,7 +27,7 @@ from embedkit.training.adapt_queries import (
     unique_source_batches,
     words,
 )
-from embedkit.training.distill_losses import candidate_cosines, listwise_kl
+from embedkit.training.adapt.run import teacher_candidates
 
 # --- the loss ------------------------------------------------------------------------------------
 
@@ -206,7 +206,7 @@ def test_adapt_writes_a_model_and_reindexes_as_a_fresh_index(
     if not corpus_kept:
         indexed.unlink()
     args = ["adapt", str(index), "--out", str(tmp_path / "m"), "--steps", "3", "--batch-size", "4"]
-    result = runner.invoke(app, [*args, "--eval-steps", "1", "--lr", "1e-3", "-q"])
+    result = runner.invoke(app, [*args, "--eval-steps", "1", "--lr", "1e-3", "--force", "-q"])
     assert result.exit_code == 0, result.output
     info = json.loads((tmp_path / "m" / "embedkit.json").read_text())
     assert info["method"] == "adapt kl+nce" and (tmp_path / "m" / "modules.json").is_file()
@@ -266,7 +266,7 @@ class _FixedVectors:
 
 def test_dev_ndcg_ranks_the_positive_among_the_other_documents() -> None:
     from embedkit.evaluation.metrics import ndcg_at_k
-    from embedkit.training.adapt import dev_ndcg
+    from embedkit.training.adapt.student import dev_ndcg
 
     rng = np.random.default_rng(1)
     docs = rng.normal(size=(30, 8)).astype(np.float32)
@@ -296,7 +296,8 @@ def test_training_the_passages_too_moves_the_model_differently(
 
     from safetensors.numpy import load_file
 
-    adapt_module = importlib.import_module("embedkit.training.adapt")
+    adapt_module = importlib.import_module("embedkit.training.adapt.run")
+    dev_module = importlib.import_module("embedkit.training.adapt.dev")
     corpus = _corpus(tmp_path / "corpus.jsonl")
     index = tmp_path / "index"
     made = CliRunner().invoke(app, ["index", str(corpus), "--out", str(index), "--model", str(tiny_bert)])
@@ -304,7 +305,7 @@ def test_training_the_passages_too_moves_the_model_differently(
     weights = {}
     for passages in (False, True):
         rising = itertools.count()  # every dev score beats the last: the last step's weights are saved
-        monkeypatch.setattr(adapt_module, "dev_ndcg", lambda *args, rising=rising: float(next(rising)))
+        monkeypatch.setattr(dev_module, "dev_ndcg", lambda *args, rising=rising: float(next(rising)))
         config = AdaptConfig(steps=2, eval_steps=1, batch_size=4, learning_rate=1e-2, train_passages=passages)
         result = adapt_module.adapt(index, tmp_path / f"m{passages}", config, progress=False)
         assert result.best_step == 2
@@ -321,8 +322,8 @@ def test_the_step_runs_under_bf16_autocast_and_saves_fp32_weights(
 
     from safetensors.numpy import load_file
 
-    adapt_module = importlib.import_module("embedkit.training.adapt")
-    student_module = importlib.import_module("embedkit.training.adapt_student")
+    adapt_module = importlib.import_module("embedkit.training.adapt.run")
+    student_module = importlib.import_module("embedkit.training.adapt.student")
     corpus = _corpus(tmp_path / "corpus.jsonl")
     index = tmp_path / "index"
     made = CliRunner().invoke(app, ["index", str(corpus), "--out", str(index), "--model", str(tiny_bert)])

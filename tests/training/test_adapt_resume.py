@@ -14,10 +14,10 @@ from safetensors.numpy import load_file
 from typer.testing import CliRunner
 
 from embedkit.cli.app import app
-from embedkit.training.adapt import adapt
-from embedkit.training.adapt_config import AdaptConfig
+from embedkit.training.adapt.config import AdaptConfig
+from embedkit.training.adapt.run import adapt
 
-adapt_module = importlib.import_module("embedkit.training.adapt")  # the package re-exports the function
+adapt_module = importlib.import_module("embedkit.training.adapt.run")
 STEPS, EVAL_STEPS, KILLED_AT = 6, 2, 5  # checkpoints after steps 2 and 4; killed inside step 5
 
 
@@ -96,7 +96,7 @@ def test_resume_after_the_model_goes_on_to_reembedding(tmp_path: Path, tiny_bert
     out = tmp_path / "m"
     runner = CliRunner()
     base = ["adapt", str(index), "--out", str(out), "--steps", "4", "--batch-size", "4", "-q"]
-    base += ["--lr", "1e-3", "--eval-steps", "1"]
+    base += ["--lr", "1e-3", "--eval-steps", "1", "--select", "pseudo", "--force"]
     first = runner.invoke(app, [*base, "--no-reindex"])  # as if killed while re-embedding
     assert first.exit_code == 0, first.output
     lines = first.output.splitlines()  # the notes on stderr are mixed in: find the table

@@ -8,7 +8,8 @@ from typing import Any
 
 from embedkit.errors import InputError
 from embedkit.index.fusion import FUSION_METHODS
-from embedkit.training.adapt_queries import QUERY_KINDS
+from embedkit.training.adapt.queries import QUERY_KINDS
+from embedkit.training.adapt.signals import LABEL_FREE
 from embedkit.training.config import PRECISIONS
 
 # method -> weight of the in-batch InfoNCE term beside the listwise KL term
@@ -18,13 +19,19 @@ ADAPT_METHODS: dict[str, float] = {
 }
 
 
+# The selection rule, from benchmarks/README.md "adapt: selection signals" (see signals.py).
+DEFAULT_SELECT = "rare-cut"
+DEFAULT_MARGIN = 0.01  # one point of nDCG@10
+DEFAULT_MIN_BASE_OVERLAP = 0.0
+
+
 @dataclass
 class AdaptConfig:
     """Hyper-parameters of one `embedkit adapt` run (JSON-serialisable; recorded in embedkit.json)."""
 
     base_model: str | None = None  # the index's model (its torch folder); another copy of it may be named
     method: str = "kl+nce"  # ADAPT_METHODS; see benchmarks/README.md "adapt" for the measured variants
-    queries: str = "ict,title,terms"  # pseudo-query kinds (adapt_queries.QUERY_KINDS), comma-separated
+    queries: str = "ict,title,terms"  # pseudo-query kinds (queries.QUERY_KINDS), comma-separated
     max_queries: int = 4000  # training queries drawn from all that the documents give (steps x batch: 4800)
     dev_queries: int = 200  # held-out queries (their documents give none for training): Cranfield's 225
     fusion: str = "prf"  # the teacher: the index's hybrid ranking, with `embedkit search`'s default fusion
@@ -45,6 +52,17 @@ class AdaptConfig:
     device: str = "auto"  # auto, cpu, cuda
     precision: str = "auto"  # bf16 (or fp16) on CUDA, fp32 on CPU, as `embedkit train`
     dev_retrieval: str | None = None  # BEIR folder of judged queries: select on their nDCG@10
+    select: str | None = None  # signals.SIGNALS; None: "judged" with dev_retrieval, else DEFAULT_SELECT
+    margin: float = DEFAULT_MARGIN  # gain over the base the selected score needs (benchmarks/README.md)
+    min_base_overlap: float = DEFAULT_MIN_BASE_OVERLAP  # label-free selection: base top-10 share kept
+    force: bool = False  # keep the best step even when it does not clear the margin
+
+    @property
+    def selection(self) -> str:
+        """The signal a step is selected on."""
+        if self.select is not None:
+            return self.select
+        return "judged" if self.dev_retrieval else DEFAULT_SELECT
 
     @property
     def kinds(self) -> tuple[str, ...]:
@@ -63,6 +81,12 @@ class AdaptConfig:
             raise InputError(
                 f"unknown pseudo-query kind {self.queries!r}: use a comma list of {', '.join(QUERY_KINDS)}"
             )
+        if self.select is not None and self.select not in (*LABEL_FREE, "judged"):
+            raise InputError(f"unknown --select {self.select!r}: use {', '.join((*LABEL_FREE, 'judged'))}")
+        if self.selection == "judged" and not self.dev_retrieval:
+            raise InputError("--select judged needs judged queries: --dev-retrieval BEIR_FOLDER")
+        if not 0 <= self.margin < 1 or not 0 <= self.min_base_overlap <= 1:
+            raise InputError("--margin must be in [0, 1) and the base overlap in [0, 1] (nDCG@10 and shares)")
         if self.fusion not in FUSION_METHODS:
             raise InputError(f"unknown fusion {self.fusion!r}: use {', '.join(FUSION_METHODS)}")
         if self.precision not in PRECISIONS:

@@ -2,11 +2,11 @@
 
 Read top to bottom:
 1. Check the inputs (the index has a lexical side, its model is a torch folder this code can save).
-2. Pseudo queries from the index's own documents (`adapt_queries`), a held-out share for dev.
+2. Pseudo queries from the index's own documents (`queries`), a held-out share for dev.
 3. The teacher: the index's hybrid ranking of every query (`SearchIndex.search_text`), mined into
    each query's candidate list and hard negatives.
 4. The student, the dense encoder (backbone + the model's pooling), trained on the query side:
-   listwise KL to the teacher's distribution over the candidates (`distill_losses.listwise_kl`),
+   listwise KL to the teacher's distribution over the candidates (`losses.listwise_kl`),
    plus InfoNCE over in-batch positives and hard negatives (`losses.info_nce`). Each query's positive
    (its document, without the ICT sentence or title) is embedded every step by the current model
    without gradient; the other candidates' vectors start as the index's own and are embedded again
@@ -38,7 +38,7 @@ from embedkit.index.search import SearchIndex
 from embedkit.progress import ProgressBar
 from embedkit.storage.locking import write_lock
 from embedkit.training import checkpoint as ckpt
-from embedkit.training.adapt_checkpoint import (
+from embedkit.training.adapt.checkpoint import (
     AdaptParts,
     AdaptState,
     check_adapt_resumable,
@@ -47,8 +47,9 @@ from embedkit.training.adapt_checkpoint import (
     save_adapt_best,
     save_adapt_checkpoint,
 )
-from embedkit.training.adapt_config import AdaptConfig
-from embedkit.training.adapt_queries import (
+from embedkit.training.adapt.config import AdaptConfig
+from embedkit.training.adapt.dev import DevSet
+from embedkit.training.adapt.queries import (
     HARD_NEGATIVE_RANKS,
     Candidates,
     PseudoQuery,
@@ -58,14 +59,15 @@ from embedkit.training.adapt_queries import (
     unique_source_batches,
     words,
 )
-from embedkit.training.adapt_student import StudentEmbedder, dev_ndcg, step_loss
+from embedkit.training.adapt.signals import SIGNALS, kept_step
+from embedkit.training.adapt.student import StudentEmbedder, step_loss
 from embedkit.training.model import make_optimizer, make_scheduler, optimizer_step
 from embedkit.training.save import write_model_folder
 from embedkit.training.trainer import resolve_precision
 
 TEACHER_CHUNK = 128  # queries per hybrid search call (one progress-bar tick)
-PSEUDO_LABEL = "dev pseudo ndcg@10"  # held-out pseudo queries' nDCG@10, the label-free score
-JUDGED_LABEL = "dev retrieval ndcg@10"  # the user's judged queries (--dev-retrieval)
+PSEUDO_LABEL = SIGNALS["pseudo"]  # held-out pseudo queries' nDCG@10
+JUDGED_LABEL = SIGNALS["judged"]  # the user's judged queries (--dev-retrieval)
 Note = Callable[[str], None]
 
 
@@ -79,9 +81,12 @@ class AdaptResult:
     dev_label: str  # the score the best step was chosen on, e.g. "dev pseudo ndcg@10"
     base_scores: dict[str, float]  # label -> the base model's score (label-free, and judged if given)
     adapted_scores: dict[str, float]  # label -> the saved model's score
-    best_step: int | None  # None: no step beat the base, the base was saved
+    best_step: int | None  # the step whose model was saved; None: the base was kept
     seconds: float
     resumed_from: int | None = None  # the checkpoint's step, when a killed run was continued
+    margin: float = 0.0  # what the selected score had to gain over the base's for a step to be kept
+    forced: bool = False  # --force: the best step kept whatever its score
+    history: tuple[tuple[int, dict[str, float]], ...] = ()  # (step, scores) at each dev evaluation
 
     @property
     def base_dev_score(self) -> float:
@@ -186,28 +191,24 @@ def _adapt(
     )
     embed = StudentEmbedder(student, dtype)
     texts = [d.full_text for d in documents]
+    dev = DevSet(dev_queries, dev_copies, texts, config, dev_judged)
 
     def evaluate(refresh: bool) -> dict[str, float]:
-        """The dev scores by label: always the label-free one, the judged one when given."""
+        """Every dev signal's score by label (`signals`); the judged one when given."""
         if refresh:
             parts.doc_vectors = torch.from_numpy(embed.inference(texts, spec.max_seq_length, progress)).to(
                 device
             )
-        scores = {
-            PSEUDO_LABEL: dev_ndcg(embed, dev_queries, dev_copies, parts.doc_vectors.cpu().numpy(), config)
-        }
-        if dev_judged is not None:
-            student.model.eval()
-            scores[JUDGED_LABEL] = float(dev_judged(student)["ndcg@10"])
-        return scores
+        return dev.scores(embed, parts.doc_vectors.cpu().numpy())
 
+    dev.remember_base(embed, parts.doc_vectors.cpu().numpy())  # the student is still the base here
     if resume_from is not None:
         state = load_adapt_checkpoint(resume_from, parts)
         note(f"resumed from step {state.step}")
     else:
         base = evaluate(refresh=False)
-        state = AdaptState(0, JUDGED_LABEL if dev_judged is not None else PSEUDO_LABEL, base, dict(base))
-        note(f"base model: {state.selection} {state.best:.4f}")
+        state = AdaptState(0, SIGNALS[config.selection], base)
+        note(f"base model: {state.selection} {base[state.selection]:.4f}")
     resumed_from = state.step if resume_from is not None else None
 
     # 5. The steps.
@@ -236,6 +237,7 @@ def _adapt(
             bar.update(status=" ".join(f"{k} {v:.4f}" for k, v in terms.items()))
             if step % config.eval_steps == 0 or step == config.steps:
                 scores = evaluate(refresh=True)
+                state.history.append((step, scores))
                 if scores[state.selection] > state.best:
                     state.best_scores, state.best_step = scores, step
                     save_adapt_best(run_dir, student.model, step, scores)
@@ -244,12 +246,17 @@ def _adapt(
                 if step < config.steps:
                     save_adapt_checkpoint(run_dir, parts, state, made_from)
 
-    # 6. The model folder: the best weights, or the base's when no step beat it.
-    if state.best_step is not None:
-        load_adapt_best(run_dir, student.model, state.best_step)
+    # 6. The model folder: the best step's weights if they clear the margin (`signals.kept_step`),
+    #    else the base's.
+    rule = (config.selection, config.margin, config.min_base_overlap, config.force)
+    kept = kept_step(state.history, state.base_scores, *rule)
+    if kept is not None:
+        load_adapt_best(run_dir, student.model, kept)
+        adapted_scores = dict(state.history)[kept]
     else:
-        note(f"no step beat the base model on {state.selection}: the output is the base model")
+        note(f"no step gained {100 * config.margin:.2f} on {state.selection}: the output is the base model")
         student.model.load_state_dict({k: v for k, v in _base_state(spec.path).items()})
+        adapted_scores = dict(state.base_scores)
     seconds = time.perf_counter() - started
     metadata = {
         "method": f"adapt {config.method}",
@@ -260,9 +267,11 @@ def _adapt(
             "queries": _by_kind(train_queries),
             "dev": {
                 "label": state.selection,
+                "margin": config.margin,
                 "base_scores": state.base_scores,
-                "adapted_scores": state.best_scores,
-                "best_step": state.best_step,
+                "adapted_scores": adapted_scores,
+                "best_step": kept,
+                "history": [{"step": st, **sc} for st, sc in state.history],
             },
             "seconds": round(seconds, 3),
             "resumed_from": resumed_from,
@@ -277,10 +286,13 @@ def _adapt(
         counts,
         state.selection,
         state.base_scores,
-        state.best_scores,
-        state.best_step,
+        adapted_scores,
+        kept,
         seconds,
         resumed_from,
+        config.margin,
+        config.force,
+        tuple(state.history),
     )
 
 
@@ -377,4 +389,4 @@ def _base_state(path: Path) -> dict[str, torch.Tensor]:
     return load_backbone(path).state_dict()
 
 
-__all__ = ["AdaptResult", "adapt", "dev_ndcg", "split_queries", "step_loss", "teacher_candidates"]
+__all__ = ["AdaptResult", "adapt", "split_queries", "step_loss", "teacher_candidates"]

@@ -28,7 +28,7 @@ from embedkit.encode.model_folder import read_json
 from embedkit.errors import InputError, RunFailure
 from embedkit.storage.atomic import atomic_dir
 from embedkit.training import checkpoint as ckpt
-from embedkit.training.adapt_config import AdaptConfig
+from embedkit.training.adapt.config import AdaptConfig
 
 # settings that may differ on resume: they change no number the run computes
 RESUMABLE_CHANGES = frozenset({"device"})
@@ -41,12 +41,13 @@ class AdaptState:
     step: int = 0
     selection: str = ""  # the label the best step is chosen on
     base_scores: dict[str, float] = field(default_factory=dict)
-    best_scores: dict[str, float] = field(default_factory=dict)  # the base's until a step beats it
-    best_step: int | None = None  # None: no step has beaten the base
+    best_scores: dict[str, float] = field(default_factory=dict)  # the best step's so far (none: empty)
+    best_step: int | None = None  # the best step so far by `selection` (None: none evaluated yet)
+    history: list[tuple[int, dict[str, float]]] = field(default_factory=list)  # (step, scores) each eval
 
     @property
     def best(self) -> float:
-        return self.best_scores[self.selection]
+        return self.best_scores.get(self.selection, float("-inf"))
 
 
 @dataclass
@@ -102,7 +103,8 @@ def load_adapt_checkpoint(path: Path, parts: AdaptParts) -> AdaptState:
     version, internal, gauss = payload["sampler"]
     parts.sampler.setstate((version, tuple(internal), gauss))
     ckpt.restore_rng(load_file(str(path / "rng.safetensors")), None)
-    state = AdaptState(**payload["state"])
+    saved = payload["state"]
+    state = AdaptState(**{**saved, "history": [(int(st), sc) for st, sc in saved.get("history", [])]})
     # best folders written after this checkpoint belong to the part of the run that is redone
     ckpt.prune_checkpoints(path.parent.parent, keep_step=state.step, keep_best=state.best_step)
     return state

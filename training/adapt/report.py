@@ -13,7 +13,7 @@ from embedkit.errors import InputError
 from embedkit.index.folder import read_index_meta
 
 if TYPE_CHECKING:
-    from embedkit.training.adapt import AdaptResult
+    from embedkit.training.adapt.run import AdaptResult
 
 
 def before_after_table(result: AdaptResult) -> str:
@@ -27,13 +27,16 @@ def before_after_table(result: AdaptResult) -> str:
         )
     width = max(len(r[0]) for r in rows)
     lines = [f"{r[0]:<{width}}  {r[1]:>7}  {r[2]:>7}  {r[3]:>7}" for r in rows]
+    rule = f"a step is kept when {result.dev_label} gains at least {100 * result.margin:.2f} over the base"
+    if result.forced:
+        rule = f"--force: the step best on {result.dev_label} is kept"
     kept = (
-        "no step beat the base: the base model was saved"
+        "no step cleared the margin: the base model was saved"
         if result.kept_base
         else f"the model of step {result.best_step} of {result.steps} was saved"
     )
     resumed = f", resumed from step {result.resumed_from}" if result.resumed_from is not None else ""
-    return "\n".join([*lines, f"saved {result.out_dir}: {kept}{resumed}"])
+    return "\n".join([*lines, rule, f"saved {result.out_dir}: {kept}{resumed}"])
 
 
 def finished_adapt(out: Path, index: Path) -> bool:
@@ -44,6 +47,15 @@ def finished_adapt(out: Path, index: Path) -> bool:
     made_from = (read_json(info_path).get("adapt") or {}).get("made_from") or {}
     recorded = (made_from.get("index") or {}).get("corpus_fingerprint")
     return recorded is not None and recorded == read_index_meta(index).get("corpus_fingerprint")
+
+
+def kept_base(out: Path) -> bool:
+    """Whether the adapted model in `out` is its base unchanged (no step cleared the margin)."""
+    info_path = out / "embedkit.json"
+    if not info_path.is_file():
+        return False
+    dev = (read_json(info_path).get("adapt") or {}).get("dev") or {}
+    return "best_step" in dev and dev["best_step"] is None
 
 
 def holds_model(folder: Path, model: Path) -> bool:
@@ -58,4 +70,4 @@ def holds_model(folder: Path, model: Path) -> bool:
         return False
 
 
-__all__ = ["before_after_table", "finished_adapt", "holds_model"]
+__all__ = ["before_after_table", "finished_adapt", "holds_model", "kept_base"]

@@ -1,6 +1,6 @@
 """The student of `embedkit adapt`: its sentence vectors, one step's loss, the label-free dev score.
 
-`training/adapt.py` runs the steps; this module holds what a step computes (no state of its own).
+`run` runs the steps; this module holds what a step computes (no state of its own).
 """
 
 from __future__ import annotations
@@ -14,9 +14,9 @@ import torch
 
 from embedkit.encode.torch_backend import TorchEncoder
 from embedkit.progress import ProgressBar
-from embedkit.training.adapt_config import AdaptConfig
-from embedkit.training.adapt_queries import Candidates, PseudoQuery
-from embedkit.training.distill_losses import candidate_cosines, listwise_kl
+from embedkit.training.adapt.config import AdaptConfig
+from embedkit.training.adapt.losses import candidate_cosines, listwise_kl
+from embedkit.training.adapt.queries import Candidates, PseudoQuery
 from embedkit.training.losses import info_nce
 from embedkit.training.trainer import autocast, pad_batch
 
