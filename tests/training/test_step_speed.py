@@ -294,3 +294,19 @@ def test_same_seed_same_losses_as_the_plain_loop(tmp_path: Path, tiny_bert: Path
     trainer.train(CORPUS, tmp_path / "out", cfg, progress=False, on_step=lambda s, t: seen.append(t["loss"]))
     expected = _reference_losses(tiny_bert, cfg, CORPUS)
     np.testing.assert_allclose(seen, expected, rtol=1e-5, atol=1e-6)
+
+
+def test_progress_bar_status_shows_sentences_per_second() -> None:
+    from embedkit.training.display import TrainDisplay
+
+    updates: list[dict] = []
+
+    class FakeBar:
+        def update(self, **fields: object) -> None:
+            updates.append(fields)
+
+    display = TrainDisplay(10, enabled=False)
+    display.progress = FakeBar()  # type: ignore[assignment]
+    display.rate(3204.6)
+    display.advance(3, {"loss": 0.5})
+    assert updates == [{"completed": 3, "status": "loss 0.5000 3,205 sent/s"}]
