@@ -2,6 +2,7 @@
 
     .venv/bin/python benchmarks/train_step.py --steps 10 --warmup 3
     .venv/bin/python benchmarks/train_step.py --device cuda --dtype bf16 --model-size bert-base
+    python benchmarks/train_step.py --device cuda --dtype bf16 --fixed-shapes --whole-step --compile default
     (--model-size minilm-random: MiniLM's shape with random weights, for machines without the weights)
     torchrun --nproc-per-node 1 benchmarks/train_step.py ...   (works too: one process, no process group)
 
@@ -15,6 +16,12 @@ only: masking, frozen lower layers, extra layers, head), `backward` (backward, c
 optimizer step). Peak memory is measured per method on its own: CUDA's peak allocation, or on
 CPU the peak resident memory of a subprocess that runs two steps of that method alone. Prints
 one JSON line.
+
+The training loop's speed settings (`training/step_speed.py`): `--fixed-shapes` pads every batch to
+--seq-len (the trainer's default on CUDA), `--compile MODE` compiles the step's forward passes
+(CUDA only), and `--whole-step` times each method's steps back to back with one device sync per
+block of `--block` steps and no section timers, as the trainer runs them (host and device overlap):
+its `median_step_s` is a block's time / its steps, and there are no sections.
 """
 
 from __future__ import annotations
@@ -41,8 +48,8 @@ from embedkit.data.corpus import load_sentences
 from embedkit.encode.batching import TokenBatcher
 from embedkit.encode.devices import torch_device
 from embedkit.encode.model_folder import default_base_model_path
-from embedkit.training import ami, losses
-from embedkit.training.config import TrainConfig
+from embedkit.training import ami, losses, step_speed
+from embedkit.training.config import COMPILE_MODES, TrainConfig
 from embedkit.training.model import ContrastiveModel, make_optimizer, make_scheduler, optimizer_step
 from embedkit.training.trainer import pad_batch
 
@@ -151,7 +158,13 @@ class Runner:
     """One method's model, optimizer and RNG; `step` runs and times one training step."""
 
     def __init__(
-        self, name: str, base: Path, device: torch.device, dtype: torch.dtype | None, total: int
+        self,
+        name: str,
+        base: Path,
+        device: torch.device,
+        dtype: torch.dtype | None,
+        total: int,
+        compile_mode: str = "off",
     ) -> None:
         method, attention = VARIANTS[name]
         self.config = TrainConfig(
@@ -164,19 +177,41 @@ class Runner:
         self.model = ContrastiveModel.from_folder(base, self.config).to(device)
         if self.model.aux is not None:  # untrained auxiliary weights: the same arithmetic as stage 1's
             self.model.aux.generator = torch.Generator(device=device).manual_seed(0)
+        step_speed.compile_model(self.model, compile_mode, device)
         self.optimizer = make_optimizer(self.model, self.config)
         self.scheduler = make_scheduler(self.optimizer, total, self.config.warmup_ratio)
         self.generator = torch.Generator(device=device).manual_seed(0)
         self.device, self.dtype = device, dtype
+
+    def block(self, batches: list[dict[str, torch.Tensor]]) -> dict[str, float]:
+        """Seconds per step over `batches` run back to back: one device sync at each end, no reads."""
+        timer = SectionTimer(self.device)
+        self.model.train()
+        timer.sync()
+        start = time.perf_counter()
+        for batch in batches:
+            with torch.autocast(
+                self.device.type, dtype=self.dtype or torch.float32, enabled=self.dtype is not None
+            ):
+                out = self.model.step(batch, self.generator)
+            optimizer_step(
+                out.loss, self.model, self.optimizer, self.scheduler, None, self.config.max_grad_norm
+            )
+            self.model.after_step(out.keys)
+        timer.sync()
+        return {"step": (time.perf_counter() - start) / len(batches)}
 
     def step(self, batch: dict[str, torch.Tensor]) -> dict[str, float]:
         timer = SectionTimer(self.device)
         self.model.train()
         timer.sync()
         start = time.perf_counter()
-        with torch.autocast(
-            self.device.type, dtype=self.dtype or torch.float32, enabled=self.dtype is not None
-        ), timed_sections(self.model, timer):
+        with (
+            torch.autocast(
+                self.device.type, dtype=self.dtype or torch.float32, enabled=self.dtype is not None
+            ),
+            timed_sections(self.model, timer),
+        ):
             out = self.model.step(batch, self.generator)
         with timer("backward"):
             optimizer_step(
@@ -188,12 +223,15 @@ class Runner:
         return {"step": time.perf_counter() - start, **timer.seconds}
 
 
-def make_batches(base: Path, batch_size: int, length: int, count: int, device: torch.device) -> list[dict]:
+def make_batches(
+    base: Path, batch_size: int, length: int, count: int, device: torch.device, fixed: bool = False
+) -> list[dict]:
+    """`count` batches, padded to their longest sentence, or to `length` with `fixed` shapes."""
     batcher = TokenBatcher(base, length)
     sentences = training_sentences(batch_size * count)
     encodings = batcher.tokenizer.encode_batch(sentences)
     rows = np.arange(len(sentences)).reshape(count, batch_size)
-    return [pad_batch(encodings, r, batcher.pad_id, device) for r in rows]
+    return [pad_batch(encodings, r, batcher.pad_id, device, length if fixed else None) for r in rows]
 
 
 def peak_memory_mb(
@@ -243,6 +281,10 @@ def main() -> None:
     )
     parser.add_argument("--threads", type=int, default=0, help="torch CPU threads (0: torch's default)")
     parser.add_argument("--no-memory", action="store_true", help="skip the peak-memory measurement")
+    parser.add_argument("--fixed-shapes", action="store_true", help="pad every batch to --seq-len")
+    parser.add_argument("--compile", default="off", choices=COMPILE_MODES, help="torch.compile mode (CUDA)")
+    parser.add_argument("--whole-step", action="store_true", help="time blocks of steps, no section syncs")
+    parser.add_argument("--block", type=int, default=5, help="steps per timed block with --whole-step")
     parser.add_argument("--memory-of", help=argparse.SUPPRESS)  # internal: the CPU memory subprocess
     args = parser.parse_args()
 
@@ -264,14 +306,17 @@ def main() -> None:
         names = [n.strip() for n in args.methods.split(",") if n.strip()]
         memory = {} if args.no_memory else {n: peak_memory_mb(n, args, base, device, dtype) for n in names}
         total = args.warmup + args.steps
-        batches = make_batches(base, args.batch_size, args.seq_len, total, device)
-        runners = {n: Runner(n, base, device, dtype, total) for n in names}
+        batches = make_batches(base, args.batch_size, args.seq_len, total, device, args.fixed_shapes)
+        runners = {n: Runner(n, base, device, dtype, total, args.compile) for n in names}
         samples: dict[str, list[dict[str, float]]] = {n: [] for n in names}
-        for i, batch in enumerate(batches):
+        for runner in runners.values():  # the warm-up (and the compile) untimed
+            for batch in batches[: args.warmup]:
+                runner.step(batch)
+        size = args.block if args.whole_step else 1
+        for i in range(args.warmup, total, size):
+            part = batches[i : i + size]
             for name, runner in runners.items():  # round-robin: machine load drifts hit every method
-                timing = runner.step(batch)
-                if i >= args.warmup:
-                    samples[name].append(timing)
+                samples[name].append(runner.block(part) if args.whole_step else runner.step(part[0]))
 
     results = {}
     for name in names:
@@ -294,6 +339,9 @@ def main() -> None:
         "dtype": args.dtype,
         "steps": args.steps,
         "warmup": args.warmup,
+        "fixed_shapes": args.fixed_shapes,
+        "compile": args.compile,
+        "whole_step": args.whole_step,
         "methods": results,
     }
     if "micse" in results and "simcse" in results:

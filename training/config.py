@@ -32,6 +32,8 @@ AUX_METHODS = frozenset({"infocse"})  # methods whose auxiliary MLM term is on b
 INFOCSE_WEIGHT = 1e-5  # lambda of InfoCSE's joint loss: the paper's Table 8 and the authors' scripts
 POOLINGS = ("auto", "mean", "cls")
 PRECISIONS = ("auto", "fp32", "bf16", "fp16")
+COMPILE_MODES = ("off", "default", "reduce-overhead", "max-autotune")  # torch.compile's modes, or off
+QUEUE_BATCHES = 6  # the queue's default length in batches: miCSE's 384 keys / its batch of 64
 ATTENTIONS = ("auto", "eager", "sdpa")
 
 
@@ -49,7 +51,9 @@ class TrainConfig:
     ami_samples: int = 150  # attention entries sampled per slice: the miCSE authors' code
     momentum_decay: float = 0.995  # EMA of the momentum encoder: miCSE Sec. 3.1
     momentum_dropout: float = 0.3  # dropout inside the momentum encoder: miCSE Sec. 3.1
-    queue_size: int = 384  # FIFO of momentum keys used as negatives: miCSE Sec. 3.1
+    # FIFO of momentum keys used as negatives. None = QUEUE_BATCHES x batch_size: miCSE's 384 keys at
+    # its batch of 64 (Sec. 3.1), so a larger batch keeps as many past batches as negatives
+    queue_size: int | None = None
     reconstruction_weight: float = 0.0  # InforMin-CL's L2 term between the views; off as in miCSE
     # --- InfoCSE's auxiliary MLM network (training/infocse.py, training/aux_stage1.py) ---
     # lambda x MLM loss; None = INFOCSE_WEIGHT (1e-5) for infocse, off for the others; > 0 adds the term
@@ -101,6 +105,12 @@ class TrainConfig:
     # --- runtime ---
     device: str = "auto"  # auto | cpu | cuda: CUDA when torch sees one
     precision: str = "auto"  # auto = bf16 autocast on CUDA if supported, else fp16 + GradScaler; fp32 on CPU
+    # Pad every batch to max_seq_length, one shape for the whole run: None = on CUDA (compiled graphs and
+    # the allocator reuse one shape), off on CPU, where padding is arithmetic (training/step_speed.py)
+    pad_to_max_length: bool | None = None
+    # torch.compile of the step's forward passes (mode reduce-overhead adds CUDA graphs); CUDA only, and
+    # off until measured on a GPU (benchmarks/train_step.py --compile)
+    compile: str = "off"
     # With several ranks (torchrun): seconds a rank waits for the others at a collective, rank 0's dev
     # evaluations and checkpoints included, before the job fails instead of hanging (torch's 30 min).
     dist_timeout: float = 1800.0
@@ -114,7 +124,9 @@ class TrainConfig:
     eval_steps: int = 125  # evaluate the dev criterion every N steps and at the end: SimCSE's interval
     eval_batch_size: int = 128  # batch size when embedding the dev sentences (speed only)
     save_steps: int = 125  # write a resumable checkpoint every N steps and at the end
-    log_steps: int = 1  # append the loss terms to metrics.jsonl every N steps
+    # Read the loss terms and append them to metrics.jsonl every N steps. A read waits for the GPU, so
+    # None = 1 on CPU (free there), step_speed.CUDA_LOG_STEPS (50) on CUDA
+    log_steps: int | None = None
 
     # Fields that may differ when a run is resumed: they change no number the run computes.
     RESUMABLE_CHANGES: typing.ClassVar[frozenset[str]] = frozenset(
@@ -134,6 +146,11 @@ class TrainConfig:
     @property
     def uses_queue(self) -> bool:
         return METHODS[self.method][1]
+
+    @property
+    def queue_length(self) -> int:
+        """The queue's length: `queue_size`, else QUEUE_BATCHES x batch_size (384 at batch 64)."""
+        return self.queue_size if self.queue_size is not None else QUEUE_BATCHES * self.batch_size
 
     @property
     def aux_weight(self) -> float:
@@ -157,6 +174,7 @@ class TrainConfig:
         _one_of("pooling", self.pooling, POOLINGS)
         _one_of("precision", self.precision, PRECISIONS)
         _one_of("attn_implementation", self.attn_implementation, ATTENTIONS)
+        _one_of("compile", self.compile, COMPILE_MODES)
         if self.uses_ami and self.attn_implementation == "sdpa":
             raise InputError(f"method {self.method} needs attention maps: set attn_implementation to eager")
         for name in ("learning_rate", "temperature", "momentum_decay", "dist_timeout"):
@@ -181,14 +199,14 @@ class TrainConfig:
             raise InputError(f"aux_lower_layers must be at least 1, got {self.aux_lower_layers}")
         if not 0 <= self.momentum_dropout < 1 or self.warmup_ratio >= 1:
             raise InputError("momentum_dropout and warmup_ratio must be in [0, 1)")
-        minimums = {"batch_size": 2, "max_seq_length": 3, "epochs": 1, "ami_samples": 3, "queue_size": 1}
+        minimums = {"batch_size": 2, "max_seq_length": 3, "epochs": 1, "ami_samples": 3}
         minimums |= {"positive_max_length": 3}
-        minimums |= {"eval_steps": 1, "eval_batch_size": 1, "save_steps": 1, "log_steps": 1}
+        minimums |= {"eval_steps": 1, "eval_batch_size": 1, "save_steps": 1}
         minimums |= {"dev_pseudo": 0, "aux_layers": 1, "aux_stage1_steps": 0}
         for name, minimum in minimums.items():
             if getattr(self, name) < minimum:
                 raise InputError(f"{name} must be at least {minimum}, got {getattr(self, name)}")
-        for name in ("max_steps", "limit"):
+        for name in ("max_steps", "limit", "log_steps", "queue_size"):
             value = getattr(self, name)
             if value is not None and value < 1:
                 raise InputError(f"{name} must be at least 1, got {value}")
@@ -199,7 +217,9 @@ class TrainConfig:
         return self
 
     def to_dict(self) -> dict[str, Any]:
+        """The fields as JSON values; `queue_size` as the length the run uses (`queue_length`)."""
         data = dataclasses.asdict(self)
+        data["queue_size"] = self.queue_length
         if data["ami_layers"] is not None:
             data["ami_layers"] = list(data["ami_layers"])
         return data
@@ -274,4 +294,14 @@ def _parse_value(name: str, raw: str, hint: Any) -> Any:
         raise InputError(f"{name}={raw!r} is not a valid {kind}") from None
 
 
-__all__ = ["ATTENTIONS", "AUX_METHODS", "INFOCSE_WEIGHT", "METHODS", "POOLINGS", "PRECISIONS", "TrainConfig"]
+__all__ = [
+    "ATTENTIONS",
+    "AUX_METHODS",
+    "COMPILE_MODES",
+    "QUEUE_BATCHES",
+    "INFOCSE_WEIGHT",
+    "METHODS",
+    "POOLINGS",
+    "PRECISIONS",
+    "TrainConfig",
+]

@@ -13,6 +13,7 @@ class TrainDisplay:
         from embedkit.console import make_console
 
         self.total, self.enabled, self.progress = total, enabled, None
+        self.speed = ""  # sentences per second, as of the last loss read
         self.console = make_console(stderr=True, quiet=not enabled)
 
     def note(self, text: str) -> None:
@@ -25,9 +26,14 @@ class TrainDisplay:
             self.progress = ProgressBar(self.total, "training", completed=step, console=self.console)
             self.progress.start()
 
+    def rate(self, sentences_per_s: float) -> None:
+        self.speed = f"{sentences_per_s:,.0f} sent/s"
+
     def advance(self, step: int, terms: dict[str, float]) -> None:
         if self.progress is not None:
-            self.progress.update(completed=step, status=format_terms(terms))
+            self.progress.update(
+                completed=step, status=" ".join(filter(None, [format_terms(terms), self.speed]))
+            )
 
     def stop(self) -> None:
         if self.progress is not None:

@@ -26,6 +26,7 @@ from __future__ import annotations
 import contextlib
 import inspect
 import math
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -113,8 +114,11 @@ class ContrastiveModel(nn.Module):
         if self.momentum is not None and config.uses_ami:
             # The momentum copy returns no attention maps, so it may use the faster kernel.
             _set_attention(self.momentum.encoder, "sdpa")
-        self.queue = EmbeddingQueue(self.dim, config.queue_size) if config.uses_queue else None
+        self.queue = EmbeddingQueue(self.dim, config.queue_length) if config.uses_queue else None
         self.aux: infocse.AuxMLM | None = None  # InfoCSE's auxiliary MLM network (`from_folder`)
+        # Compiled forward passes of the step ("backbone", "momentum": `step_speed.compile_model`); a
+        # plain dict, not submodules, so the state dict and checkpoints stay those of the modules.
+        self.runners: dict[str, Callable[..., Any]] = {}
 
     @classmethod
     def from_folder(cls, path: Path, config: TrainConfig) -> ContrastiveModel:
@@ -181,7 +185,7 @@ class ContrastiveModel(nn.Module):
             size = inputs["input_ids"].shape[0]
             # (2B, T): one forward pass gives two views with independent dropout masks
             doubled = {k: torch.cat([v, v]) for k, v in inputs.items()}
-            out = self.backbone(**doubled, output_attentions=config.needs_attentions)
+            out = self._run("backbone", **doubled, output_attentions=config.needs_attentions)
             sentences = pool(out.last_hidden_state, doubled["attention_mask"], self.pooling)  # (2B, D)
             pooled = self.head(sentences)
             e1, e2 = pooled[:size], pooled[size:]  # (B, D) each
@@ -192,7 +196,7 @@ class ContrastiveModel(nn.Module):
         keys = None
         if self.momentum is not None:
             with torch.no_grad():
-                hidden = self.momentum(**key_inputs)  # (B, T, D)
+                hidden = self._run("momentum", **key_inputs)  # (B, T, D)
                 keys = self.head(pool(hidden, key_inputs["attention_mask"], self.pooling)).float()
                 keys = shard.gather(keys)  # every rank's keys, so every rank holds the same queue
         if shard.world_size > 1:  # the negatives of the whole batch; the gradient flows through ours
@@ -233,9 +237,13 @@ class ContrastiveModel(nn.Module):
             loss = loss * shard.world_size
         return StepOutput(loss, reported, keys, sum(reported.values(), zero))
 
+    def _run(self, name: str, **inputs: Any) -> Any:
+        """The step's forward pass of the module `name`, compiled where `runners` has it."""
+        return self.runners.get(name, getattr(self, name))(**inputs)
+
     def _sentence_vectors(self, inputs: dict[str, torch.Tensor]) -> torch.Tensor:
         """Pooled vectors (B, D) of one text per example, before the head; dropout on in training."""
-        hidden = self.backbone(**inputs).last_hidden_state
+        hidden = self._run("backbone", **inputs).last_hidden_state
         return pool(hidden, inputs["attention_mask"], self.pooling)
 
     def _project(self, inputs: dict[str, torch.Tensor]) -> torch.Tensor:
@@ -276,7 +284,10 @@ def make_scheduler(
 
 
 def make_optimizer(model: ContrastiveModel, config: TrainConfig) -> torch.optim.AdamW:
-    """AdamW over the backbone and head; no weight decay on biases and LayerNorm (HF Trainer)."""
+    """AdamW over the backbone and head; no weight decay on biases and LayerNorm (HF Trainer).
+
+    On CUDA the fused implementation: one kernel for all parameters instead of a few per tensor.
+    """
     params = [(n, p) for n, p in model.named_parameters() if p.requires_grad]
     no_decay = [p for n, p in params if n.endswith("bias") or "LayerNorm" in n or "layer_norm" in n]
     decay = [p for n, p in params if not (n.endswith("bias") or "LayerNorm" in n or "layer_norm" in n)]
@@ -284,7 +295,8 @@ def make_optimizer(model: ContrastiveModel, config: TrainConfig) -> torch.optim.
         {"params": decay, "weight_decay": config.weight_decay},
         {"params": no_decay, "weight_decay": 0.0},
     ]
-    return torch.optim.AdamW(groups, lr=config.learning_rate)
+    fused = all(p.is_cuda for _, p in params) or None  # None: torch's default (foreach) elsewhere
+    return torch.optim.AdamW(groups, lr=config.learning_rate, fused=fused)
 
 
 def optimizer_step(

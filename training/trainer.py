@@ -33,7 +33,7 @@ from embedkit.encode.batching import TokenBatcher, pad_encodings
 from embedkit.encode.model_folder import model_fingerprint, read_model_spec
 from embedkit.errors import InputError, RunFailure
 from embedkit.storage.locking import write_lock
-from embedkit.training import aux_stage1, distributed
+from embedkit.training import aux_stage1, distributed, step_speed
 from embedkit.training import checkpoint as ckpt
 from embedkit.training.checkpoint_selection import InferenceEncoder, dev_evaluator, dev_label, dev_score
 from embedkit.training.config import TrainConfig
@@ -46,6 +46,7 @@ from embedkit.training.model import (
     optimizer_step,
 )
 from embedkit.training.save import finish_run, keeps_base
+from embedkit.training.token_table import TokenTable, position_limit
 from embedkit.training.views import PairStats, load_examples
 
 StepCallback = Callable[[int, dict[str, float]], None]
@@ -124,12 +125,6 @@ def pad_batch(
     return {k: torch.from_numpy(v).to(device) for k, v in arrays.items()}
 
 
-def position_limit(model_config: Any) -> int:
-    """The longest input the backbone has position embeddings for (RoBERTa's first two are padding)."""
-    limit = int(getattr(model_config, "max_position_embeddings", 0) or 1_000_000)
-    return limit - 2 if "roberta" in str(getattr(model_config, "model_type", "")) else limit
-
-
 def train(
     corpus: str | Path | Sequence[str],
     out_dir: str | Path,
@@ -197,6 +192,7 @@ def _train(
         )
     device = context.device
     dtype = resolve_precision(config.precision, device)
+    step_speed.check_compile(config.compile, device)
     spec = read_model_spec(config.base_model)
     if spec.kind != "torch":
         raise InputError(f"--base {spec.path} is an ONNX folder: training needs the torch model")
@@ -215,12 +211,11 @@ def _train(
     torch.manual_seed(config.seed)
     model = ContrastiveModel.from_folder(spec.path, config).to(device)
     positions = position_limit(model.backbone.config)
-    batcher = TokenBatcher(spec.path, min(config.max_seq_length, positions))
-    encodings = batcher.tokenizer.encode_batch(sample.anchors)
+    tokens = TokenTable.from_model(spec.path, min(config.max_seq_length, positions), sample.anchors)
     # crop/ict positives are passages: their own truncation length (config.positive_max_length),
     # never longer than the base model has position embeddings for
-    positive_batcher = TokenBatcher(spec.path, min(config.positive_max_length, positions))
-    positive_encodings = positive_batcher.tokenizer.encode_batch(sample.positives or [])
+    positive_length = min(config.positive_max_length, positions)
+    positive_tokens = TokenTable.from_model(spec.path, positive_length, sample.positives or [])
     # The dev criterion embeds at the inference length, as a user of the saved folder will.
     dev_encoder = InferenceEncoder(model, TokenBatcher(spec.path, spec.max_seq_length), dtype, spec.path)
     per_epoch = steps_per_epoch(len(sample), config.batch_size, context.world_size)
@@ -280,47 +275,55 @@ def _train(
             record = {"step": 0, f"dev_{dev.primary_metric}": state.base_score, "base": True}
             ckpt.append_metrics(metrics, record)
             display.note(f"base model: {dev_label(dev)} {state.base_score:.4f}")
+    step_speed.compile_model(model, config.compile, device)
     network = distributed.data_parallel(model, context)
+    fixed = step_speed.fixed_shapes(config, device)  # pad to max_seq_length: one shape for the run
+    every = step_speed.log_every(config, device)
 
-    # 4. The steps.
+    # 4. The steps. The loss terms stay on the device between reads, since a read is a host sync.
     display.start(state.step)
     started = time.perf_counter() - state.seconds
+    losses, speed, rate = step_speed.LossReader(), step_speed.Throughput(), 0.0
+    order_of: tuple[int, np.ndarray] | None = None  # (epoch, its order): one shuffle an epoch
     try:
         while state.step < total:
             epoch, offset = divmod(state.step, per_epoch)
-            order = epoch_order(len(sample), config.seed, epoch)
-            rows = order[offset * config.batch_size : (offset + 1) * config.batch_size]
+            if order_of is None or order_of[0] != epoch:
+                order_of = (epoch, epoch_order(len(sample), config.seed, epoch))
+            rows = order_of[1][offset * config.batch_size : (offset + 1) * config.batch_size]
             shard = distributed.BatchShard.split(len(rows), context)
-            batch = _rank_batch(encodings, rows, shard, batcher.pad_id, device)
+            batch = _rank_batch(tokens, rows, shard, device, fixed)
             if sample.positives is not None:
-                positive = _rank_batch(positive_encodings, rows, shard, positive_batcher.pad_id, device)
+                positive = _rank_batch(positive_tokens, rows, shard, device, fixed)
                 batch = {"anchor": batch, "positive": positive}
             network.train()
             with autocast(device, dtype):
                 result = StepOutput(**network(batch, generator, shard))
-            terms = {"loss": result.total.item(), **{k: v.item() for k, v in result.terms.items()}}
-            if not math.isfinite(terms["loss"]):  # the whole batch's loss: every rank stops here
-                if main:
-                    ckpt.append_metrics(metrics, {"event": "nonfinite", "step": state.step + 1, **terms})
-                last = ckpt.latest_checkpoint(run_dir)
-                kept = f"the last good checkpoint is {last}" if last else "no checkpoint was written yet"
-                raise RunFailure(
-                    f"the loss became {terms['loss']} at step {state.step + 1} ({format_terms(terms)}); "
-                    f"training stopped, {kept}; try a lower learning rate"
-                )
+            step = state.step + 1
+            losses.add(step, result.total, result.terms)
+            speed.add(len(rows))
+            log = step % every == 0 or step == total
+            evaluate = dev is not None and (step % config.eval_steps == 0 or step == total)
+            save = step % config.save_steps == 0 or step == total
+            if log or evaluate or save:  # the losses come to the host: before a record, a score, a save
+                state.last_losses, bad_step = losses.read()
+                rate = speed.rate()
+                if bad_step is not None:  # the whole batch's loss: every rank stops here
+                    _stop_nonfinite(metrics, run_dir, bad_step, state.last_losses, main)
+                display.rate(rate)
             lr = scheduler.get_last_lr()[0]
             optimizer_step(result.loss, model, optimizer, scheduler, scaler, config.max_grad_norm)
             model.after_step(result.keys)  # momentum EMA, then this step's keys enter the queue
-            state.step += 1
-            state.last_losses, state.seconds = terms, time.perf_counter() - started
-            if main and (state.step % config.log_steps == 0 or state.step == total):
+            state.step = step
+            state.seconds = time.perf_counter() - started
+            terms = state.last_losses  # those of the last read step
+            if main and log:
                 queued = len(model.queue) if model.queue is not None else 0
                 # seconds of training so far: differences between records are step times
                 record = {"step": state.step, "epoch": epoch, "lr": lr, **terms, "queue": queued}
-                ckpt.append_metrics(metrics, {**record, "seconds": round(state.seconds, 3)})
+                record |= {"sentences_per_s": round(rate, 1), "seconds": round(state.seconds, 3)}
+                ckpt.append_metrics(metrics, record)
             display.advance(state.step, terms)
-            evaluate = dev is not None and (state.step % config.eval_steps == 0 or state.step == total)
-            save = state.step % config.save_steps == 0 or state.step == total
             rank_rng = distributed.gather_rng_states(context) if save and context.distributed else None
             if main and evaluate:
                 score = dev_score(dev, dev_encoder)
@@ -336,6 +339,7 @@ def _train(
                 ckpt.save_checkpoint(run_dir, parts, state, meta, rank_rng)
             if evaluate or save:
                 distributed.barrier(context)  # the other ranks wait for rank 0's evaluation and files
+                speed.rate()  # the next rate counts steps only, not this evaluation and checkpoint
             if on_step is not None:
                 on_step(state.step, terms)
     finally:
@@ -366,15 +370,24 @@ def _train(
 
 
 def _rank_batch(
-    encodings: Sequence[Any],
-    rows: np.ndarray,
-    shard: distributed.BatchShard,
-    pad_id: int,
-    device: torch.device,
+    tokens: TokenTable, rows: np.ndarray, shard: distributed.BatchShard, device: torch.device, fixed: bool
 ) -> dict[str, torch.Tensor]:
-    """This rank's slice of the global batch `rows`, padded to the whole batch's longest sentence."""
-    width = max(len(encodings[i].ids) for i in rows)
-    return pad_batch(encodings, shard.take(rows), pad_id, device, width)
+    """This rank's slice of the global batch `rows`, padded to the whole batch's longest sentence
+    (so every rank has the single-process width), or to the table's width with `fixed` shapes."""
+    width = tokens.width if fixed else tokens.longest(rows)
+    return step_speed.to_device(tokens.batch(shard.take(rows), width), device)
+
+
+def _stop_nonfinite(metrics: Path, run_dir: Path, step: int, terms: dict[str, float], main: bool) -> None:
+    """Record the first step whose loss was not finite and stop with `RunFailure`."""
+    if main:
+        ckpt.append_metrics(metrics, {"event": "nonfinite", "step": step, **terms})
+    last = ckpt.latest_checkpoint(run_dir)
+    kept = f"the last good checkpoint is {last}" if last else "no checkpoint was written yet"
+    raise RunFailure(
+        f"the loss became {terms['loss']} at step {step} ({format_terms(terms)}); "
+        f"training stopped, {kept}; try a lower learning rate"
+    )
 
 
 def _busy(out: Path) -> bool:

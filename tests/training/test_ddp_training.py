@@ -76,7 +76,11 @@ def single_run(base: Path, cfg: TrainConfig, out: Path, keep: Path, keep_step: i
 
 def loss_records(out: Path) -> list[dict]:
     records = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
-    return [{k: v for k, v in r.items() if k not in ("lr", "seconds")} for r in records if "loss" in r]
+    return [
+        {k: v for k, v in r.items() if k not in ("lr", "seconds", "sentences_per_s")}
+        for r in records
+        if "loss" in r
+    ]
 
 
 def dev_records(out: Path) -> list[dict]:

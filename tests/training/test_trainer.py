@@ -366,7 +366,8 @@ def test_config_overrides_and_validation() -> None:
         None,
         True,
     )
-    assert TrainConfig.from_dict(json.loads(json.dumps(cfg.to_dict()))) == cfg
+    # the saved settings record the queue length the run used (6 x the batch when not set)
+    assert TrainConfig.from_dict(json.loads(json.dumps(cfg.to_dict()))) == cfg.replace(queue_size=384)
     with pytest.raises(InputError, match="batch_size='x' is not a valid int"):
         TrainConfig().with_overrides({"batch_size": "x"})
     with pytest.raises(InputError, match="unknown training setting 'lr'"):
