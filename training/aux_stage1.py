@@ -140,8 +140,8 @@ def train_stage1(
     """MLM alone on the auxiliary network's trainable part; returns the loss of every step."""
     from embedkit.encode.batching import TokenBatcher
     from embedkit.encode.torch_head import pool
+    from embedkit.training.batches import autocast, pad_batch, steps_per_epoch
     from embedkit.training.model import make_scheduler
-    from embedkit.training.trainer import autocast, pad_batch, steps_per_epoch
 
     aux, backbone = model.aux, model.backbone
     batcher = TokenBatcher(base_path, config.max_seq_length)

@@ -50,10 +50,11 @@ from embedkit.evaluation.sts_retrieval import RECALL_KS, evaluate_sts_retrieval,
 from embedkit.report.tables import BASE_METHOD, ExperimentTable, RunRecord, aggregate
 from embedkit.storage.atomic import write_json_atomic
 from embedkit.storage.locking import locked
+from embedkit.training.batches import steps_per_epoch
 from embedkit.training.config import METHODS, TrainConfig
 from embedkit.training.experiment_manifest import MANIFEST, check_manifest, settings_key  # noqa: F401
 from embedkit.training.model import resolve_pooling
-from embedkit.training.trainer import steps_per_epoch, train
+from embedkit.training.trainer import train
 from embedkit.training.views import sample_pairs
 
 # TrainConfig fields the experiment sets for each run; a --train-option for them is refused.

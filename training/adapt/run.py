@@ -61,9 +61,9 @@ from embedkit.training.adapt.queries import (
 )
 from embedkit.training.adapt.signals import SIGNALS, kept_step
 from embedkit.training.adapt.student import StudentEmbedder, step_loss
+from embedkit.training.batches import resolve_precision
 from embedkit.training.model import make_optimizer, make_scheduler, optimizer_step
 from embedkit.training.save import write_model_folder
-from embedkit.training.trainer import resolve_precision
 
 TEACHER_CHUNK = 128  # queries per hybrid search call (one progress-bar tick)
 PSEUDO_LABEL = SIGNALS["pseudo"]  # held-out pseudo queries' nDCG@10

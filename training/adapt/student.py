@@ -17,8 +17,8 @@ from embedkit.progress import ProgressBar
 from embedkit.training.adapt.config import AdaptConfig
 from embedkit.training.adapt.losses import candidate_cosines, listwise_kl
 from embedkit.training.adapt.queries import Candidates, PseudoQuery
+from embedkit.training.batches import autocast, pad_batch
 from embedkit.training.losses import info_nce
-from embedkit.training.trainer import autocast, pad_batch
 
 HARD_NEGATIVES_PER_QUERY = 4  # InfoNCE's extra negatives per query, drawn from its hard negatives
 
