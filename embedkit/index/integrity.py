@@ -80,8 +80,13 @@ def verify_index(path: str | Path) -> Verified:
     checksums were recorded, an `InputError`.
     """
     from embedkit.index.folder import index_files_dir, is_index_folder, read_index_meta
+    from embedkit.storage.checksums import ChecksumMismatch
+    from embedkit.storage.versioned import damaged_pointer, owns, pointer_repair
 
     path = Path(path)
+    problem = damaged_pointer(path) if path.is_dir() and owns(path) else None
+    if problem is not None:  # the live version cannot be told: the repair is the user's choice
+        raise ChecksumMismatch(f"{problem}: the index is damaged; {pointer_repair(path)}")
     if not path.is_dir() or not is_index_folder(path):
         raise InputError(f"not an embedkit index: {path}")
 
