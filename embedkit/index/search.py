@@ -31,6 +31,7 @@ if TYPE_CHECKING:
 from embedkit.index.folder import (
     DOCS_FILE,
     INDEX_FILE,
+    check_encoder_for,
     index_files_dir,
     open_model_for,
     read_faiss,
@@ -199,12 +200,7 @@ class SearchIndex:
 
     def check_encoder(self, encoder: Encoder) -> None:
         """An `InputError` unless `encoder` runs the model this index was built with."""
-        if encoder.fingerprint != self.meta["model_fingerprint"] or encoder.dim != self.dim:
-            name = getattr(encoder, "path", "the encoder")
-            raise InputError(
-                f"model {name} (fingerprint {encoder.fingerprint}, dim {encoder.dim}) is not the model "
-                f"the index {self.path} was built with ({self.meta['model']})"
-            )
+        check_encoder_for(self.meta, encoder, f"the index {self.path}")
 
     @property
     def has_lexical(self) -> bool:

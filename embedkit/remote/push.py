@@ -13,13 +13,14 @@ complete, so `count` is the rows of the last complete push.
 from __future__ import annotations
 
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, replace
 from itertools import islice
 from pathlib import Path
 
 import numpy as np
 
+from embedkit.encode.identity import check_same_model
 from embedkit.errors import InputError, RunFailure
 from embedkit.index.meta import now
 from embedkit.progress import ProgressBar
@@ -72,7 +73,15 @@ def push_index(
             found = index.store.by_rows(wanted)
             yield wanted, found, index.vectors_of_rows(wanted)
 
-        return _push(record, target, batches, append, dense_index, batch_size, progress)
+        def prefix(count: int) -> str:
+            rows = range(count)
+            return _fingerprint(
+                doc
+                for first in range(0, count, batch_size)
+                for doc in index.store.by_rows(list(rows[first : first + batch_size]))
+            )
+
+        return _push(record, target, batches, append, dense_index, batch_size, progress, prefix=prefix)
 
 
 def push_vectors(
@@ -129,7 +138,12 @@ def push_vectors(
                     yield rows, [chunk[r - start - offset] for r in rows], _normalized(vectors[local], part)
             del vectors
 
-    return _push(record, target, batches, append, dense_index, batch_size, progress, stream=True)
+    def prefix(count: int) -> str:
+        return _fingerprint(islice(read_corpus(corpus, options), count))
+
+    return _push(
+        record, target, batches, append, dense_index, batch_size, progress, stream=True, prefix=prefix
+    )
 
 
 def _push(
@@ -141,6 +155,7 @@ def _push(
     batch_size: int,
     progress: bool,
     stream: bool = False,  # `batches` reads its whole source once (parts) rather than per call
+    prefix: Callable[[int], str] | None = None,  # the corpus fingerprint of the source's first rows
 ) -> PushReport:
     if batch_size < 1:
         raise InputError(f"batch size must be at least 1, got {batch_size}")
@@ -150,7 +165,9 @@ def _push(
         stamp = now()
         record = replace(record, pushed=stamp)
         if collection.exists():
-            _check_target(collection, record)
+            held = _check_target(collection, record)
+            if append and prefix is not None:
+                _check_same_source(target, held, record, prefix)
         else:
             collection.create(record.dim, replace(record, count=0), dense_index)
             append = False  # nothing to skip
@@ -193,7 +210,7 @@ def _wanted(
     return wanted
 
 
-def _check_target(collection: RemoteCollection, record: PushRecord) -> None:
+def _check_target(collection: RemoteCollection, record: PushRecord) -> PushRecord:
     """An existing collection must hold this model's vectors and no rows beyond this source's."""
     target = collection.target
     dim = collection.dim()
@@ -204,14 +221,48 @@ def _check_target(collection: RemoteCollection, record: PushRecord) -> None:
     held = collection.read_record()
     if held is None:
         raise InputError(f"{target} was not made by embedkit push (no push record): use another --collection")
-    if held.model_fingerprint != record.model_fingerprint:
-        raise InputError(
-            f"{target} holds vectors of model {held.model} (fingerprint {held.model_fingerprint}); "
-            f"this source's are of {record.model} ({record.model_fingerprint}): use another --collection"
+    try:
+        check_same_model(
+            held.model_fingerprint, held.model, record.model_fingerprint, record.model, str(target)
         )
+    except InputError as exc:
+        raise InputError(f"{exc}; or push to another --collection") from None
     rows = collection.count()
     if rows > record.count:
         raise InputError(
             f"{target} holds {rows:,} rows, this source {record.count:,}: it holds another corpus; "
             "use another --collection"
         )
+    return held
+
+
+def _check_same_source(
+    target: RemoteTarget, held: PushRecord, record: PushRecord, prefix: Callable[[int], str]
+) -> None:
+    """`--append` sends only the rows a collection lacks, so the rows it has must be this source's:
+    the same index (its `created` stamp), and a corpus whose first `held.count` documents are the
+    ones the last complete push recorded (an index that grew by appends passes; another one never).
+    """
+    fix = "push without --append to replace its rows, or use another --collection"
+    if held.index_created and record.index_created and held.index_created != record.index_created:
+        raise InputError(
+            f"{target} holds the index {held.source} (created {held.index_created}); {record.source} is "
+            f"another index (created {record.index_created}): {fix}"
+        )
+    same = held.corpus_fingerprint == record.corpus_fingerprint
+    if same and (held.corpus_fingerprint is not None or (held.index_created and record.index_created)):
+        return  # the same source: a push killed half way is finished
+    if held.corpus_fingerprint is not None and held.count and prefix(held.count) == held.corpus_fingerprint:
+        return  # this source's first rows are the ones pushed: it grew since
+    raise InputError(
+        f"{target} holds rows of another corpus than {record.source} (corpus fingerprint "
+        f"{held.corpus_fingerprint or 'unrecorded'} over its {held.count:,} rows): {fix}"
+    )
+
+
+def _fingerprint(documents) -> str:
+    from embedkit.data.fingerprint import CorpusFingerprint
+
+    fingerprint = CorpusFingerprint()
+    fingerprint.add(documents)
+    return fingerprint.hex

@@ -91,7 +91,7 @@ class ServedModel:
         if config.index is None:
             read_model_spec(config.model)
         elif not is_remote(config.index):  # a collection is checked when it is opened, at load
-            check_model_for(read_index_meta(config.index), config.model)
+            check_model_for(read_index_meta(config.index), config.model, config.precision)
 
     @classmethod
     def load(cls, config: ServeConfig) -> ServedModel:
@@ -111,7 +111,8 @@ class ServedModel:
             return cls(load_encoder(config.model, **options))
         index = open_search_index(config.index, config.collection, config.token)
         try:
-            return cls(load_encoder(check_model_for(index.meta, config.model), **options), index)
+            spec = check_model_for(index.meta, config.model, config.precision)
+            return cls(load_encoder(spec, **options), index)
         except BaseException:
             index.close()
             raise

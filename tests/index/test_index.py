@@ -216,7 +216,7 @@ def test_encoder_of_another_model_is_refused(small_index, tmp_path_factory):
 
     path, encoder = small_index
     other = make_tiny_bert(tmp_path_factory.mktemp("other"), seed=1)
-    with pytest.raises(InputError, match="is not the model the index was built with"):
+    with pytest.raises(InputError, match="is not the model the index recorded"):
         check_model_for(read_index_meta(path), other)
     wide = make_tiny_bert(tmp_path_factory.mktemp("wide"), hidden_size=48)
     with pytest.raises(InputError, match="gives 48-d vectors; the index holds 32-d"):
