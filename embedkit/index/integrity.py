@@ -79,7 +79,14 @@ def verify_index(path: str | Path) -> Verified:
     A damaged file is a `ChecksumMismatch`; a folder that is not an index, or one written before
     checksums were recorded, an `InputError`.
     """
-    from embedkit.index.folder import index_files_dir, is_index_folder, read_index_meta
+    from embedkit.index.folder import (
+        DOCS_FILE,
+        INDEX_FILE,
+        META_FILE,
+        index_files_dir,
+        is_index_folder,
+        read_index_meta,
+    )
     from embedkit.storage.checksums import ChecksumMismatch
     from embedkit.storage.versioned import damaged_pointer, owns, pointer_repair
 
@@ -97,7 +104,7 @@ def verify_index(path: str | Path) -> Verified:
                 f"{folder} has no {CHECKSUMS} (written before embedkit recorded checksums): nothing to "
                 "verify against; rebuild the index to protect it"
             )
-        hashed = verify_checksums(folder, full=True)
+        hashed = verify_checksums(folder, full=True, required=(META_FILE, INDEX_FILE, DOCS_FILE))
         read_index_meta(folder)  # the fields too, now that the file is known to be as written
         return Verified(folder, len(recorded), hashed)
 

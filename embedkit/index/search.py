@@ -31,6 +31,7 @@ if TYPE_CHECKING:
 from embedkit.index.folder import (
     DOCS_FILE,
     INDEX_FILE,
+    META_FILE,
     check_encoder_for,
     index_files_dir,
     open_model_for,
@@ -134,7 +135,8 @@ class SearchIndex:
 
     @staticmethod
     def _read_version(folder: Path) -> tuple[dict[str, Any], Any, DocStore]:
-        verify_checksums(folder)  # every file of the version, as written (cached: cheap after once)
+        # every file of the version, as written (cached: cheap after once), those it opens listed
+        verify_checksums(folder, required=(META_FILE, INDEX_FILE, DOCS_FILE))
         meta = read_index_meta(folder)
         index = read_faiss(folder / INDEX_FILE, meta)
         recorded = meta.get("lexical")

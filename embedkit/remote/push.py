@@ -26,6 +26,7 @@ from embedkit.index.meta import now
 from embedkit.progress import ProgressBar
 from embedkit.remote.base import PushRecord, RemoteCollection, RemoteTarget, open_collection
 from embedkit.remote.milvus import ANALYZER, BM25
+from embedkit.storage.outputs import check_not_in_index
 
 PUSH_BATCH = 1000  # documents per upsert request: ~2 MB at 384 dims, far below Milvus's 64 MiB cap
 
@@ -159,6 +160,8 @@ def _push(
 ) -> PushReport:
     if batch_size < 1:
         raise InputError(f"batch size must be at least 1, got {batch_size}")
+    if target.is_local_file:  # a Milvus Lite file is an output: never where an index deletes
+        check_not_in_index(target.uri)
     start = time.perf_counter()
     collection = open_collection(target)
     try:

@@ -204,15 +204,25 @@ def _check_sampled_blocks(file: Path, entry: Recorded, rng: random.Random) -> No
                 raise _corrupt(file, f" (bytes {start}-{end})")
 
 
-def verify_checksums(folder: Path, names: tuple[str, ...] | None = None, *, full: bool = False) -> int:
+def verify_checksums(
+    folder: Path, names: tuple[str, ...] | None = None, *, full: bool = False, required: tuple[str, ...] = ()
+) -> int:
     """Check the files `checksums.json` lists (or only `names`); return the bytes read in full.
 
-    A missing file, a size or a hash that differs is a `ChecksumMismatch`; a folder without
-    `checksums.json` is not checked. `full`: hash every byte, ignoring the cache (see the module).
+    A missing file, a size or a hash that differs is a `ChecksumMismatch`, and so is a file of
+    `names` or `required` (those the reader opens) that the list leaves out: dropping its entry
+    would turn its check off. A folder written before checksums is not checked. `full`: hash every
+    byte, ignoring the cache (see the module).
     """
     recorded = read_checksums(folder)
     if recorded is None:
         return 0  # written before checksums were recorded
+    unlisted = sorted(n for n in {*(names or ()), *required} if n not in recorded and (folder / n).is_file())
+    if unlisted:
+        raise ChecksumMismatch(
+            f"{folder / unlisted[0]} is not listed in {folder / CHECKSUMS}: the folder was changed after it "
+            "was written"
+        )
     entries = sorted(
         ((name, entry) for name, entry in recorded.items() if names is None or name in names),
         key=lambda item: (item[1].size, item[0]),

@@ -159,6 +159,11 @@ def new_version(root: str | Path, *, keep_files: tuple[str, ...] = ()) -> Iterat
             shutil.rmtree(root, ignore_errors=True)  # a failed first write leaves no folder behind
 
 
+def _written_here(version: Path) -> bool:
+    """Whether `version` is a folder embedkit published: every version holds checksums.json."""
+    return version.is_dir() and not version.is_symlink() and (version / CHECKSUMS).is_file()
+
+
 def clean(root: str | Path) -> list[Path]:
     """Remove staging folders, temporary files and versions older than the previous one.
 
@@ -183,9 +188,9 @@ def clean(root: str | Path) -> list[Path]:
             keep.add(older[-1].name)  # the previous version: a reader may be opening it right now
     for entry in root.iterdir():
         temporary = entry.name.startswith(f".{POINTER}.") and entry.name.endswith(".tmp")
-        stale = bool(_STAGING.match(entry.name)) or temporary
+        stale = (bool(_STAGING.match(entry.name)) and entry.is_dir()) or temporary
         if _VERSION.match(entry.name) and entry.name not in keep:
-            stale = True
+            stale = _written_here(entry)  # a folder embedkit published, never a user's look-alike
         if stale and not entry.is_symlink():
             if entry.is_dir():
                 shutil.rmtree(entry, ignore_errors=True)

@@ -78,6 +78,15 @@ def _staging_is_a_symlink(root: Path) -> None:
     os.symlink(elsewhere, root / ".staging-1-abc")
 
 
+def _look_alike_version(root: Path) -> None:
+    (root / "v-000002").mkdir()  # not written by embedkit: no checksums.json
+    (root / "v-000002" / "data.txt").write_text("someone's\n")
+
+
+def _version_named_file(root: Path) -> None:
+    (root / "v-000002").write_text("a file, not a version\n")
+
+
 # (name, damage, refused?, entries that must remain)
 DAMAGE: list[tuple[str, Callable[[Path], None], bool, set[str]]] = [
     ("pointer missing", _no_pointer, True, {"v-000001", "v-000003", "v-000004"}),
@@ -88,6 +97,8 @@ DAMAGE: list[tuple[str, Callable[[Path], None], bool, set[str]]] = [
     ("no marker", _no_marker, False, {"v-000001", "v-000003", "v-000004"}),
     ("an old version is a symlink", _old_version_is_a_symlink, False, {"v-000001", "v-000003", "v-000004"}),
     ("a staging folder is a symlink", _staging_is_a_symlink, False, {"v-000003", "v-000004"}),
+    ("a look-alike version folder", _look_alike_version, False, {"v-000002", "v-000003", "v-000004"}),
+    ("a file named as a version", _version_named_file, False, {"v-000002", "v-000003", "v-000004"}),
 ]
 
 
@@ -200,3 +211,25 @@ def test_search_verify_and_repair_of_a_real_index(tmp_path: Path, tiny_bert: Pat
     )
     (out2 / POINTER).write_text(live + "\n")  # the repair verify named
     assert runner.invoke(app, ["verify", str(out2)]).exit_code == 0
+
+
+def test_a_file_left_out_of_checksums_json_is_damage(tmp_path: Path, tiny_bert: Path) -> None:
+    import json
+
+    out = _index(tmp_path, tiny_bert)
+    version = out / (out / POINTER).read_text().strip()
+    listed = json.loads((version / CHECKSUMS).read_text())
+    del listed["files"]["docs.sqlite"]  # its check turned off by hand, then the file edited
+    (version / CHECKSUMS).write_text(json.dumps(listed))
+    with pytest.raises(ChecksumMismatch, match="docs.sqlite is not listed in .*checksums.json"):
+        SearchIndex.load(out)
+    assert runner.invoke(app, ["verify", str(out)]).exit_code == 1
+
+
+def test_a_milvus_lite_file_inside_an_index_is_refused(tmp_path: Path, tiny_bert: Path) -> None:
+    pytest.importorskip("pymilvus")
+    out = _index(tmp_path, tiny_bert)
+    version = out / (out / POINTER).read_text().strip()
+    result = runner.invoke(app, ["push", str(out), str(version / "m.db")])
+    assert result.exit_code == 2 and "an index deletes what lives in it" in result.output
+    assert not (version / "m.db").exists()
