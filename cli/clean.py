@@ -34,9 +34,10 @@ def clean(
     exports in the temporary folder. An embedding, or a part file of `embed --shard` in a parts folder,
     whose files were being renamed is completed.
     """
-    from embedkit.storage.cleanup import clean_target
+    from embedkit.storage.cleanup import check_clean_target, clean_target
     from embedkit.storage.locking import write_lock
 
+    check_clean_target(target)
     with write_lock(target, wait=wait):
         removed, completed = clean_target(target)
     for path in removed:

@@ -23,12 +23,15 @@ def fail(message: str, code: int = 2) -> typer.Exit:
     return typer.Exit(code)
 
 
-def check_io(inputs: Any = (), files: Any = (), folders: Any = (), wait: bool = False) -> None:
-    """Every command's first step: outputs writable and none of them an input; `--wait` for busy ones."""
+def check_io(
+    inputs: Any = (), files: Any = (), folders: Any = (), wait: bool = False, indexes: Any = ()
+) -> None:
+    """Every command's first step: outputs writable, none of them an input or inside an index
+    (`indexes`: the index folders the command writes); `--wait` for busy ones."""
     from embedkit.storage.locking import set_waiting
     from embedkit.storage.outputs import check_io as check
 
-    check(inputs, files, folders)
+    check(inputs, files, folders, indexes)
     set_waiting(wait)
 
 

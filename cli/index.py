@@ -163,7 +163,7 @@ def index(
     if from_vectors is not None:
         _from_vectors(from_vectors, corpus, out, model, append, building, wait)
         return
-    check_io(inputs=[corpus, model], folders=[out], wait=wait)
+    check_io(inputs=[corpus, model], indexes=[out], wait=wait)
     settings = {"append": append, "upsert": upsert, "precision": precision, "calibrate": calibrate}
     report = build_index(corpus, out, model, **settings, **building)
     verb = "appended" if report.appended else "indexed"
@@ -188,7 +188,7 @@ def _from_vectors(
 
     if append:
         raise InputError("--from-vectors builds a new index: drop --append (or --overwrite to replace one)")
-    check_io(inputs=[corpus, model, folder], folders=[out], wait=wait)
+    check_io(inputs=[corpus, model, folder], indexes=[out], wait=wait)
     report = build_index_from_vectors(folder, corpus, out, model, **building)
     _print_built(report, f"indexed {report.added:,} vectors from {folder} ({report.device})")
 
@@ -202,7 +202,7 @@ def _reindex_lexical(out: Path, corpus: Path | None, writes: bool, wait: bool) -
             "--reindex-lexical rebuilds the index in --out from its own documents: give no "
             "corpus, --from-vectors, --append or --overwrite"
         )
-    check_io(folders=[out], wait=wait)
+    check_io(indexes=[out], wait=wait)
     report = rebuild_lexical(out, progress=sys.stderr.isatty())
     _print_built(report, f"built the lexical side of {report.count:,} documents")
 

@@ -31,7 +31,8 @@ def verify(
     try:
         done = verify_index(index_dir)
     except ChecksumMismatch as exc:
-        raise fail(f"{exc}; rebuild the index or restore it from a backup", 1) from None
+        repair = "" if "restore" in str(exc) else "; rebuild the index or restore it from a backup"
+        raise fail(f"{exc}{repair}", 1) from None
     typer.echo(f"verified {done.folder}: {done.files} files, {done.bytes:,} bytes, all match their checksums")
     from embedkit.index import read_index_meta
     from embedkit.index.calibration import Calibration

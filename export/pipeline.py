@@ -19,6 +19,7 @@ from typing import Any, NoReturn
 import numpy as np
 
 from embedkit import __version__
+from embedkit.encode.identity import TOKENIZER_FILES, export_record
 from embedkit.encode.model_folder import (
     ModelSpec,
     model_fingerprint,
@@ -42,21 +43,11 @@ from embedkit.export.parity import (
 )
 from embedkit.storage.atomic import atomic_dir, scratch_dir, write_json_atomic
 from embedkit.storage.locking import locked
+from embedkit.storage.outputs import check_not_in_index
 
 # The tracer's opsets (14 to 20) export and run. Measured with onnxruntime 1.32: 14 to 17 fuse
 # fully (6 Attention on MiniLM-L6); from 18 the optimizer fuses no Attention (only LayerNorm).
 MIN_OPSET, MAX_OPSET = 14, 20
-TOKENIZER_FILES = (
-    "tokenizer.json",
-    "tokenizer_config.json",
-    "special_tokens_map.json",
-    "vocab.txt",
-    "vocab.json",
-    "merges.txt",
-    "added_tokens.json",
-    "sentencepiece.bpe.model",
-    "spiece.model",
-)
 PARITY_BATCH_SIZE = 64  # the runtime default, so parity sees the padding shapes users will run
 
 
@@ -163,6 +154,8 @@ def export_model(
             "format": "embedkit-onnx",
             "embedkit_version": __version__,
             "fingerprint": fingerprint,
+            # the source's parts of the identity, which the graph cannot show (`embedkit.encode.identity`)
+            "identity": export_record(spec, stage),
             "source": str(source),
             "model_type": spec.model_type,
             "pooling": info.pooling,
@@ -227,6 +220,7 @@ def _check_source(model_dir: str | Path | None) -> tuple[Path, ModelSpec, dict[s
 
 def _check_output(out_dir: str | Path, source: Path) -> Path:
     """The output folder, refused if writing it could destroy the model or someone's files."""
+    check_not_in_index(out_dir)
     out = Path(out_dir).expanduser().resolve()
     if out == source or out in source.parents:
         raise InputError(f"--out {out} would replace the model folder itself; choose another folder")

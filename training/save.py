@@ -26,6 +26,7 @@ from typing import TYPE_CHECKING, Any
 from torch import nn
 
 from embedkit import __version__
+from embedkit.encode.identity import TOKENIZER_FILES  # those present in the base folder are copied
 from embedkit.encode.model_folder import ModelSpec, fingerprint_files, read_json
 from embedkit.storage.atomic import atomic_dir
 
@@ -36,18 +37,6 @@ if TYPE_CHECKING:
     from embedkit.training.model import ContrastiveModel
     from embedkit.training.views import TrainingExamples
 
-# Tokenizer files any Hugging Face tokenizer may need; those present in the base folder are copied.
-TOKENIZER_FILES = (
-    "tokenizer.json",
-    "tokenizer_config.json",
-    "special_tokens_map.json",
-    "added_tokens.json",
-    "vocab.txt",
-    "vocab.json",
-    "merges.txt",
-    "spiece.model",
-    "sentencepiece.bpe.model",
-)
 
 
 def sentence_transformers_files(

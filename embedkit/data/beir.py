@@ -82,8 +82,14 @@ def _check_judged_documents(qrels: dict[str, dict[str, int]], corpus: dict[str, 
 
 
 def read_qrels(path: Path) -> dict[str, dict[str, int]]:
-    """`query-id <tab> corpus-id <tab> integer grade`, with or without a header line."""
+    """`query-id <tab> corpus-id <tab> integer grade`, with or without a header line.
+
+    A (query, document) pair judged twice is an `InputError` naming both lines, as a repeated
+    query or document id is: keeping either grade would change the metrics without a word. Qrels
+    in which no query has a relevant document (a grade above 0) are one too: every metric would be 0.
+    """
     qrels: dict[str, dict[str, int]] = {}
+    lines: dict[tuple[str, str], int] = {}  # (query, document) -> the line that judged it first
     first = True
     for number, line in text_lines(path, "qrels file"):
         if not line.strip():
@@ -102,9 +108,19 @@ def read_qrels(path: Path) -> dict[str, dict[str, int]]:
                 f"{path}: line {number}: bad relevance grade {grade!r} (expected an integer)"
             ) from None
         first = False
+        if (query_id, doc_id) in lines:
+            raise InputError(
+                f"{path}: lines {lines[query_id, doc_id]} and {number} both judge query {query_id!r} "
+                f"and document {doc_id!r}: keep one"
+            )
+        lines[query_id, doc_id] = number
         qrels.setdefault(query_id, {})[doc_id] = value
     if not qrels:
         raise InputError(f"{path} holds no judgments")
+    if not any(grade > 0 for docs in qrels.values() for grade in docs.values()):
+        raise InputError(
+            f"{path}: no query has a relevant document (every grade is 0 or less): every metric would be 0"
+        )
     return qrels
 
 

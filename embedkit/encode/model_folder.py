@@ -25,6 +25,7 @@ from embedkit.encode.json_file import read_json
 from embedkit.errors import InputError
 
 if TYPE_CHECKING:
+    from embedkit.encode.identity import ModelIdentity
     from embedkit.encode.st_modules import SentenceModules
 
 DEFAULT_BASE_MODEL = "all-MiniLM-L6-v2"
@@ -77,10 +78,17 @@ class ModelSpec:
     modules: SentenceModules | None = field(default=None, compare=False)
 
     @cached_property
+    def identity(self) -> ModelIdentity:
+        """Everything that changes this model's vectors (`embedkit.encode.identity`), at its default
+        precision; computed once per spec."""
+        from embedkit.encode.identity import model_identity
+
+        return model_identity(self)
+
+    @property
     def fingerprint(self) -> str:
-        """The weights' fingerprint (`model_fingerprint`), computed once per spec."""
-        recorded = self.metadata.get("fingerprint")
-        return str(recorded) if recorded else _weights_fingerprint(self.path)
+        """The fingerprint of `identity`: what indexes record and check (`model_fingerprint`)."""
+        return self.identity.fingerprint
 
 
 def read_model_spec(model: str | Path | ModelSpec | None) -> ModelSpec:
@@ -203,24 +211,36 @@ def fingerprint_files(paths: list[Path]) -> str:
 
 
 def model_fingerprint(model: str | Path | ModelSpec | None) -> str:
-    """Fingerprint of a model's weights: `embedkit.json`'s recorded one if present, else a hash.
+    """The fingerprint of a model's full identity at its default precision (`embedkit.encode.identity`).
 
-    An exported ONNX folder records the fingerprint of the torch folder it came from, so an
-    index built with either form of the same model accepts the other.
+    An exported ONNX folder records its torch source's parts, so an index built with either form of
+    the same model accepts the other.
     """
-    return read_model_spec(model).fingerprint if isinstance(model, ModelSpec) else _fingerprint_of(model)
+    return read_model_spec(model).fingerprint
 
 
-def _fingerprint_of(model: str | Path | None) -> str:
-    path = resolve_model_path(model)
-    if (path / "embedkit.json").is_file():
-        recorded = read_json(path / "embedkit.json").get("fingerprint")
-        if recorded:
-            return str(recorded)
-    return _weights_fingerprint(path)
+def weights_fingerprint(path: Path) -> str:
+    """The weight files' fingerprint: the Transformer's and each Dense module's (an ONNX folder: its graphs).
+
+    Hashed once per process while the files keep their size, mtime and inode (a check and the
+    encoder it opens ask for it in turn).
+    """
+    files = _weight_files(path)
+    key = tuple((str(f.resolve()), *_stat_key(f)) for f in files)
+    if key not in _WEIGHTS_SEEN:
+        _WEIGHTS_SEEN[key] = fingerprint_files(files)
+    return _WEIGHTS_SEEN[key]
 
 
-def _weights_fingerprint(path: Path) -> str:
+_WEIGHTS_SEEN: dict[tuple, str] = {}
+
+
+def _stat_key(file: Path) -> tuple[int, int, int]:
+    stat = file.stat()
+    return stat.st_size, stat.st_mtime_ns, stat.st_ino
+
+
+def _weight_files(path: Path) -> list[Path]:
     weights = [path / w for w in _WEIGHT_FILES if (path / w).is_file()]
     if weights:
         # A Dense module's weights change every vector: they are part of the model. (The sort in
@@ -232,4 +252,4 @@ def _weights_fingerprint(path: Path) -> str:
         weights = sorted(path.glob("*.onnx"))
     if not weights:
         raise InputError(f"not a model folder: {path} (no weights found)")
-    return fingerprint_files(weights)
+    return weights

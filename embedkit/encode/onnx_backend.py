@@ -16,7 +16,8 @@ import numpy as np
 
 from embedkit.encode.batching import Batch, TokenBatcher, encode_in_order, l2_normalize
 from embedkit.encode.devices import check_device
-from embedkit.encode.model_folder import ModelSpec, model_fingerprint, read_json, resolve_model_path
+from embedkit.encode.identity import model_identity
+from embedkit.encode.model_folder import ModelSpec, read_json, read_model_spec, resolve_model_path
 from embedkit.encode.ort_import import import_onnxruntime
 from embedkit.encode.precisions import PRECISION_FILES, check_precision
 from embedkit.encode.protocol import EncoderBase
@@ -210,7 +211,9 @@ class OnnxEncoder(EncoderBase):
         self.normalize_default = bool(self.metadata.get("normalize", True))
         self.pooling = str(self.metadata.get("pooling", "mean"))
         self.batcher = TokenBatcher(self.path, self.max_seq_length)
-        self.fingerprint = str(self.metadata.get("fingerprint") or model_fingerprint(spec or self.path))
+        # at the precision chosen: int8 vectors are another model's (`embedkit.encode.identity`)
+        self.identity = model_identity(spec or read_model_spec(self.path), self.precision)
+        self.fingerprint = self.identity.fingerprint
 
     @property
     def truncated(self) -> int:

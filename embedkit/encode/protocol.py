@@ -35,7 +35,7 @@ class Encoder(Protocol):
         ...
 
     @property
-    def fingerprint(self) -> str:  # the weights' fingerprint; an ONNX export records its source's
+    def fingerprint(self) -> str:  # the model's full identity (`embedkit.encode.identity`)
         ...
 
     @property

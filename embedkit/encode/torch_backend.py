@@ -15,6 +15,7 @@ import torch
 
 from embedkit.encode.batching import Batch, TokenBatcher, encode_in_order
 from embedkit.encode.devices import torch_device
+from embedkit.encode.identity import torch_identity
 from embedkit.encode.model_folder import ModelSpec, read_model_spec
 from embedkit.encode.protocol import EncoderBase
 from embedkit.encode.st_modules import read_st_modules
@@ -64,10 +65,12 @@ class TorchEncoder(EncoderBase):
         self.dim = modules.dim if modules.hidden_size else int(self.model.config.hidden_size)
         self.batcher = TokenBatcher(spec.path, self.max_seq_length)
         self.uses_token_type_ids = "token_type_ids" in inspect.signature(self.model.forward).parameters
+        # with the pooling and length asked for: they change the vectors, so they are in the identity
+        self.identity = torch_identity(spec, pooling, max_seq_length)
 
     @property
     def fingerprint(self) -> str:
-        return self.spec.fingerprint
+        return self.identity.fingerprint
 
     @property
     def truncated(self) -> int:

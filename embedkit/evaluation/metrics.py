@@ -160,6 +160,10 @@ def evaluate_run(run: Run, qrels: Qrels, metrics: Sequence[str] = RETRIEVAL_METR
     parsed = [(name, *parse_metric(name)) for name in metrics]
     if not qrels:
         raise InputError("no judged queries to evaluate: the qrels are empty")
+    if not any(grade > 0 for judgments in qrels.values() for grade in judgments.values()):
+        raise InputError(
+            "no query in the qrels has a relevant document (a grade above 0): every metric would be 0"
+        )
     per_query: dict[str, dict[str, float]] = {}
     for query_id, judgments in qrels.items():
         ranking = rank_documents(run.get(query_id, {}))

@@ -49,6 +49,7 @@ from embedkit.index.folder import (
     DOCS_FILE,
     INDEX_FILE,
     META_FILE,
+    check_encoder_for,
     check_index_file,
     index_files_dir,
     is_index_folder,
@@ -136,8 +137,8 @@ def build_index(
         encoder = open_model_for(old, model, device, precision)
     else:
         encoder = as_encoder(model, device, precision)
-    if old is not None and (encoder.fingerprint != old["model_fingerprint"] or encoder.dim != old["dim"]):
-        raise InputError(f"the encoder's model is not {old['model']}, the model this index was built with")
+    if old is not None:
+        check_encoder_for(old, encoder, f"the index {out}")
     if old is None:
         chosen, reason = choose_kind(kind, count, encoder.dim, gpu=placement is not None)
         params = index_params(chosen, count, encoder.dim)

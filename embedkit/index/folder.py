@@ -84,12 +84,17 @@ def read_faiss(path: Path, meta: dict[str, Any]):  # -> faiss.Index
     return index
 
 
-def check_model_for(meta: dict[str, Any], model: str | Path | ModelSpec | None = None) -> ModelSpec:
+def check_model_for(
+    meta: dict[str, Any], model: str | Path | ModelSpec | None = None, precision: str | None = None
+) -> ModelSpec:
     """The model for an index's queries: `model`, else the recorded one; read once and checked.
 
-    A model of another dim or fingerprint would give wrong results without an error, so it is an
-    `InputError`. An ONNX export records its source model's fingerprint, so it passes.
+    A model of another dim or identity (`embedkit.encode.identity`: weights, tokenizer, pooling,
+    Dense layers, normalization, maximum length, precision class) would give wrong results without
+    an error, so it is an `InputError`. An ONNX export records its source's parts, so it passes.
     """
+    from embedkit.encode.identity import check_same_model, model_identity
+
     if model is None:
         model = Path(meta["model"])
         if not model.exists():
@@ -97,12 +102,22 @@ def check_model_for(meta: dict[str, Any], model: str | Path | ModelSpec | None =
     spec = read_model_spec(model)
     if spec.dim != int(meta["dim"]):
         raise InputError(f"model {spec.path} gives {spec.dim}-d vectors; the index holds {meta['dim']}-d")
-    if spec.fingerprint != meta["model_fingerprint"]:
-        raise InputError(
-            f"model {spec.path} (fingerprint {spec.fingerprint}) is not the model the index was built with "
-            f"({meta['model']}, fingerprint {meta['model_fingerprint']})"
-        )
+    identity = model_identity(spec, precision)
+    check_same_model(
+        meta["model_fingerprint"], meta["model"], identity.fingerprint, spec.path, "the index", identity
+    )
     return spec
+
+
+def check_encoder_for(meta: dict[str, Any], encoder: Encoder, holder: str) -> None:
+    """An `InputError` unless the open `encoder` runs the model `meta` (an index's) records."""
+    from embedkit.encode.identity import check_same_model
+
+    name = getattr(encoder, "path", "the encoder")
+    if encoder.dim != int(meta["dim"]):
+        raise InputError(f"model {name} gives {encoder.dim}-d vectors; {holder} holds {meta['dim']}-d")
+    identity = getattr(encoder, "identity", None)
+    check_same_model(meta["model_fingerprint"], meta["model"], encoder.fingerprint, name, holder, identity)
 
 
 def open_model_for(
@@ -111,7 +126,7 @@ def open_model_for(
     device: str = "auto",
     precision: str | None = None,
 ) -> Encoder:
-    """`load_encoder` on `check_model_for(meta, model)`: one read of the folder, one check."""
+    """`load_encoder` on `check_model_for(meta, model, precision)`: one read of the folder, one check."""
     from embedkit.encode.loading import load_encoder
 
-    return load_encoder(check_model_for(meta, model), device=device, precision=precision)
+    return load_encoder(check_model_for(meta, model, precision), device=device, precision=precision)

@@ -157,11 +157,12 @@ def _model_for(parts: list[Part], model: str | Path | None) -> ModelSpec:
         spec = read_model_spec(model)
     if spec.dim != first.dim:
         raise InputError(f"model {spec.path} gives {spec.dim}-d vectors; the parts hold {first.dim}-d")
-    if spec.fingerprint != first.model_fingerprint:
-        raise InputError(
-            f"model {spec.path} (fingerprint {spec.fingerprint}) is not the model that embedded the parts "
-            f"({first.model}, fingerprint {first.model_fingerprint})"
-        )
+    from embedkit.encode.identity import check_same_model, model_identity
+
+    # the parts may hold int8 vectors: the model at either precision class may have embedded them
+    identities = [model_identity(spec, precision) for precision in ("fp32", "int8")]
+    match = next((i for i in identities if i.fingerprint == first.model_fingerprint), identities[0])
+    check_same_model(first.model_fingerprint, first.model, match.fingerprint, spec.path, "the parts", match)
     return spec
 
 

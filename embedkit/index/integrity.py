@@ -79,9 +79,21 @@ def verify_index(path: str | Path) -> Verified:
     A damaged file is a `ChecksumMismatch`; a folder that is not an index, or one written before
     checksums were recorded, an `InputError`.
     """
-    from embedkit.index.folder import index_files_dir, is_index_folder, read_index_meta
+    from embedkit.index.folder import (
+        DOCS_FILE,
+        INDEX_FILE,
+        META_FILE,
+        index_files_dir,
+        is_index_folder,
+        read_index_meta,
+    )
+    from embedkit.storage.checksums import ChecksumMismatch
+    from embedkit.storage.versioned import damaged_pointer, owns, pointer_repair
 
     path = Path(path)
+    problem = damaged_pointer(path) if path.is_dir() and owns(path) else None
+    if problem is not None:  # the live version cannot be told: the repair is the user's choice
+        raise ChecksumMismatch(f"{problem}: the index is damaged; {pointer_repair(path)}")
     if not path.is_dir() or not is_index_folder(path):
         raise InputError(f"not an embedkit index: {path}")
 
@@ -92,7 +104,7 @@ def verify_index(path: str | Path) -> Verified:
                 f"{folder} has no {CHECKSUMS} (written before embedkit recorded checksums): nothing to "
                 "verify against; rebuild the index to protect it"
             )
-        hashed = verify_checksums(folder, full=True)
+        hashed = verify_checksums(folder, full=True, required=(META_FILE, INDEX_FILE, DOCS_FILE))
         read_index_meta(folder)  # the fields too, now that the file is known to be as written
         return Verified(folder, len(recorded), hashed)
 

@@ -30,6 +30,8 @@ if TYPE_CHECKING:
 from embedkit.index.folder import (
     DOCS_FILE,
     INDEX_FILE,
+    META_FILE,
+    check_encoder_for,
     index_files_dir,
     open_model_for,
     read_faiss,
@@ -147,7 +149,8 @@ class SearchIndex:
 
     @staticmethod
     def _read_version(folder: Path) -> tuple[dict[str, Any], Any, DocStore]:
-        verify_checksums(folder)  # every file of the version, as written (cached: cheap after once)
+        # every file of the version, as written (cached: cheap after once), those it opens listed
+        verify_checksums(folder, required=(META_FILE, INDEX_FILE, DOCS_FILE))
         meta = read_index_meta(folder)
         index = read_faiss(folder / INDEX_FILE, meta)
         recorded = meta.get("lexical")
@@ -235,12 +238,7 @@ class SearchIndex:
 
     def check_encoder(self, encoder: Encoder) -> None:
         """An `InputError` unless `encoder` runs the model this index was built with."""
-        if encoder.fingerprint != self.meta["model_fingerprint"] or encoder.dim != self.dim:
-            name = getattr(encoder, "path", "the encoder")
-            raise InputError(
-                f"model {name} (fingerprint {encoder.fingerprint}, dim {encoder.dim}) is not the model "
-                f"the index {self.path} was built with ({self.meta['model']})"
-            )
+        check_encoder_for(self.meta, encoder, f"the index {self.path}")
 
     @property
     def has_lexical(self) -> bool:

@@ -16,18 +16,20 @@ complete, so `count` is the rows of the last complete push.
 from __future__ import annotations
 
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, replace
 from itertools import islice
 from pathlib import Path
 
 import numpy as np
 
+from embedkit.encode.identity import check_same_model
 from embedkit.errors import InputError, RunFailure
 from embedkit.index.meta import now
 from embedkit.progress import ProgressBar
 from embedkit.remote.base import PushRecord, RemoteCollection, RemoteTarget, open_collection
 from embedkit.remote.milvus import ANALYZER, BM25
+from embedkit.storage.outputs import check_not_in_index
 
 PUSH_BATCH = 1000  # documents per upsert request: ~2 MB at 384 dims, far below Milvus's 64 MiB cap
 
@@ -76,9 +78,18 @@ def push_index(
             found = index.store.by_rows(wanted)
             yield wanted, found, index.vectors_of_rows(wanted)
 
+        def prefix(count: int) -> str:
+            return _fingerprint(
+                doc
+                for first in range(0, count, batch_size)
+                for doc in index.store.by_rows(list(range(first, min(count, first + batch_size))))
+                if doc is not None  # a deleted row
+            )
+
         stop = index.store.next_row()
         rows = index.store.rows_between(0, stop)
-        return _push(record, target, batches, append, dense_index, batch_size, progress, rows=rows, stop=stop)
+        where = {"rows": rows, "stop": stop, "prefix": prefix}
+        return _push(record, target, batches, append, dense_index, batch_size, progress, **where)
 
 
 def push_vectors(
@@ -135,7 +146,12 @@ def push_vectors(
                     yield rows, [chunk[r - start - offset] for r in rows], _normalized(vectors[local], part)
             del vectors
 
-    return _push(record, target, batches, append, dense_index, batch_size, progress, stream=True)
+    def prefix(count: int) -> str:
+        return _fingerprint(islice(read_corpus(corpus, options), count))
+
+    return _push(
+        record, target, batches, append, dense_index, batch_size, progress, stream=True, prefix=prefix
+    )
 
 
 def _push(
@@ -149,9 +165,12 @@ def _push(
     stream: bool = False,  # `batches` reads its whole source once (parts) rather than per call
     rows: list[int] | None = None,  # the source's rows, ascending (default 0..count-1)
     stop: int | None = None,  # one past the source's last row ever (deleted ones too)
+    prefix: Callable[[int], str] | None = None,  # the corpus fingerprint of the source's first rows
 ) -> PushReport:
     if batch_size < 1:
         raise InputError(f"batch size must be at least 1, got {batch_size}")
+    if target.is_local_file:  # a Milvus Lite file is an output: never where an index deletes
+        check_not_in_index(target.uri)
     start = time.perf_counter()
     collection = open_collection(target, create=True)
     try:
@@ -161,7 +180,9 @@ def _push(
         stop = record.count if stop is None else stop
         existed = collection.exists()
         if existed:
-            _check_target(collection, record)
+            held = _check_target(collection, record)
+            if append and prefix is not None:
+                _check_same_source(target, held, record, prefix)
         else:
             collection.create(record.dim, replace(record, count=0), dense_index)
         sent = 0
@@ -221,7 +242,7 @@ def _plan(
     return wanted, stale
 
 
-def _check_target(collection: RemoteCollection, record: PushRecord) -> None:
+def _check_target(collection: RemoteCollection, record: PushRecord) -> PushRecord:
     """An existing collection must hold this model's vectors and no rows beyond this source's."""
     target = collection.target
     dim = collection.dim()
@@ -232,8 +253,44 @@ def _check_target(collection: RemoteCollection, record: PushRecord) -> None:
     held = collection.read_record()
     if held is None:
         raise InputError(f"{target} was not made by embedkit push (no push record): use another --collection")
-    if held.model_fingerprint != record.model_fingerprint:
-        raise InputError(
-            f"{target} holds vectors of model {held.model} (fingerprint {held.model_fingerprint}); "
-            f"this source's are of {record.model} ({record.model_fingerprint}): use another --collection"
+    try:
+        check_same_model(
+            held.model_fingerprint, held.model, record.model_fingerprint, record.model, str(target)
         )
+    except InputError as exc:
+        raise InputError(f"{exc}; or push to another --collection") from None
+    return held  # rows beyond any the source ever had are refused by `_plan`
+
+
+def _check_same_source(
+    target: RemoteTarget, held: PushRecord, record: PushRecord, prefix: Callable[[int], str]
+) -> None:
+    """`--append` sends only the rows a collection lacks, so the rows it has must be this source's:
+    the same index (its `created` stamp: its appends, deletions and updates since are carried by
+    `_plan`), or, where no stamp was recorded, a corpus whose first `held.count` documents are the
+    ones the last complete push recorded (a source that grew passes; another one never).
+    """
+    fix = "push without --append to replace its rows, or use another --collection"
+    if held.index_created and record.index_created:
+        if held.index_created != record.index_created:
+            raise InputError(
+                f"{target} holds the index {held.source} (created {held.index_created}); {record.source} "
+                f"is another index (created {record.index_created}): {fix}"
+            )
+        return
+    if held.corpus_fingerprint is not None and held.corpus_fingerprint == record.corpus_fingerprint:
+        return  # the same source: a push killed half way is finished
+    if held.corpus_fingerprint is not None and held.count and prefix(held.count) == held.corpus_fingerprint:
+        return  # this source's first rows are the ones pushed: it grew since
+    raise InputError(
+        f"{target} holds rows of another corpus than {record.source} (corpus fingerprint "
+        f"{held.corpus_fingerprint or 'unrecorded'} over its {held.count:,} rows): {fix}"
+    )
+
+
+def _fingerprint(documents) -> str:
+    from embedkit.data.fingerprint import CorpusFingerprint
+
+    fingerprint = CorpusFingerprint()
+    fingerprint.add(documents)
+    return fingerprint.hex

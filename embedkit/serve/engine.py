@@ -93,7 +93,7 @@ class ServedModel:
         if config.index is None:
             read_model_spec(config.model)
         elif not is_remote(config.index):  # a collection is checked when it is opened, at load
-            check_model_for(read_index_meta(config.index), config.model)
+            check_model_for(read_index_meta(config.index), config.model, config.precision)
 
     @classmethod
     def load(cls, config: ServeConfig) -> ServedModel:
@@ -113,8 +113,8 @@ class ServedModel:
             return cls(load_encoder(config.model, **options), name=config.served_model_name)
         index = open_search_index(config.index, config.collection, config.token)
         try:
-            encoder = load_encoder(check_model_for(index.meta, config.model), **options)
-            return cls(encoder, index, name=config.served_model_name)
+            spec = check_model_for(index.meta, config.model, config.precision)
+            return cls(load_encoder(spec, **options), index, name=config.served_model_name)
         except BaseException:
             index.close()
             raise

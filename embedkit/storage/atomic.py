@@ -108,7 +108,8 @@ def sweep_leftovers(target: str | os.PathLike[str]) -> list[Path]:
             os.replace(entry, target)  # killed between the two renames: the old folder comes back
             continue
         _remove(entry)
-        removed.append(entry)
+        if not os.path.lexists(entry):  # report only what is really gone
+            removed.append(entry)
     return removed
 
 

@@ -30,6 +30,9 @@ from embedkit.errors import InputError
 from embedkit.storage.atomic import write_json_atomic
 
 CHECKSUMS = "checksums.json"
+# Written with checksums.json, listed in it: this folder's checksums were recorded, so a folder
+# holding the stamp and no checksums.json lost them (it is damaged, not "from before checksums").
+STAMP = ".embedkit-checksummed.json"
 OPEN_FULL_BYTES = 64 << 20  # hashed in full on every open, smallest files first
 SAMPLED_BLOCKS = 8  # of each larger file, besides its first and last block
 MIN_BLOCK = 1 << 20
@@ -112,7 +115,11 @@ def _listed(folder: Path) -> Iterator[Path]:
 
 
 def write_checksums(folder: Path) -> dict[str, dict[str, object]]:
-    """Record every file's size, SHA-256 and block hashes in `folder/checksums.json`."""
+    """Record every file's size, SHA-256 and block hashes in `folder/checksums.json` (and the stamp
+    that says they were recorded, itself listed)."""
+    from embedkit import __version__
+
+    write_json_atomic(folder / STAMP, {"checksums": CHECKSUMS, "embedkit_version": __version__})
     sums: dict[str, dict[str, object]] = {}
     for path in _listed(folder):
         key = _key(path)
@@ -127,10 +134,26 @@ def write_checksums(folder: Path) -> dict[str, dict[str, object]]:
     return sums
 
 
+def expects_checksums(folder: Path) -> bool:
+    """Whether `folder` was written with checksums: it holds the stamp, or it is a version folder
+    (`v-N` of a versioned folder: versions and checksums came in one release, so none lacks them)."""
+    from embedkit.storage.versioned import is_version_folder  # it imports this module
+
+    return (folder / STAMP).is_file() or is_version_folder(folder)
+
+
 def read_checksums(folder: Path) -> dict[str, Recorded] | None:
-    """The files `folder/checksums.json` lists; None where the folder has none (written before them)."""
+    """The files `folder/checksums.json` lists; None where the folder was written before checksums.
+
+    A folder that should have them (`expects_checksums`) and has none is a `ChecksumMismatch`.
+    """
     path = folder / CHECKSUMS
     if not path.is_file():
+        if expects_checksums(folder):
+            raise ChecksumMismatch(
+                f"{path} is missing: {folder} was written with checksums and lost them, so it is damaged; "
+                "rebuild the index or restore it from a backup"
+            )
         return None
     try:
         files = json.loads(path.read_text(encoding="utf-8"))["files"]
@@ -181,15 +204,25 @@ def _check_sampled_blocks(file: Path, entry: Recorded, rng: random.Random) -> No
                 raise _corrupt(file, f" (bytes {start}-{end})")
 
 
-def verify_checksums(folder: Path, names: tuple[str, ...] | None = None, *, full: bool = False) -> int:
+def verify_checksums(
+    folder: Path, names: tuple[str, ...] | None = None, *, full: bool = False, required: tuple[str, ...] = ()
+) -> int:
     """Check the files `checksums.json` lists (or only `names`); return the bytes read in full.
 
-    A missing file, a size or a hash that differs is a `ChecksumMismatch`; a folder without
-    `checksums.json` is not checked. `full`: hash every byte, ignoring the cache (see the module).
+    A missing file, a size or a hash that differs is a `ChecksumMismatch`, and so is a file of
+    `names` or `required` (those the reader opens) that the list leaves out: dropping its entry
+    would turn its check off. A folder written before checksums is not checked. `full`: hash every
+    byte, ignoring the cache (see the module).
     """
     recorded = read_checksums(folder)
     if recorded is None:
         return 0  # written before checksums were recorded
+    unlisted = sorted(n for n in {*(names or ()), *required} if n not in recorded and (folder / n).is_file())
+    if unlisted:
+        raise ChecksumMismatch(
+            f"{folder / unlisted[0]} is not listed in {folder / CHECKSUMS}: the folder was changed after it "
+            "was written"
+        )
     entries = sorted(
         ((name, entry) for name, entry in recorded.items() if names is None or name in names),
         key=lambda item: (item[1].size, item[0]),

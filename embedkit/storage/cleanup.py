@@ -12,6 +12,7 @@ import shutil
 import tempfile
 from pathlib import Path
 
+from embedkit.errors import InputError
 from embedkit.storage.atomic import _pid_alive, recover_files, sweep_leftovers
 from embedkit.storage.versioned import clean as clean_versions
 
@@ -19,6 +20,21 @@ SCRATCH_PREFIXES = ("embedkit-export-", "embedkit-onnx-scratch-")
 # a temporary file or commit journal of a killed `embed --shard` write (`embedkit.jobs.parts`)
 PART_LEFTOVER = re.compile(r"^\.(part-\d+-of-\d+)\.(?:npy|ids\.txt|json)\.")
 PART_SUFFIXES = (".npy", ".ids.txt", ".json")
+
+
+def check_clean_target(target: str | Path) -> None:
+    """A target that is not there, with nothing a killed write of it left beside it, is an
+    `InputError`: "nothing to clean" would hide a mistyped path."""
+    target = Path(target)
+    if target.exists() or target.is_symlink():
+        return
+    parent = target.parent
+    leftovers = parent.is_dir() and any(
+        entry.name.startswith(f".{target.name}.") and entry.name != f".{target.name}.lock"
+        for entry in parent.iterdir()
+    )
+    if not leftovers:
+        raise InputError(f"{target} does not exist: nothing of embedkit's there to clean")
 
 
 def clean_target(target: str | Path) -> tuple[list[Path], bool]:
@@ -39,9 +55,10 @@ def clean_target(target: str | Path) -> tuple[list[Path], bool]:
         completed = completed or part_completed
     removed += clean_versions(target)  # only in a folder that carries embedkit's marker
     run_dir = target.parent / f".{target.name}.overwrite-run"  # a killed `train --overwrite`
-    if run_dir.is_dir():
+    if run_dir.is_dir() and not run_dir.is_symlink():
         shutil.rmtree(run_dir, ignore_errors=True)
-        removed.append(run_dir)
+        if not run_dir.exists():
+            removed.append(run_dir)
     removed += _dead_scratch()
     return removed, completed
 

@@ -59,18 +59,54 @@ def is_versioned(root: str | Path) -> bool:
     return (Path(root) / POINTER).is_file()
 
 
+def is_version_folder(folder: str | Path) -> bool:
+    """Whether `folder` is a `v-N` of a versioned folder (its parent has the pointer or the marker)."""
+    folder = Path(folder)
+    parent = folder.parent
+    return bool(_VERSION.match(folder.name)) and ((parent / POINTER).exists() or (parent / MARKER).is_file())
+
+
 def owns(root: str | Path) -> bool:
-    """Whether `root` is a versioned folder of embedkit's: its marker, or (written before the marker)
-    a CURRENT that names a version folder holding `checksums.json`. Other folders are never cleaned.
+    """Whether `root` is a versioned folder of embedkit's: it carries the marker (written by every
+    version since the marker came in). Other folders are never cleaned, whatever else they hold.
+    """
+    return (Path(root) / MARKER).is_file()
+
+
+def damaged_pointer(root: str | Path) -> str | None:
+    """What is wrong with the pointer of embedkit's versioned folder `root`, or None when it names a
+    version that is there. A damaged pointer leaves no way to tell the live version from the old
+    ones, so nothing may be deleted: `clean` refuses, `verify` names the repair (`pointer_repair`).
     """
     root = Path(root)
-    if (root / MARKER).is_file():
-        return True
+    versions = _versions(root)
+    if not (root / POINTER).exists():
+        if not versions:
+            return None  # a first write killed before its version: nothing but the marker
+        names = ", ".join(v.name for v in versions)
+        return f"{root / POINTER} is missing (the folder holds {names})"
     try:
         live = current_dir(root)
-    except InputError:
-        return False
-    return live != root and (live / CHECKSUMS).is_file()
+    except InputError as exc:
+        return str(exc)
+    if not live.is_dir():
+        return f"{root / POINTER} names {live.name}, which is missing"
+    return None
+
+
+def pointer_repair(root: str | Path) -> str:
+    """The repair of a damaged pointer: name the newest version whose checksums verify."""
+    root = Path(root)
+    for version in reversed(_versions(root)):
+        try:
+            verify_checksums(version, full=True)
+        except InputError:
+            continue
+        return (
+            f"the newest intact version is {version.name}: restore the pointer with "
+            f"`echo {version.name} > {root / POINTER}`"
+        )
+    return "no version is intact: rebuild the index"
 
 
 def holds_no_version(root: str | Path) -> bool:
@@ -122,15 +158,25 @@ def new_version(root: str | Path, *, keep_files: tuple[str, ...] = ()) -> Iterat
             shutil.rmtree(root, ignore_errors=True)  # a failed first write leaves no folder behind
 
 
+def _written_here(version: Path) -> bool:
+    """Whether `version` is a folder embedkit published: every version holds checksums.json."""
+    return version.is_dir() and not version.is_symlink() and (version / CHECKSUMS).is_file()
+
+
 def clean(root: str | Path) -> list[Path]:
     """Remove staging folders, temporary files and versions older than the previous one.
 
     The caller holds `write_lock(root)` (no writer is at work), so every staging folder is a
-    killed run's. A folder that is not embedkit's (`owns`) is left alone. Returns what was removed.
+    killed run's. A folder that is not embedkit's (`owns`) is left alone; a damaged pointer is an
+    `InputError` and nothing is removed. A symbolic link is never embedkit's (it writes none) and
+    stays. Returns what was really removed.
     """
     root = Path(root)
     if not root.is_dir() or not owns(root):
         return []
+    problem = damaged_pointer(root)
+    if problem is not None:
+        raise InputError(f"{problem}: nothing removed; `embedkit verify {root}` names the repair")
     removed: list[Path] = []
     live = current_dir(root)
     keep: set[str] = set()
@@ -141,13 +187,14 @@ def clean(root: str | Path) -> list[Path]:
             keep.add(older[-1].name)  # the previous version: a reader may be opening it right now
     for entry in root.iterdir():
         temporary = entry.name.startswith(f".{POINTER}.") and entry.name.endswith(".tmp")
-        stale = bool(_STAGING.match(entry.name)) or temporary
+        stale = (bool(_STAGING.match(entry.name)) and entry.is_dir()) or temporary
         if _VERSION.match(entry.name) and entry.name not in keep:
-            stale = True
-        if stale:
+            stale = _written_here(entry)  # a folder embedkit published, never a user's look-alike
+        if stale and not entry.is_symlink():
             if entry.is_dir():
                 shutil.rmtree(entry, ignore_errors=True)
             else:
                 entry.unlink(missing_ok=True)
-            removed.append(entry)
+            if not entry.exists():
+                removed.append(entry)
     return removed

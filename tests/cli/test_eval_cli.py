@@ -108,11 +108,12 @@ def test_retrieval_with_an_index_checks_its_model(tiny_bert: Path, tmp_path: Pat
     assert result.exit_code == 0, result.output
     assert f"12 documents, {tmp_path / 'index'} search" in " ".join(result.output.split())
     other = Path(shutil.copytree(tiny_bert, tmp_path / "other"))
-    (other / "embedkit.json").write_text(json.dumps({"fingerprint": "another-model"}))
+    pooling = other / "1_Pooling" / "config.json"  # CLS instead of mean: another model
+    pooling.write_text(json.dumps({"pooling_mode_cls_token": True, "pooling_mode_mean_tokens": False}))
     args = ["eval", "retrieval", str(folder), "--index", str(tmp_path / "index"), "--model", str(other)]
     result = runner.invoke(app, args)
     assert result.exit_code == 2
-    assert "is not the model the index was built with" in result.output
+    assert "is not the model the index recorded" in result.output and "differs in pooling" in result.output
     result = runner.invoke(app, ["eval", "retrieval", str(folder), "--index", str(tmp_path / "absent")])
     assert result.exit_code == 2
     assert "index folder not found" in result.output

@@ -170,7 +170,7 @@ def test_search_errors_exit_2(built, runner, tiny_bert, tmp_path, tmp_path_facto
     _exit2(
         runner,
         ["search", str(index_dir), "wing", "--model", str(other)],
-        "is not the model the index was built",
+        "is not the model the index recorded",
     )
     wide = make_tiny_bert(tmp_path_factory.mktemp("wide-model"), hidden_size=48)
     _exit2(runner, ["search", str(index_dir), "wing", "--model", str(wide)], "gives 48-d vectors")

@@ -243,7 +243,7 @@ def test_the_model_must_be_the_parts_model(small_parts, tiny_bert, tmp_path_fact
 
     corpus, parts, tmp_path = small_parts
     other = make_tiny_bert(tmp_path_factory.mktemp("other"), seed=1)
-    with pytest.raises(InputError, match="is not the model that embedded the parts"):
+    with pytest.raises(InputError, match="is not the model the parts recorded"):
         build_index_from_vectors(parts, corpus, tmp_path / "idx", other)
     # The recorded folder moved (another machine): --model names it, and the index records that path.
     moved = tmp_path / "moved-model"

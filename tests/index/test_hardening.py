@@ -16,6 +16,7 @@ from runtime_helpers import TableEncoder, write_jsonl
 from embedkit.errors import InputError
 from embedkit.index import INDEX_FILE, META_FILE, SearchIndex, build_index
 from embedkit.index.folder import index_files_dir
+from embedkit.storage.checksums import STAMP, write_checksums
 from embedkit.storage.versioned import CHECKSUMS, MARKER
 
 WORKER = Path(__file__).with_name("writer_worker.py")
@@ -156,9 +157,10 @@ def test_an_old_flat_index_still_opens_and_appends(tmp_path, tiny_bert):
     out = base_index(tmp_path, tiny_bert, n=30)
     version = index_files_dir(out)
     for path in version.iterdir():
-        if path.name != CHECKSUMS:
+        if path.name not in (CHECKSUMS, STAMP):  # an index from before checksums has neither
             path.rename(out / path.name)
     (version / CHECKSUMS).unlink()
+    (version / STAMP).unlink()
     version.rmdir()
     (out / "CURRENT").unlink()
     meta = json.loads((out / META_FILE).read_text())
@@ -221,7 +223,6 @@ def test_scores_outside_minus_one_one_are_an_error(tmp_path, tiny_bert):
 
     out = base_index(tmp_path, tiny_bert, n=10)
     folder = index_files_dir(out)
-    (folder / CHECKSUMS).unlink()  # as an index from before checksums
     index = faiss.read_index(str(folder / INDEX_FILE))
     damaged = faiss.IndexFlatIP(DIM)
     damaged.add(index.reconstruct_n(0, index.ntotal) * 1e6)  # same count and dim, not unit length
@@ -229,6 +230,7 @@ def test_scores_outside_minus_one_one_are_an_error(tmp_path, tiny_bert):
     meta = json.loads((folder / META_FILE).read_text())
     meta["index_bytes"] = (folder / INDEX_FILE).stat().st_size
     (folder / META_FILE).write_text(json.dumps(meta))
+    write_checksums(folder)  # the damage recorded as written: only the scores can tell
     with SearchIndex.load(out) as loaded, pytest.raises(InputError, match=r"impossible for unit vectors"):
         loaded.search(np.ones(DIM), k=3)
 
@@ -250,7 +252,7 @@ def test_malformed_metadata_fields(tmp_path, tiny_bert, field, value, message):
     meta = json.loads((folder / META_FILE).read_text())
     meta[field] = value
     (folder / META_FILE).write_text(json.dumps(meta))
-    (folder / CHECKSUMS).unlink()  # else the checksum catches the edit first
+    write_checksums(folder)  # the edit recorded as written, else the checksum catches it first
     with pytest.raises(InputError, match=message):
         SearchIndex.load(out)
 

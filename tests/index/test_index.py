@@ -23,6 +23,7 @@ from embedkit.index import (
 )
 from embedkit.index.folder import index_files_dir
 from embedkit.jobs.streaming import CorpusOptions
+from embedkit.storage.checksums import write_checksums
 
 DIM = 32  # the tiny BERT's hidden size: TableEncoder claims to be that model
 
@@ -182,12 +183,11 @@ def test_truncated_or_corrupt_index_file(small_index):
     (path / INDEX_FILE).write_bytes(b"\0" * len(data))
     with pytest.raises(InputError, match="corrupt"):
         SearchIndex.load(path)
-    (path.parent / "CURRENT").unlink()  # as an index written before checksums: faiss itself refuses it
-    (path / "checksums.json").unlink()
+    write_checksums(path)  # the damage recorded as written: faiss itself refuses the file
     with pytest.raises(InputError, match="corrupt index file"):
         SearchIndex.load(path)
     (path / INDEX_FILE).unlink()
-    with pytest.raises(InputError, match="index file missing"):
+    with pytest.raises(InputError, match="index.faiss is missing: the folder is incomplete"):
         SearchIndex.load(path)
 
 
@@ -198,10 +198,11 @@ def test_corrupt_store_and_metadata(small_index):
     (path / "docs.sqlite").write_bytes(b"not a database at all" * 100)
     with pytest.raises(InputError, match="docs.sqlite is truncated or altered"):
         SearchIndex.load(root)
-    (path / "checksums.json").unlink()  # without checksums (an older index) SQLite itself refuses it
+    write_checksums(path)  # the damage recorded as written: SQLite itself refuses it
     with pytest.raises(InputError, match="corrupt document store"):
         SearchIndex.load(root)
     (path / META_FILE).write_text("{")
+    write_checksums(path)
     with pytest.raises(InputError, match="cannot read"):
         SearchIndex.load(root)
     with pytest.raises(InputError, match="not an embedkit index"):
@@ -215,7 +216,7 @@ def test_encoder_of_another_model_is_refused(small_index, tmp_path_factory):
 
     path, encoder = small_index
     other = make_tiny_bert(tmp_path_factory.mktemp("other"), seed=1)
-    with pytest.raises(InputError, match="is not the model the index was built with"):
+    with pytest.raises(InputError, match="is not the model the index recorded"):
         check_model_for(read_index_meta(path), other)
     wide = make_tiny_bert(tmp_path_factory.mktemp("wide"), hidden_size=48)
     with pytest.raises(InputError, match="gives 48-d vectors; the index holds 32-d"):

@@ -112,9 +112,9 @@ def test_verify_command(tmp_path, tiny_bert):
     assert done.exit_code == 1
     assert done.stderr.startswith(f"error: corrupt file {docs}") and len(done.stderr.splitlines()) == 1
 
-    (docs.parent / checksums.CHECKSUMS).unlink()
+    (docs.parent / checksums.CHECKSUMS).unlink()  # a version written with checksums lost them: damaged
     done = runner.invoke(app, ["verify", str(out)])
-    assert done.exit_code == 2 and "nothing to verify against" in done.stderr
+    assert done.exit_code == 1 and "checksums.json is missing" in done.stderr and "damaged" in done.stderr
     done = runner.invoke(app, ["verify", str(tmp_path)])
     assert done.exit_code == 2 and done.stderr == f"error: not an embedkit index: {tmp_path}\n"
 
@@ -127,7 +127,12 @@ def test_files_in_subfolders_are_listed_and_checked(tmp_path):
     (folder / "lexical" / ".managed.json").write_text("[]")
     (folder / "a.bin").write_bytes(b"a")
     (folder / ".a.bin.123.x.tmp").write_bytes(b"")
-    assert set(checksums.write_checksums(folder)) == {"a.bin", "lexical/segment.idx", "lexical/.managed.json"}
+    assert set(checksums.write_checksums(folder)) == {
+        "a.bin",
+        "lexical/segment.idx",
+        "lexical/.managed.json",
+        checksums.STAMP,
+    }
     checksums.verify_checksums(folder)
     rot(folder / "lexical" / "segment.idx", 3)
     with pytest.raises(ChecksumMismatch, match="segment.idx"):

@@ -37,6 +37,7 @@ from embedkit.index.folder import check_model_for
 from embedkit.index.search import SearchIndex
 from embedkit.progress import ProgressBar
 from embedkit.storage.locking import write_lock
+from embedkit.storage.outputs import check_not_in_index
 from embedkit.training import checkpoint as ckpt
 from embedkit.training.adapt.checkpoint import (
     AdaptParts,
@@ -120,6 +121,7 @@ def adapt(
     """
     config = (config or AdaptConfig()).validate()
     out = Path(out_dir).expanduser()
+    check_not_in_index(out)  # the index would delete the model it records
     with write_lock(out), SearchIndex.load(index_path) as index:
         resume_from = ckpt.prepare_out_dir(out, resume, overwrite)
         busy = out.is_dir() and any(out.iterdir())
