@@ -57,7 +57,8 @@ def experiment(
     methods: Annotated[
         str,
         typer.Option(
-            "--methods", help="Comma-separated: simcse, ami-simcse, moco-simcse, micse, infocse (README)."
+            "--methods",
+            help="Comma-separated: simcse, ami-simcse, moco-simcse, micse, infocse (docs/training.md).",
         ),
     ] = "simcse,micse",
     eval_sts: Annotated[

@@ -78,7 +78,8 @@ def train(
         typer.Option(
             "--max-steps",
             min=0,
-            help="Step cap; 0: no cap. The default did no harm in-domain where longer runs did (README).",
+            help="Step cap; 0: no cap. The default did no harm in-domain where longer runs did "
+            "(docs/training-results.md).",
         ),
     ] = DEFAULTS.max_steps or 0,
     limit: Annotated[

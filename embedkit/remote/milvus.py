@@ -6,7 +6,7 @@ Schema of a collection, one entity per document:
 - `body` VARCHAR: title + " " + text (text alone without a title), the text BM25 reads locally too;
   the document's text is `body` minus the title, so it is stored once. Its analyzer is Milvus's
   standard tokenizer, lowercase, Lucene's English stopwords and the English Snowball stemmer:
-  `embedkit.index.lexical`'s analysis but for its NFKC step and its word pattern (README);
+  `embedkit.index.lexical`'s analysis but for its NFKC step and its word pattern (docs/milvus.md);
 - `sparse`: the BM25 Function's output over `body` (k1 1.2, b 0.75, as tantivy's);
 - `dense` FLOAT_VECTOR: the index's normalised vectors, inner product (= cosine), FLAT (exact) or HNSW.
 The push record (`PushRecord`) is the collection property `embedkit.push`, JSON.
