@@ -5,6 +5,10 @@
 #   docker run --rm -p 8000:8000 -v "$PWD/models:/data/models:ro" embedkit /data/models/mine-onnx
 #   docker run --rm -p 8000:8000 -v "$PWD:/data" -e EMBEDKIT_API_KEY=secret embedkit --index /data/my-index
 #
+# An index records its model's path and, beside it, the same path relative to the index: built in
+# $PWD with a model under $PWD (or the bundled model), `--index /data/my-index` finds its model
+# inside the volume (tests/index/test_model_location.py runs these paths outside docker).
+#
 # Arguments after the image name go to `embedkit serve` (model folder, --index, --api-key, ...).
 # Models and indexes live in the volume /data (the working directory). The server listens on
 # 0.0.0.0:8000 inside the container; set EMBEDKIT_API_KEY when the port is reachable from elsewhere.

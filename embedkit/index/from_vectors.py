@@ -35,7 +35,7 @@ from embedkit.errors import InputError, RunFailure
 from embedkit.index.build import IndexReport, check_new_target, write_faiss
 from embedkit.index.docstore import DocStore
 from embedkit.index.faiss_gpu import placement_for
-from embedkit.index.folder import DOCS_FILE, INDEX_FILE, META_FILE
+from embedkit.index.folder import DOCS_FILE, INDEX_FILE, META_FILE, relative_model
 from embedkit.index.kinds import (
     KINDS,
     choose_kind,
@@ -111,6 +111,7 @@ def build_index_from_vectors(
         }
         meta = IndexMeta(
             model=str(recorded_model_path(spec)),
+            model_relative=relative_model(recorded_model_path(spec), out),
             model_fingerprint=first.model_fingerprint,
             model_backend=first.model_backend,
             dim=dim,

@@ -37,6 +37,7 @@ class IndexMeta:
     count: int  # documents (= vectors)
     index_bytes: int  # the size of index.faiss, checked on load
     model_backend: str = "torch"
+    model_relative: str | None = None  # the same folder relative to the index's own (`folder.locate_model`)
     max_seq_length: int | None = None
     kind_reason: str = ""  # why this kind: auto's choice, "asked for", ...
     lexical: dict[str, Any] | None = None  # the lexical side's settings (`embedkit.index.lexical`)
@@ -109,6 +110,8 @@ def _check(meta: dict[str, Any], path: Path) -> None:
     for key in ("created", "updated", "kind_reason", "metric", "model_backend"):
         if key in meta and not isinstance(meta[key], str):
             raise _fail(path, key, "a string", meta[key])
+    if meta.get("model_relative") is not None and not isinstance(meta["model_relative"], str):
+        raise _fail(path, "model_relative", "a string or null", meta["model_relative"])
     if meta.get("max_seq_length") is not None:
         _int(meta, "max_seq_length", path, 1)
     if meta.get("fusion") is not None:
