@@ -49,9 +49,9 @@ from embedkit.encode.batching import TokenBatcher
 from embedkit.encode.devices import torch_device
 from embedkit.encode.model_folder import default_base_model_path
 from embedkit.training import ami, losses, step_speed
+from embedkit.training.batches import pad_batch
 from embedkit.training.config import COMPILE_MODES, TrainConfig
 from embedkit.training.model import ContrastiveModel, make_optimizer, make_scheduler, optimizer_step
-from embedkit.training.trainer import pad_batch
 
 ROOT = Path(__file__).resolve().parents[1]
 # name -> (TrainConfig.method, attention implementation)

@@ -19,10 +19,11 @@ from tiny_models import make_tiny_bert
 from embedkit.encode.batching import TokenBatcher
 from embedkit.encode.torch_head import pool
 from embedkit.training import checkpoint as ckpt
+from embedkit.training.batches import pad_batch
 from embedkit.training.config import INFOCSE_WEIGHT, TrainConfig
 from embedkit.training.infocse import IGNORE, mask_tokens, special_token_ids
 from embedkit.training.model import ContrastiveModel
-from embedkit.training.trainer import pad_batch, train
+from embedkit.training.trainer import train
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 

@@ -19,9 +19,10 @@ import torch
 from embedkit.errors import InputError, RunFailure
 from embedkit.training import checkpoint as ckpt
 from embedkit.training import losses
+from embedkit.training.batches import pad_batch, steps_per_epoch
 from embedkit.training.config import TrainConfig
 from embedkit.training.model import ContrastiveModel, lr_factor
-from embedkit.training.trainer import pad_batch, steps_per_epoch, train
+from embedkit.training.trainer import train
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 

@@ -13,9 +13,10 @@ from typer.testing import CliRunner
 from embedkit.cli.app import app
 from embedkit.data.sentences import split_into_sentences
 from embedkit.errors import InputError
+from embedkit.training.batches import pad_batch
 from embedkit.training.config import TrainConfig
 from embedkit.training.model import ContrastiveModel
-from embedkit.training.trainer import pad_batch, train
+from embedkit.training.trainer import train
 from embedkit.training.views import CROP_RATIO, ICT_KEEP_RATE, sample_pairs
 
 WORDS = "the boundary layer on a swept wing separates near the leading edge at high angles".split()  # noqa: SIM905
