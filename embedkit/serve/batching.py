@@ -27,11 +27,10 @@ the model's rate is known a batch holds about `TARGET_BATCH_S` of work, so a sho
 arrives while one runs waits that long, not a whole `max_batch_tokens` batch (on a CPU, where a
 large budget only makes batches slower).
 
-On a GPU a batch is prepared (padded to its fixed shapes) on a thread of its own while the one
-before it runs: with `prepare`, a batch goes through `prepare(items, tokens)` on the preparation
-thread, then `run_batch(prepared, tokens)` on an inference thread, and `in_flight` batches (more
-than `workers`) may be formed and unfinished at once, so the device is handed the next batch the
-moment it finishes one (infinity's and text-embeddings-inference's pipeline).
+With `prepare` (a GPU's), a batch is prepared (padded to its fixed shapes) by `prepare(items,
+tokens)` on a thread of its own, then run by `run_batch(prepared, tokens)`, and `in_flight` batches
+may be unfinished at once: the device gets the next batch the moment it finishes one (infinity's
+pipeline).
 
 The class knows nothing of HTTP or tokenizers: it takes items (texts, or anything `run_batch`
 embeds, such as the server's tokenized texts) with their token counts and a
@@ -154,17 +153,14 @@ class DynamicBatcher:
         prepare: Callable[[list[Any], list[int]], Any] | None = None,
         in_flight: int | None = None,
     ) -> None:
-        in_flight = in_flight or workers
         if min(max_batch_tokens, workers, max_queue_texts, max_queue_tokens) < 1 or max_wait_ms < 0:
             raise InputError(
                 "max_batch_tokens, workers, max_queue_texts and max_queue_tokens must be >= 1, "
                 "max_wait_ms >= 0"
             )
-        if in_flight < workers:
-            raise InputError(f"in_flight ({in_flight}) must be at least the workers ({workers})")
         self.run_batch = run_batch
         self.prepare = prepare
-        self.in_flight = in_flight
+        self.in_flight = max(in_flight or workers, workers)  # each worker needs a batch of its own
         self.max_batch_tokens = max_batch_tokens
         self.max_wait = max_wait_ms / 1000.0
         self.workers = workers
@@ -187,9 +183,7 @@ class DynamicBatcher:
         """Start the scheduler in the running event loop (and the worker threads)."""
         self._loop = asyncio.get_running_loop()
         self._executor = ThreadPoolExecutor(self.workers, thread_name_prefix="embedkit-inference")
-        self._preparer = (
-            ThreadPoolExecutor(1, thread_name_prefix="embedkit-prepare") if self.prepare is not None else None
-        )
+        self._preparer = ThreadPoolExecutor(1, thread_name_prefix="embedkit-prep") if self.prepare else None
         self._slots = asyncio.Semaphore(self.in_flight)
         self._arrived = asyncio.Event()
         self._scheduler = asyncio.create_task(self._schedule())

@@ -38,7 +38,7 @@ MAX_ROWS = 1024
 
 
 def device_kind(device: str) -> str:
-    """"cuda" for any CUDA device name ("cuda", "cuda:1"), else "cpu"."""
+    """ "cuda" for any CUDA device name ("cuda", "cuda:1"), else "cpu"."""
     return "cuda" if str(device).startswith("cuda") else "cpu"
 
 
