@@ -17,7 +17,7 @@ from typing import Any
 
 import numpy as np
 
-from embedkit.encode.batching import Batch, TokenBatcher, encode_in_order, l2_normalize
+from embedkit.encode.batching import Batch, TokenBatcher, encode_in_order, l2_normalize, prefetch_for
 from embedkit.encode.devices import check_device
 from embedkit.encode.model_folder import ModelSpec, model_fingerprint, read_json, resolve_model_path
 from embedkit.encode.ort_import import import_onnxruntime
@@ -286,6 +286,7 @@ class OnnxEncoder(EncoderBase):
             progress,
             description=f"embedding ({self.precision})",
             shapes=self.shapes,
+            prefetch=prefetch_for(self.device),
         )
         if extra_norm:
             out = l2_normalize(out).astype(np.float32, copy=False)

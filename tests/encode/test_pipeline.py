@@ -15,7 +15,7 @@ import numpy as np
 import pytest
 
 from embedkit.encode import batching
-from embedkit.encode.batching import TokenBatcher, encode_in_order, pad_encodings, run_ahead
+from embedkit.encode.batching import TokenBatcher, encode_in_order, pad_encodings, prefetch_for, run_ahead
 
 TEXTS = [" ".join(["flow"] * (1 + i % 13) + [f"w{i}"]) for i in range(48)]
 
@@ -93,6 +93,10 @@ def test_without_prefetch_every_step_waits_for_the_one_before(tiny_bert, monkeyp
     assert all(thread == threading.current_thread().name for kind, *_, thread in events if kind == "ready")
     for k in range(11):
         assert position(events, "end", k) < position(events, "ready", k + 1)
+
+
+def test_batches_run_ahead_on_cuda_only():
+    assert [prefetch_for(d) for d in ("cuda", "cuda:1", "cpu")] == [2, 2, 0]
 
 
 def test_run_ahead_raises_the_workers_error_and_stops_with_its_consumer():

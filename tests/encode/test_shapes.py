@@ -4,6 +4,7 @@ number of shapes an ONNX session meets over a varied workload."""
 from __future__ import annotations
 
 import random
+import threading
 from pathlib import Path
 
 import numpy as np
@@ -75,9 +76,11 @@ class ShapeRecorder:
     def __init__(self, session) -> None:
         self.session = session
         self.shapes: list[tuple[int, int]] = []
+        self.ahead: list[bool] = []  # whether a tokenizing worker thread was alive during each run
 
     def run(self, outputs, feeds):
         self.shapes.append(tuple(feeds["input_ids"].shape))
+        self.ahead.append(any(t.name == "embedkit-tokenize" for t in threading.enumerate()))
         return self.session.run(outputs, feeds)
 
     def __getattr__(self, name):
@@ -174,9 +177,13 @@ def test_warmup_runs_every_shape_so_encode_meets_no_new_one(tiny_onnx, monkeypat
     for _ in range(10):
         encoder.encode(varied_texts(rng, rng.randrange(1, 150)), batch_size=rng.choice((16, 64)))
     assert set(recorders[-1].shapes) <= warmed
+    assert any(recorders[-1].ahead)  # on CUDA the next batches are prepared in a worker thread
 
     off = onnx_backend.OnnxEncoder(tiny_onnx, warmup=False)
     assert off.shapes.fixed and off.warmup is None and not recorders[-1].shapes
     monkeypatch.setattr(onnx_backend, "create_session", real)
     cpu = onnx_backend.OnnxEncoder(tiny_onnx, device="cpu")
     assert not cpu.shapes.fixed and cpu.warmup is None
+    cpu.session = ShapeRecorder(cpu.session)
+    cpu.encode(varied_texts(rng, 150), batch_size=16)
+    assert cpu.session.shapes and not any(cpu.session.ahead)  # on the CPU: no worker thread
