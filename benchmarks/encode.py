@@ -2,6 +2,7 @@
 
     .venv/bin/python benchmarks/encode.py [--onnx DIR] [--sentences 2000] [--repeats 5]
     .venv/bin/python benchmarks/encode.py --session-options   # also time ORT SessionOptions variants
+    .venv/bin/python benchmarks/encode.py --fixed-shapes      # also ONNX fp32 padded to fixed shapes
     python benchmarks/encode.py --device cuda   # GPU: torch with CUDA and onnxruntime-gpu
 
 On the default model (all-MiniLM-L6-v2) and a fixed mix of ../shared/data sentences (STS-B,
@@ -85,10 +86,12 @@ def sts_spearman(encode: Callable[[list[str]], np.ndarray]) -> float:
 
 
 def make_backends(
-    onnx_dir: Path, threads: int | None, device: str = "cpu"
+    onnx_dir: Path, threads: int | None, device: str = "cpu", fixed_shapes: bool = False
 ) -> dict[str, Callable[[list[str]], np.ndarray]]:
     """On the CPU: ST, torch, ONNX fp32/fp16/int8. On CUDA: ST in fp32 and fp16, torch, and ONNX
-    fp32/fp16 on ONNX Runtime's CUDA provider (dynamic int8 is a CPU format: not timed there)."""
+    fp32/fp16 on ONNX Runtime's CUDA provider (dynamic int8 is a CPU format: not timed there).
+    `fixed_shapes`: also ONNX fp32 with the other shape rule than the device's default
+    (`embedkit.encode.shapes`: padded to buckets on a CPU, exact shapes on CUDA)."""
     from sentence_transformers import SentenceTransformer
 
     from embedkit.encode.model_folder import default_base_model_path
@@ -110,6 +113,13 @@ def make_backends(
     for precision in ("fp32", "fp16") if device == "cuda" else ("fp32", "fp16", "int8"):
         encoder = OnnxEncoder(onnx_dir, device=device, precision=precision, intra_op_threads=threads)
         backends[f"onnx {precision}"] = lambda t, e=encoder: e.encode(t, batch_size=BATCH_SIZE)
+    if fixed_shapes:
+        other = device == "cpu"  # the rule the device does not use by default
+        encoder = OnnxEncoder(
+            onnx_dir, device=device, precision="fp32", intra_op_threads=threads, fixed_shapes=other
+        )
+        name = "onnx fp32 (fixed shapes)" if other else "onnx fp32 (exact shapes)"
+        backends[name] = lambda t, e=encoder: e.encode(t, batch_size=BATCH_SIZE)
     return backends
 
 
@@ -188,6 +198,9 @@ def main() -> None:
     parser.add_argument(
         "--session-options", action="store_true", help="Also time ORT SessionOptions variants."
     )
+    parser.add_argument(
+        "--fixed-shapes", action="store_true", help="Also ONNX fp32 with the other shape rule."
+    )
     parser.add_argument("--threads", type=int, help="Threads for torch and ONNX Runtime (default: theirs).")
     parser.add_argument("--json", type=Path, help="Write the figures to this file too.")
     parser.add_argument(
@@ -214,7 +227,7 @@ def main() -> None:
     texts = benchmark_texts(args.sentences)
     with tempfile.TemporaryDirectory(prefix="embedkit-bench-") as work:
         onnx_dir = ensure_export(args.onnx, Path(work))
-        backends = make_backends(onnx_dir, args.threads, args.device)
+        backends = make_backends(onnx_dir, args.threads, args.device, args.fixed_shapes)
         if args.session_options:
             backends.update(session_option_backends(onnx_dir))
         seconds = time_backends(backends, texts, args.repeats)

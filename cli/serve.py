@@ -55,9 +55,13 @@ def serve(
         ),
     ] = None,
     max_batch_tokens: Annotated[
-        int,
-        typer.Option("--max-batch-tokens", min=1, help="Tokens in one batch (summed over its texts)."),
-    ] = settings.DEFAULT_MAX_BATCH_TOKENS,
+        int | None,
+        typer.Option(
+            "--max-batch-tokens",
+            min=1,
+            help="Tokens in one batch, summed over its texts (default: 4,096 on a CPU, 32,768 on a GPU).",
+        ),
+    ] = None,
     max_wait_ms: Annotated[
         float,
         typer.Option("--max-wait-ms", min=0, help="How long a batch that is not full waits for more texts."),
@@ -68,6 +72,22 @@ def serve(
             "--workers", min=1, help="Inference threads on the one loaded model (1 on a CPU; 2 on a GPU)."
         ),
     ] = 1,
+    batches_in_flight: Annotated[
+        int | None,
+        typer.Option(
+            "--batches-in-flight",
+            min=1,
+            help="Batches formed and not finished: padded, waiting or running (default: the workers "
+            "on a CPU; 2 on a GPU, one padded while one runs).",
+        ),
+    ] = None,
+    warmup: Annotated[
+        bool | None,
+        typer.Option(
+            "--warmup/--no-warmup",
+            help="Run every fixed batch shape once at load (default: on a GPU only).",
+        ),
+    ] = None,
     max_texts: Annotated[
         int, typer.Option("--max-texts", min=1, help="Texts (or queries) in one request; more is a 413.")
     ] = settings.DEFAULT_MAX_TEXTS,
@@ -113,6 +133,8 @@ def serve(
         max_batch_tokens=max_batch_tokens,
         max_wait_ms=max_wait_ms,
         workers=workers,
+        batches_in_flight=batches_in_flight,
+        warmup=warmup,
         max_texts=max_texts,
         max_queue_texts=max(settings.DEFAULT_MAX_QUEUE_TEXTS, max_texts),
         max_queue_tokens=max_queue_tokens,

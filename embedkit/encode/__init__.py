@@ -1,6 +1,7 @@
 """From texts to vectors: model folders, tokenizing and batching, the encoders.
 
-`model_folder` reads a folder once into a `ModelSpec`; `batching` tokenizes and length-sorts;
+`model_folder` reads a folder once into a `ModelSpec`; `batching` tokenizes and length-sorts
+(the next batches in a worker thread while one runs); `shapes` owns the fixed batch shapes;
 `protocol` defines the `Encoder` every backend satisfies; `onnx_backend` (ONNX Runtime) and
 `torch_backend` (PyTorch, imported only when a torch folder is opened) implement it; `loading`
 picks one for a folder; `devices` names where a model runs. Embedding a whole corpus with an

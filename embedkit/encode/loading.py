@@ -29,6 +29,7 @@ def load_encoder(
     precision: str | None = None,
     intra_op_threads: int | None = None,
     spinning: bool = True,
+    warmup: bool | None = None,
 ) -> Encoder:
     """Open a model folder for embedding, whatever its kind.
 
@@ -41,6 +42,8 @@ def load_encoder(
     one per core), so that several encoders on one machine do not oversubscribe it; torch follows
     its own setting (`OMP_NUM_THREADS`, which Ray sets for its workers). `spinning=False`: ONNX
 Runtime's CPU threads sleep between runs (a server's setting; see `session_options`).
+    `warmup`: run the fixed shapes of an ONNX session once at load (None: on CUDA only; see
+    `embedkit.encode.shapes`).
 
     >>> encoder = load_encoder("runs/my-model-onnx")  # doctest: +SKIP
     >>> encoder.encode(["a sentence", "another"]).shape  # doctest: +SKIP
@@ -56,7 +59,12 @@ Runtime's CPU threads sleep between runs (a server's setting; see `session_optio
         from embedkit.encode.onnx_backend import OnnxEncoder
 
         return OnnxEncoder(
-            spec, device=device, precision=precision, intra_op_threads=intra_op_threads, spinning=spinning
+            spec,
+            device=device,
+            precision=precision,
+            intra_op_threads=intra_op_threads,
+            spinning=spinning,
+            warmup=warmup,
         )
     if precision not in (None, "fp32"):
         raise InputError(

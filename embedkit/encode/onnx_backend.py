@@ -8,22 +8,36 @@ token ids; pooling and (by default) L2 normalisation happen inside the graph.
 
 from __future__ import annotations
 
+import logging
+import time
 import warnings
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
-from embedkit.encode.batching import Batch, TokenBatcher, encode_in_order, l2_normalize
+from embedkit.encode.batching import Batch, TokenBatcher, encode_in_order, l2_normalize, prefetch_for
 from embedkit.encode.devices import check_device
 from embedkit.encode.identity import model_identity
 from embedkit.encode.model_folder import ModelSpec, read_json, read_model_spec, resolve_model_path
 from embedkit.encode.ort_import import import_onnxruntime
 from embedkit.encode.precisions import PRECISION_FILES, check_precision
 from embedkit.encode.protocol import EncoderBase
+from embedkit.encode.shapes import WARMUP_ROWS, ShapePlan, fixed_shapes_default
 from embedkit.errors import InputError
 
 OUTPUT_NAME = "sentence_embedding"
+log = logging.getLogger("embedkit.encode")
+
+
+@dataclass(frozen=True)
+class Warmup:
+    """What a warm-up ran: every fixed shape of batches up to `rows` rows, once."""
+
+    rows: int  # the largest batch warmed
+    shapes: int
+    seconds: float
 
 
 def read_export_metadata(path: Path, meta: dict[str, Any] | None = None) -> dict[str, Any]:
@@ -157,6 +171,9 @@ class OnnxEncoder(EncoderBase):
     """Encode texts with an exported ONNX folder; same interface as TorchEncoder.
 
     `intra_op_threads` and `spinning` set the ONNX Runtime session (see `session_options`).
+    `fixed_shapes` pads every batch to a bucket of `embedkit.encode.shapes` and `warmup` runs
+    those buckets once at load (batches up to `WARMUP_ROWS`); both None: on where the session
+    runs on CUDA, off on the CPU.
     """
 
     backend = "onnx"
@@ -168,6 +185,8 @@ class OnnxEncoder(EncoderBase):
         precision: str | None = None,
         intra_op_threads: int | None = None,
         spinning: bool = True,
+        fixed_shapes: bool | None = None,
+        warmup: bool | None = None,
     ) -> None:
         spec = path if isinstance(path, ModelSpec) and path.kind == "onnx" else None
         self.path = path.path if isinstance(path, ModelSpec) else resolve_model_path(path)
@@ -214,18 +233,40 @@ class OnnxEncoder(EncoderBase):
         # at the precision chosen: int8 vectors are another model's (`embedkit.encode.identity`)
         self.identity = model_identity(spec or read_model_spec(self.path), self.precision)
         self.fingerprint = self.identity.fingerprint
+        on_cuda = fixed_shapes_default(self.device)
+        self.shapes = ShapePlan(self.max_seq_length, on_cuda if fixed_shapes is None else fixed_shapes)
+        self.warmup: Warmup | None = None
+        if (on_cuda if warmup is None else warmup) and self.shapes.fixed:
+            self.warm_up(WARMUP_ROWS)
 
     @property
     def truncated(self) -> int:
         return self.batcher.truncated
 
     def run_batch(self, batch: Batch) -> np.ndarray:
-        """Sentence vectors (float32 [B, dim]) of one padded batch, as the graph computes them."""
+        """Sentence vectors (float32 [n, dim]) of one padded batch's real rows, as the graph computes them."""
         feeds = {"input_ids": batch.input_ids, "attention_mask": batch.attention_mask}
         if "token_type_ids" in self.input_names:
             feeds["token_type_ids"] = batch.token_type_ids
         (vectors,) = self.session.run([OUTPUT_NAME], feeds)
-        return vectors.astype(np.float32, copy=False)
+        return vectors[: batch.real_rows].astype(np.float32, copy=False)
+
+    def warm_up(self, rows: int, max_tokens: int | None = None) -> Warmup:
+        """Run every fixed shape of batches up to `rows` rows (of at most `max_tokens` padded
+        tokens) once, largest first, so that ONNX Runtime meets none of them for the first time
+        on real texts; timed and logged. Nothing to run without fixed shapes."""
+        start = time.perf_counter()
+        shapes = self.shapes.shapes(rows, max_tokens)
+        pad = self.batcher.pad_id
+        for height, width in shapes:
+            filled = np.ones((height, width), dtype=np.int64)
+            self.run_batch(Batch(np.arange(height), filled * pad, filled, filled * 0))
+        self.warmup = Warmup(rows, len(shapes), time.perf_counter() - start)
+        log.info(
+            "warm-up: %d shapes (batches up to %d rows) on %s in %.2f s",
+            len(shapes), rows, self.device, self.warmup.seconds,
+        )
+        return self.warmup
 
     def encode_texts(
         self, texts: list[str], batch_size: int, normalize: bool | None, progress: bool
@@ -247,6 +288,8 @@ class OnnxEncoder(EncoderBase):
             self.run_batch,
             progress,
             description=f"embedding ({self.precision})",
+            shapes=self.shapes,
+            prefetch=prefetch_for(self.device),
         )
         if extra_norm:
             out = l2_normalize(out).astype(np.float32, copy=False)

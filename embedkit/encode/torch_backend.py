@@ -13,7 +13,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from embedkit.encode.batching import Batch, TokenBatcher, encode_in_order
+from embedkit.encode.batching import Batch, TokenBatcher, encode_in_order, prefetch_for
 from embedkit.encode.devices import torch_device
 from embedkit.encode.identity import torch_identity
 from embedkit.encode.model_folder import ModelSpec, read_model_spec
@@ -95,4 +95,5 @@ class TorchEncoder(EncoderBase):
         def run(batch: Batch) -> np.ndarray:
             return self.run_batch(batch, normalize)
 
-        return encode_in_order(self.batcher, texts, batch_size, self.dim, run, progress)
+        prefetch = prefetch_for(self.device)
+        return encode_in_order(self.batcher, texts, batch_size, self.dim, run, progress, prefetch=prefetch)

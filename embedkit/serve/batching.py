@@ -27,6 +27,11 @@ the model's rate is known a batch holds about `TARGET_BATCH_S` of work, so a sho
 arrives while one runs waits that long, not a whole `max_batch_tokens` batch (on a CPU, where a
 large budget only makes batches slower).
 
+With `prepare` (a GPU's), a batch is prepared (padded to its fixed shapes) by `prepare(items,
+tokens)` on a thread of its own, then run by `run_batch(prepared, tokens)`, and `in_flight` batches
+may be unfinished at once: the device gets the next batch the moment it finishes one (infinity's
+pipeline).
+
 The class knows nothing of HTTP or tokenizers: it takes items (texts, or anything `run_batch`
 embeds, such as the server's tokenized texts) with their token counts and a
 `run_batch(items, tokens) -> float32 [n, dim]` function, so it is tested on its own.
@@ -87,7 +92,7 @@ class BatchStats:
     texts: int
     tokens: int
     waited_s: float  # its oldest text's time in the queue
-    run_s: float  # time in the worker, tokenization and inference
+    run_s: float  # from the batch's start to its vectors: preparation, waiting for a worker, inference
 
 
 def length_groups(tokens: Sequence[int], max_padding: float = MAX_PADDING) -> list[list[int]]:
@@ -145,6 +150,8 @@ class DynamicBatcher:
         max_queue_texts: int = 1 << 30,
         max_queue_tokens: int = 1 << 62,
         on_batch: Callable[[BatchStats], None] | None = None,
+        prepare: Callable[[list[Any], list[int]], Any] | None = None,
+        in_flight: int | None = None,
     ) -> None:
         if min(max_batch_tokens, workers, max_queue_texts, max_queue_tokens) < 1 or max_wait_ms < 0:
             raise InputError(
@@ -152,6 +159,8 @@ class DynamicBatcher:
                 "max_wait_ms >= 0"
             )
         self.run_batch = run_batch
+        self.prepare = prepare
+        self.in_flight = max(in_flight or workers, workers)  # each worker needs a batch of its own
         self.max_batch_tokens = max_batch_tokens
         self.max_wait = max_wait_ms / 1000.0
         self.workers = workers
@@ -174,7 +183,8 @@ class DynamicBatcher:
         """Start the scheduler in the running event loop (and the worker threads)."""
         self._loop = asyncio.get_running_loop()
         self._executor = ThreadPoolExecutor(self.workers, thread_name_prefix="embedkit-inference")
-        self._slots = asyncio.Semaphore(self.workers)
+        self._preparer = ThreadPoolExecutor(1, thread_name_prefix="embedkit-prep") if self.prepare else None
+        self._slots = asyncio.Semaphore(self.in_flight)
         self._arrived = asyncio.Event()
         self._scheduler = asyncio.create_task(self._schedule())
 
@@ -261,6 +271,8 @@ class DynamicBatcher:
         if self._tasks:
             await asyncio.gather(*self._tasks, return_exceptions=True)
         self._executor.shutdown(wait=True)
+        if self._preparer is not None:
+            self._preparer.shutdown(wait=True)
 
     # --- scheduling -------------------------------------------------------------------------
 
@@ -347,8 +359,12 @@ class DynamicBatcher:
         start = time.perf_counter()
         texts = [item.text for item in batch]
         tokens = [item.tokens for item in batch]
+        ran = 0.0  # the model's run alone, not the preparation or the wait for a worker
         try:
-            vectors = await self._loop.run_in_executor(self._executor, self.run_batch, texts, tokens)
+            work: Any = texts
+            if self._preparer is not None:
+                work = await self._loop.run_in_executor(self._preparer, self.prepare, texts, tokens)
+            vectors, ran = await self._loop.run_in_executor(self._executor, self._timed_run, work, tokens)
             vectors = np.asarray(vectors, dtype=np.float32)
             if vectors.ndim != 2 or len(vectors) != len(batch):
                 raise RuntimeError(f"the model returned {vectors.shape} for a batch of {len(batch)} texts")
@@ -362,7 +378,6 @@ class DynamicBatcher:
             self._running -= len(batch)
             self._finished = time.perf_counter()
             self._slots.release()
-        ran = self._finished - start
         if ran > 0:
             rate = sum(tokens) / ran
             self._rate = rate if self._rate <= 0 else 0.8 * self._rate + 0.2 * rate
@@ -375,6 +390,11 @@ class DynamicBatcher:
                     run_s=time.perf_counter() - start,
                 )
             )
+
+    def _timed_run(self, work: Any, tokens: list[int]) -> tuple[np.ndarray, float]:
+        start = time.perf_counter()
+        vectors = self.run_batch(work, tokens)
+        return vectors, time.perf_counter() - start
 
     @staticmethod
     def _scatter(batch: list[_Item], vectors: np.ndarray) -> None:

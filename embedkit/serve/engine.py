@@ -5,7 +5,9 @@ own, which opens it and runs every search (SQLite connections stay on the thread
 them), and whose queries are embedded through the batcher like any other request's texts.
 
 Each request's texts are tokenized once: the token counts size the batches and bound the queue,
-and the same encodings are padded and run (`encoder.run_batch`), not tokenized again.
+and the same encodings are padded and run (`encoder.run_batch`), not tokenized again. How large
+the batches are, how many are in flight, where tokenization runs and whether the fixed shapes are
+run at load depend on the device (`embedkit.serve.sizing`); `/info` reports what was chosen.
 
 The index follows its folder: before each search the index thread checks which version `CURRENT`
 names (one small file read), and when an append or a rebuild has published another one, it opens
@@ -26,24 +28,18 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from embedkit.encode.batching import l2_normalize, pad_encodings
+from embedkit.encode.batching import Batch, l2_normalize, pad_encodings
 from embedkit.encode.protocol import EncoderBase
 from embedkit.errors import InputError
 from embedkit.serve.batching import DynamicBatcher, length_groups
 from embedkit.serve.metrics import Metrics
 from embedkit.serve.settings import ServeConfig
+from embedkit.serve.sizing import INLINE_TOKENIZE_CHARS, MAX_ROWS, Sizing
 
 if TYPE_CHECKING:
     from embedkit import SearchIndex
 
 log = logging.getLogger("embedkit.serve")
-# Requests with more characters than this are tokenized in a thread, not in the event loop
-# (about 5 ms of tokenization on one core).
-INLINE_TOKENIZE_CHARS = 50_000
-# The queue's token bound when none is given, as estimates from reported rates (not measured
-# here): on a CPU about 10 s of all-MiniLM-L6-v2 work on 2 cores (a 512k-token request was
-# reported at 77 s); on a GPU about 5 s at the ~24k sentences/s of 38 tokens reported on an H100.
-AUTO_QUEUE_TOKENS = {"cpu": 65_536, "cuda": 4_194_304}
 
 
 @dataclass(frozen=True)
@@ -54,6 +50,14 @@ class Answer:
     truncated: int  # queries cut at the model's max length
     mode: str  # the mode used: the one asked for, else the index's default
     index_version: str | None  # the version folder answered from (None: an unversioned index)
+
+
+@dataclass(frozen=True)
+class Prepared:
+    """A batch padded for the model: its texts' positions and padded arrays, per model run."""
+
+    size: int  # texts in the batch
+    runs: list[tuple[np.ndarray, Batch]]
 
 
 @dataclass(frozen=True)
@@ -81,6 +85,8 @@ class ServedModel:
         self.precision = str(getattr(encoder, "precision", "fp32"))
         self.dim = int(encoder.dim)
         self.max_seq_length = int(encoder.max_seq_length)
+        self.shapes = getattr(encoder, "shapes", None)  # an ONNX encoder's ShapePlan; torch: None
+        self.max_rows = MAX_ROWS  # rows in one model run under fixed shapes
 
     @staticmethod
     def check(config: ServeConfig) -> None:
@@ -108,7 +114,12 @@ class ServedModel:
         # length groups and shares the cores with its event loop: `benchmarks/serve.py` on 2
         # shared CPU cores served 40 instead of 25 sentences/s to 8 single-sentence clients
         # without spinning, 36 instead of 23 to 32 (benchmarks/README.md; `--ort-spinning` keeps it).
-        options = {"device": config.device, "precision": config.precision, "spinning": config.ort_spinning}
+        options = {
+            "device": config.device,
+            "precision": config.precision,
+            "spinning": config.ort_spinning,
+            "warmup": False,  # the engine warms the server's own shapes once it knows its sizing
+        }
         if config.index is None:
             return cls(load_encoder(config.model, **options), name=config.served_model_name)
         index = open_search_index(config.index, config.collection, config.token)
@@ -125,14 +136,30 @@ class ServedModel:
         encodings = self.tokenizer.encode_batch(list(texts))
         return encodings, [len(e.ids) for e in encodings], sum(1 for e in encodings if e.overflowing)
 
-    def run_batch(self, encodings: list[Any], tokens: list[int]) -> np.ndarray:
-        """One batch of tokenized texts through the model, as `encoder.encode` computes it (the
-        model's own normalization): one forward pass per group of similar length."""
-        out = np.empty((len(encodings), self.dim), dtype=np.float32)
+    def prepare(self, encodings: list[Any], tokens: list[int]) -> Prepared:
+        """One batch of tokenized texts padded for the model: a run per group of similar length,
+        each padded to its fixed shape when the encoder has them (at most `max_rows` rows)."""
         pad_id = self.encoder.batcher.pad_id
+        fixed = self.shapes if self.shapes is not None and self.shapes.fixed else None
+        runs = []
         for group in length_groups(tokens):
-            out[group] = self.encoder.run_batch(pad_encodings(encodings, np.asarray(group), pad_id))
+            step = self.max_rows if fixed else len(group)
+            for first in range(0, len(group), step):
+                rows = np.asarray(group[first : first + step])
+                runs.append((rows, pad_encodings(encodings, rows, pad_id, shapes=fixed, max_rows=step)))
+        return Prepared(len(encodings), runs)
+
+    def run_prepared(self, prepared: Prepared, tokens: list[int] | None = None) -> np.ndarray:
+        """The vectors of a prepared batch, as `encoder.encode` computes them (the model's own
+        normalization)."""
+        out = np.empty((prepared.size, self.dim), dtype=np.float32)
+        for rows, batch in prepared.runs:
+            out[rows] = self.encoder.run_batch(batch)[: len(rows)]
         return out
+
+    def run_batch(self, encodings: list[Any], tokens: list[int]) -> np.ndarray:
+        """One batch of tokenized texts through the model: `prepare`, then `run_prepared`."""
+        return self.run_prepared(self.prepare(encodings, tokens))
 
     @property
     def index_version(self) -> str | None:
@@ -149,6 +176,8 @@ class Engine:
         self.config = config
         self.metrics = metrics or Metrics()
         self.model: ServedModel | None = None
+        self.sizing: Sizing | None = None  # resolved for the device once the model is loaded
+        self.warmup: Any = None  # the encoder's Warmup record, when the fixed shapes were run at load
         self.batcher: DynamicBatcher | None = None
         self.ready = False
         self.error: BaseException | None = None
@@ -175,18 +204,27 @@ class Engine:
         `on_ready(model)` is called. A failure is kept in `error` and handed to `on_error`."""
         loop = asyncio.get_running_loop()
         try:
-            self.model = await loop.run_in_executor(self._index_thread, ServedModel.load, self.config)
-            queue_tokens = (
-                self.config.max_queue_tokens
-                or AUTO_QUEUE_TOKENS["cpu" if self.model.device == "cpu" else "cuda"]
+            model = self.model = await loop.run_in_executor(
+                self._index_thread, ServedModel.load, self.config
             )
+            sizing = self.sizing = Sizing.resolve(self.config, model.device, model.max_seq_length)
+            model.max_rows = sizing.max_rows
+            warm_up = getattr(model.encoder, "warm_up", None)
+            if sizing.warmup and warm_up is not None and model.shapes is not None and model.shapes.fixed:
+                # the shapes this server's batches take: up to max_rows rows, twice the budget
+                self.warmup = await loop.run_in_executor(
+                    self._index_thread, warm_up, sizing.max_rows, 2 * sizing.max_batch_tokens
+                )
+            ahead = sizing.prepares_ahead
             self.batcher = DynamicBatcher(
-                self.model.run_batch,
-                max_batch_tokens=self.config.max_batch_tokens,
+                model.run_prepared if ahead else model.run_batch,
+                prepare=model.prepare if ahead else None,
+                in_flight=sizing.batches_in_flight,
+                max_batch_tokens=sizing.max_batch_tokens,
                 max_wait_ms=self.config.max_wait_ms,
-                workers=self.config.workers,
+                workers=sizing.workers,
                 max_queue_texts=self.config.max_queue_texts,
-                max_queue_tokens=max(queue_tokens, self.model.max_seq_length),
+                max_queue_tokens=sizing.max_queue_tokens,
                 on_batch=self.metrics.observe_batch,
             )
             await self.batcher.start()
@@ -213,13 +251,56 @@ class Engine:
         """The texts' vectors through the batcher, with their token counts."""
         assert self.model is not None and self.batcher is not None, "embed before the model is ready"
         texts = list(texts)
-        if sum(map(len, texts)) > INLINE_TOKENIZE_CHARS:
-            encodings, lengths, truncated = await asyncio.to_thread(self.model.tokenize, texts)
-        else:
-            encodings, lengths, truncated = self.model.tokenize(texts)
+        encodings, lengths, truncated = await self.off_loop(self.model.tokenize, texts)
         vectors = await self.batcher.embed(encodings, lengths)
         self.metrics.count_texts(len(texts), sum(lengths), truncated)
         return Embedded(vectors, sum(lengths), truncated)
+
+    async def off_loop(self, tokenize: Callable[[list[str]], Any], texts: list[str]) -> Any:
+        """`tokenize(texts)`, in a thread unless the request is small enough for the event loop on
+        this device (`Sizing.inline_tokenize_chars`: none on CUDA)."""
+        inline = self.sizing.inline_tokenize_chars if self.sizing else INLINE_TOKENIZE_CHARS["cpu"]
+        if sum(map(len, texts)) > inline:
+            return await asyncio.to_thread(tokenize, texts)
+        return tokenize(texts)
+
+    def runtime_info(self) -> dict[str, Any]:
+        """What the server runs with, as `/info` reports it under "embedkit"."""
+        assert self.model is not None and self.sizing is not None
+        sizing, shapes = self.sizing, self.model.shapes
+        warmup = self.warmup
+        return {
+            "device": self.model.device,
+            "backend": self.model.backend,
+            "precision": self.model.precision,
+            "max_batch_tokens": sizing.max_batch_tokens,
+            "max_wait_ms": self.config.max_wait_ms,
+            "inference_workers": sizing.workers,
+            "batches_in_flight": sizing.batches_in_flight,
+            "prepares_ahead": sizing.prepares_ahead,
+            "tokenization": "thread" if sizing.inline_tokenize_chars == 0 else (
+                f"event loop up to {sizing.inline_tokenize_chars} characters a request, else a thread"
+            ),
+            "max_queue_tokens": sizing.max_queue_tokens,
+            "shapes": shapes.describe(sizing.max_rows) if shapes is not None else {"fixed": False},
+            "warmup": {
+                "enabled": sizing.warmup,
+                "shapes": warmup.shapes if warmup else 0,
+                "seconds": round(warmup.seconds, 3) if warmup else 0.0,
+            },
+        }
+
+    def describe_sizing(self) -> str:
+        """One line for the console once the model is ready."""
+        info = self.runtime_info()
+        shapes = "fixed shapes" if info["shapes"]["fixed"] else "exact shapes"
+        warm = info["warmup"]
+        warmed = f", {warm['shapes']} shapes warmed in {warm['seconds']:.1f} s" if warm["shapes"] else ""
+        return (
+            f"  batches of <= {info['max_batch_tokens']} tokens, <= {info['max_wait_ms']:g} ms wait, "
+            f"{info['inference_workers']} inference thread(s), {info['batches_in_flight']} batch(es) "
+            f"in flight, {shapes}{warmed}"
+        )
 
     async def search(self, queries: list[str], k: int, mode: str | None = None, **options: Any) -> Answer:
         """Each query's hits (`SearchIndex.search_text`) from the live version of the index.

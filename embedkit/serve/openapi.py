@@ -203,6 +203,38 @@ RESPONSES: dict[str, dict[str, Any]] = {
             "version": {"type": "string"},
             "sha": {"type": ["string", "null"]},
             "docker_label": {"type": ["string", "null"]},
+            "embedkit": {
+                "type": "object",
+                "description": "what this server runs with (embedkit.serve.sizing)",
+                "required": ["device", "max_batch_tokens", "batches_in_flight", "shapes", "warmup"],
+                "properties": {
+                    "device": {"type": "string"},
+                    "max_batch_tokens": {"type": "integer"},
+                    "inference_workers": {"type": "integer"},
+                    "batches_in_flight": {"type": "integer"},
+                    "prepares_ahead": {"type": "boolean"},
+                    "tokenization": {"type": "string"},
+                    "max_queue_tokens": {"type": "integer"},
+                    "shapes": {
+                        "type": "object",
+                        "required": ["fixed"],
+                        "properties": {
+                            "fixed": {"type": "boolean"},
+                            "lengths": {"type": ["array", "null"], "items": {"type": "integer"}},
+                            "rows": {"type": ["array", "null"], "items": {"type": "integer"}},
+                        },
+                    },
+                    "warmup": {
+                        "type": "object",
+                        "required": ["enabled", "shapes", "seconds"],
+                        "properties": {
+                            "enabled": {"type": "boolean"},
+                            "shapes": {"type": "integer"},
+                            "seconds": {"type": "number"},
+                        },
+                    },
+                },
+            },
         },
     },
     "OpenApi": {"type": "object", "required": ["openapi", "info", "paths"]},

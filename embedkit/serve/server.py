@@ -69,10 +69,7 @@ def run_server(config: ServeConfig, echo: Callable[[str], None] = print) -> None
 
     def ready(model: ServedModel) -> None:
         echo(f"ready: {url} model {model.describe()}")
-        echo(
-            f"  batches of <= {config.max_batch_tokens} tokens, <= {config.max_wait_ms:g} ms wait, "
-            f"{config.workers} inference thread(s)"
-        )
+        echo(engine.describe_sizing())
 
     def failed(exc: BaseException) -> None:
         server.should_exit = True

@@ -1,17 +1,18 @@
 """What `embedkit serve` is asked to do, and its defaults; standard library only (the CLI imports it).
 
 Defaults and where they come from:
-- `max_batch_tokens` 4096 (tokens summed over a batch's texts, as text-embeddings-inference's
-  `--max-batch-tokens` counts them; about 160 Wikipedia sentences) and `max_wait_ms` 5 (infinity's
-  `batch_delay`): `benchmarks/serve.py --tune` on the exported all-MiniLM-L6-v2 (2 shared CPU
-  cores) found no setting better beyond the machine's noise: 32 single-sentence clients got 74-86%
-  of the offline rate with every wait from 0 to 10 ms and budget from 1,024 to 16,384 tokens, and
-  the defaults 74% and 84% in two runs (benchmarks/README.md). On a CPU a larger budget only makes
-  one batch's latency longer. The wait lets concurrent clients that were answered together come
-  back into one batch.
+- `max_batch_tokens` None, by device (`embedkit.serve.sizing`): 4096 on a CPU (tokens summed over a
+  batch's texts, as text-embeddings-inference's `--max-batch-tokens` counts them; about 160
+  Wikipedia sentences) and `max_wait_ms` 5 (infinity's `batch_delay`): `benchmarks/serve.py --tune`
+  on the exported all-MiniLM-L6-v2 (2 shared CPU cores) found no setting better beyond the machine's
+  noise: 32 single-sentence clients got 74-86% of the offline rate with every wait from 0 to 10 ms
+  and budget from 1,024 to 16,384 tokens, and the defaults 74% and 84% in two runs
+  (benchmarks/README.md). On a CPU a larger budget only makes one batch's latency longer. The wait
+  lets concurrent clients that were answered together come back into one batch. On CUDA 32,768
+  (estimated from the GPU's ceiling batches; see sizing).
 - `max_texts` 2048: the OpenAI embeddings API's limit on inputs per request.
 - `max_body_bytes` 8 MiB: 2048 texts of 4,000 characters; larger bodies are refused while reading.
-- `max_queue_tokens` None (by device, `engine.AUTO_QUEUE_TOKENS`: 65,536 on a CPU): tokens waiting
+- `max_queue_tokens` None (by device, `sizing.AUTO_QUEUE_TOKENS`: 65,536 on a CPU): tokens waiting
   for a batch, beyond which a request is refused with 503 and `Retry-After`, so that one request
   of long texts cannot hold the model for a minute (a 2,000-text request of 4 KB texts, 512k
   tokens, was reported to take 77 s on 2 CPU cores, about 6,600 tokens/s, so 65,536 tokens is about
@@ -22,6 +23,9 @@ Defaults and where they come from:
   Runtime's `run` is thread-safe). On a CPU one batch already uses every core (its intra-op
   threads); a second worker on a GPU overlaps one batch's tokenization and copies with the next
   one's compute.
+- `batches_in_flight` None, by device: the workers' count on a CPU; 2 on CUDA (one batch padded
+  to its fixed shapes while another runs).
+- `warmup` None, by device: on CUDA, the fixed shapes run once at load (`embedkit.encode.shapes`).
 """
 
 from __future__ import annotations
@@ -32,7 +36,7 @@ from dataclasses import dataclass
 from embedkit.encode.loading import check_encoding_options
 from embedkit.errors import InputError
 
-DEFAULT_MAX_BATCH_TOKENS = 4096
+DEFAULT_MAX_BATCH_TOKENS = 4096  # on a CPU; by device: embedkit.serve.sizing
 DEFAULT_MAX_WAIT_MS = 5.0
 DEFAULT_MAX_TEXTS = 2048
 DEFAULT_MAX_BODY_BYTES = 8 * 2**20
@@ -58,13 +62,15 @@ class ServeConfig:
     device: str = "auto"
     precision: str | None = None  # ONNX precision; None: the export's default for the device
     api_key: str | None = None  # required as `Authorization: Bearer KEY` on every route but /health
-    max_batch_tokens: int = DEFAULT_MAX_BATCH_TOKENS
+    max_batch_tokens: int | None = None  # None: by device (sizing.DEFAULT_MAX_BATCH_TOKENS)
     max_wait_ms: float = DEFAULT_MAX_WAIT_MS
     workers: int = 1
+    batches_in_flight: int | None = None  # None: by device (sizing.DEFAULT_IN_FLIGHT)
+    warmup: bool | None = None  # None: on CUDA only
     max_texts: int = DEFAULT_MAX_TEXTS  # texts (or queries) in one request
     max_body_bytes: int = DEFAULT_MAX_BODY_BYTES
     max_queue_texts: int = DEFAULT_MAX_QUEUE_TEXTS
-    max_queue_tokens: int | None = None  # None: by device (engine.AUTO_QUEUE_TOKENS)
+    max_queue_tokens: int | None = None  # None: by device (sizing.AUTO_QUEUE_TOKENS)
     max_k: int = DEFAULT_MAX_K
     access_log: bool = False
     ort_spinning: bool = False  # let ONNX Runtime's CPU threads busy-wait (see engine.stop_spinning)
@@ -83,12 +89,14 @@ class ServeConfig:
                 "the API key must be printable ASCII (letters, digits, punctuation): a key with other "
                 "characters cannot be sent the same way by every HTTP client"
             )
-        positive = ("max_batch_tokens", "workers", "max_texts", "max_body_bytes", "max_queue_texts", "max_k")
+        positive = ("workers", "max_texts", "max_body_bytes", "max_queue_texts", "max_k")
         for name in positive:
             if getattr(self, name) < 1:
                 raise InputError(f"--{name.replace('_', '-')} must be at least 1, got {getattr(self, name)}")
-        if self.max_queue_tokens is not None and self.max_queue_tokens < 1:
-            raise InputError(f"--max-queue-tokens must be at least 1, got {self.max_queue_tokens}")
+        for name in ("max_batch_tokens", "max_queue_tokens", "batches_in_flight"):
+            value = getattr(self, name)
+            if value is not None and value < 1:
+                raise InputError(f"--{name.replace('_', '-')} must be at least 1, got {value}")
         if self.served_model_name is not None and not self.served_model_name.strip():
             raise InputError("--served-model-name is empty")
         if self.max_wait_ms < 0:

@@ -17,7 +17,6 @@ more tokenization, about 0.1 ms a sentence).
 
 from __future__ import annotations
 
-import asyncio
 import logging
 from typing import Any
 
@@ -27,7 +26,7 @@ from starlette.responses import Response
 from starlette.routing import Route
 
 from embedkit.encode.batching import l2_normalize
-from embedkit.serve.engine import INLINE_TOKENIZE_CHARS, Engine, ServedModel
+from embedkit.serve.engine import Engine, ServedModel
 from embedkit.serve.schemas import TEI_EMBED, BodyError
 
 log = logging.getLogger("embedkit.serve")
@@ -103,10 +102,7 @@ def routes(engine: Engine, helpers: Any) -> list[Route]:
             message = f"{model.name} L2-normalizes its vectors itself: normalize=false cannot give raw ones"
             raise TeiError(422, "Validation", message)
         if not values["truncate"]:
-            if sum(map(len, texts)) > INLINE_TOKENIZE_CHARS:
-                longest = await asyncio.to_thread(over_long, model, texts)
-            else:
-                longest = over_long(model, texts)
+            longest = await engine.off_loop(lambda items: over_long(model, items), texts)
             if longest is not None:
                 raise TeiError(
                     413,
@@ -130,7 +126,7 @@ def routes(engine: Engine, helpers: Any) -> list[Route]:
             # texts the queue holds (embedkit bounds texts waiting, not requests)
             "max_concurrent_requests": config.max_queue_texts,
             "max_input_length": model.max_seq_length,
-            "max_batch_tokens": config.max_batch_tokens,
+            "max_batch_tokens": engine.sizing.max_batch_tokens if engine.sizing else config.max_batch_tokens,
             "max_batch_requests": None,
             "max_client_batch_size": config.max_texts,
             "auto_truncate": False,
@@ -138,6 +134,8 @@ def routes(engine: Engine, helpers: Any) -> list[Route]:
             "version": __version__,
             "sha": None,
             "docker_label": None,
+            # embedkit's own: the device, batch budget, batches in flight, shapes and warm-up used
+            "embedkit": engine.runtime_info(),
         }
 
     async def embed(request: Request) -> Response:

@@ -88,6 +88,11 @@ def test_info_has_teis_fields(client, tiny_bert: Path):
     assert (info["max_input_length"], info["max_client_batch_size"]) == (64, MAX_TEXTS)
     assert info["model_dtype"] == "float32" and info["model_type"] == {"embedding": {"pooling": "mean"}}
     assert info["auto_truncate"] is False
+    # what the server runs with on a CPU: the measured CPU sizing, exact shapes, no warm-up
+    runtime = info["embedkit"]
+    assert (runtime["device"], runtime["max_batch_tokens"], runtime["batches_in_flight"]) == ("cpu", 4096, 1)
+    assert info["max_batch_tokens"] == 4096 and runtime["shapes"]["fixed"] is False
+    assert runtime["warmup"] == {"enabled": False, "shapes": 0, "seconds": 0.0}
 
 
 # ---- /openapi.json ---------------------------------------------------------------------------
