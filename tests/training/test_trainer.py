@@ -16,6 +16,7 @@ import numpy as np
 import pytest
 import torch
 
+from embedkit.encode.model_folder import read_model_spec
 from embedkit.errors import InputError, RunFailure
 from embedkit.training import checkpoint as ckpt
 from embedkit.training import losses
@@ -161,9 +162,9 @@ def test_saved_model_loads_and_records_its_making(tmp_path: Path, tiny_bert: Pat
     meta = json.loads((out / "embedkit.json").read_text())
     sha = lambda *parts: hashlib.sha256(b"".join(parts)).hexdigest()[:16]  # noqa: E731
     assert meta["fingerprint"] == sha(b"model.safetensors", (out / "model.safetensors").read_bytes())
-    assert meta["base_model"]["fingerprint"] == sha(
-        b"model.safetensors", (tiny_bert / "model.safetensors").read_bytes()
-    )
+    # the base is named by its full identity (weights, tokenizer, pooling: `embedkit.encode.identity`)
+    assert meta["base_model"]["fingerprint"] == read_model_spec(tiny_bert).fingerprint
+    assert meta["base_model"]["fingerprint"] != read_model_spec(out).fingerprint
     assert meta["data"]["fingerprint"] == sha("".join(s + "\n" for s in CORPUS).encode())
     assert meta["method"] == "micse" and meta["training"]["config"]["learning_rate"] == 1e-3
     assert meta["training"]["steps"] == 4
