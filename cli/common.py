@@ -57,10 +57,10 @@ def handle_errors(func: F) -> F:
     return wrapper  # type: ignore[return-value]
 
 
-def print_truncated(console: Any, truncated: int) -> None:
+def print_truncated(console: Any, truncated: int, what: str = "documents", hint: str = "") -> None:
     """The note, on a rich `console`, that `truncated` documents were cut at the model's maximum length."""
     if truncated:
-        console.print(f"{truncated:,} documents were longer than the model's maximum length and truncated")
+        console.print(f"{truncated:,} {what} were longer than the model's maximum length and truncated{hint}")
 
 
 def check_search_choices(mode: str | None, fusion: str, alpha: float) -> None:

@@ -37,8 +37,8 @@ def index(
         Path | None,
         typer.Argument(
             metavar="CORPUS",
-            help="Corpus: .txt (one document a line), .jsonl, .csv, .tsv (each may be .gz), or a BEIR "
-            "folder (or --corpus).",
+            help="Corpus: .txt (one document a line), .jsonl, .csv, .tsv (each may be .gz), a BEIR "
+            "folder, or a folder of .txt/.md files, one document each (or --corpus).",
             show_default=False,
         ),
     ] = None,
@@ -92,6 +92,31 @@ def index(
     corpus_option: Annotated[
         Path | None, typer.Option("--corpus", help="The corpus, as an option (the same as the argument).")
     ] = None,
+    passages: Annotated[
+        str | None,
+        typer.Option(
+            "--passages",
+            metavar="N[:OVERLAP]",
+            help="Split long documents into passages of N model tokens (consecutive ones sharing OVERLAP) "
+            "and rank documents by their best passage; default: whole documents (cut at the model's "
+            "maximum length). An append keeps the index's setting.",
+        ),
+    ] = None,
+    query_prefix: Annotated[
+        str | None,
+        typer.Option(
+            "--query-prefix",
+            help="Text put before every query embedded for this index (recorded in it); default: what the "
+            "model card states (e5's 'query: ', bge's instruction), else none.",
+        ),
+    ] = None,
+    passage_prefix: Annotated[
+        str | None,
+        typer.Option(
+            "--passage-prefix",
+            help="Text put before every document or passage embedded (recorded); default as --query-prefix.",
+        ),
+    ] = None,
     reindex_lexical: Annotated[
         bool,
         typer.Option(
@@ -135,13 +160,40 @@ def index(
         "lexical": lexical,
     }
     if from_vectors is not None:
+        if passages is not None or query_prefix is not None or passage_prefix is not None:
+            raise InputError(
+                "--from-vectors indexes the parts' vectors as they are: drop --passages and the prefixes"
+            )
         _from_vectors(from_vectors, corpus, out, model, append, building, wait)
         return
     check_io(inputs=[corpus, model], folders=[out], wait=wait)
-    report = build_index(corpus, out, model, append=append, device=device, precision=precision, **building)
+    report = build_index(
+        corpus,
+        out,
+        model,
+        append=append,
+        device=device,
+        precision=precision,
+        passages=passages,
+        query_prefix=query_prefix,
+        passage_prefix=passage_prefix,
+        **building,
+    )
     verb = "appended" if report.appended else "indexed"
-    blank = f" ({report.blank:,} blank skipped)" if report.blank else ""
-    _print_built(report, f"{verb} {report.added:,} documents{blank} on {report.backend}/{report.device}")
+    skipped = [
+        f"{n:,} {what}"
+        for n, what in (
+            (report.blank, "blank"),
+            (report.hidden_files, "hidden files or folders"),
+            (report.binary_files, "binary files"),
+        )
+        if n
+    ]
+    skipped_note = f" ({', '.join(skipped)} skipped)" if skipped else ""
+    split = f" as {report.passages:,} passages" if report.passages else ""
+    _print_built(
+        report, f"{verb} {report.added:,} documents{split}{skipped_note} on {report.backend}/{report.device}"
+    )
 
 
 def _from_vectors(
@@ -186,4 +238,9 @@ def _print_built(report: IndexReport, what: str) -> None:
     params = ", ".join(f"{k}={v}" for k, v in report.params.items())
     console.print(f"{what} in {report.seconds:.1f} s: {report.path} now holds {report.count:,}")
     console.print(f"kind {report.kind}{f' ({params})' if params else ''}: {report.reason}")
-    print_truncated(console, report.truncated)
+    if report.prefixes != "no prefixes":
+        console.print(report.prefixes)
+    if report.passages:
+        print_truncated(console, report.truncated, "passages", ": choose a shorter --passages N")
+    else:
+        print_truncated(console, report.truncated, hint=": split them with `--passages 200:50` to index all")

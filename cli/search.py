@@ -77,6 +77,14 @@ def search(
     alpha: AlphaOption = DEFAULT_ALPHA,
     collection: CollectionOption = None,
     token: TokenOption = None,
+    passages: Annotated[
+        bool,
+        typer.Option(
+            "--passages",
+            help="Show each hit's best passage instead of the start of its document (an index built with "
+            "--passages); --json adds it as `passage`.",
+        ),
+    ] = False,
 ) -> None:
     """Search INDEX_DIR for QUERY (or each line of --queries): ranked ids, scores and texts."""
     from rich.markup import escape
@@ -89,15 +97,27 @@ def search(
     with open_search_index(index_dir, collection, token, gpu=gpu) as index:
         encoder = index.encoder(model, device=device, precision=precision)
         mode = mode or index.default_mode()
+        split = f" in {len(index):,} passages" if index.passages else ""
         ranking = f"hybrid search ({fusion}, dense weight {alpha})" if mode == "hybrid" else f"{mode} search"
         make_console(stderr=True).print(
             escape(
-                f"{index_dir}: {len(index):,} documents ({index.kind}); {ranking}; "
+                f"{index_dir}: {index.document_count:,} documents{split} ({index.kind}); {ranking}; "
                 f"model {encoder.path} ({encoder.backend}, {encoder.device})"
             )
         )
+        if passages and not index.passages:
+            make_console(stderr=True).print(
+                escape(f"note: {index_dir} holds whole documents: no passages to show")
+            )
         results = index.search_text(
-            texts, k=k, encoder=encoder, mode=mode, fusion=fusion, alpha=alpha, snippets=True
+            texts,
+            k=k,
+            encoder=encoder,
+            mode=mode,
+            fusion=fusion,
+            alpha=alpha,
+            snippets=True,
+            passages=passages,
         )
     for text, hits in zip(texts, results, strict=True):
         if mode == "lexical" and not hits:
@@ -109,7 +129,7 @@ def search(
             records = [hit_record(rank, h) for rank, h in enumerate(hits, 1)]
             typer.echo(json.dumps({"query": text, **how, "hits": records}, ensure_ascii=False))
         return
-    _print_tables(texts, results)
+    _print_tables(texts, results, passages)
 
 
 def _queries(query: str | None, queries_file: Path | None) -> list[str]:
@@ -129,7 +149,7 @@ def _queries(query: str | None, queries_file: Path | None) -> list[str]:
     return texts
 
 
-def _print_tables(texts: list[str], results: list[list[Hit]]) -> None:
+def _print_tables(texts: list[str], results: list[list[Hit]], passages: bool = False) -> None:
     from rich.markup import escape
     from rich.table import Table
 
@@ -143,7 +163,10 @@ def _print_tables(texts: list[str], results: list[list[Hit]]) -> None:
         table.add_column("score", justify="right")
         table.add_column("text")
         for rank, hit in enumerate(hits, 1):
-            shown = _snippet_markup(hit.snippet) if hit.snippet else escape(_cut(hit))
+            if passages and hit.passage is not None:
+                shown = escape(hit.passage.text)  # the whole passage: what was asked to see
+            else:
+                shown = _snippet_markup(hit.snippet) if hit.snippet else escape(_cut(hit))
             table.add_row(str(rank), escape(hit.id), f"{hit.score:.4f}", shown)
         print_table(console, table)
 

@@ -37,9 +37,9 @@ _EXPORTS: dict[str, str] = {
             "new_faiss_index",
         )
     },
-    "Hit": "embedkit.index.search",
+    "Hit": "embedkit.index.hits",
     "SearchIndex": "embedkit.index.search",
-    "hit_record": "embedkit.index.search",
+    "hit_record": "embedkit.index.hits",
     "open_index_for": "embedkit.index.search",
 }
 

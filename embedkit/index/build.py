@@ -14,14 +14,16 @@ from __future__ import annotations
 
 import shutil
 import time
-from dataclasses import dataclass
+from collections.abc import Iterator
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from embedkit.data.corpus import ReadStats
+from embedkit.data.corpus import ReadStats, is_line_file
 from embedkit.encode.default_onnx import recorded_model_path
+from embedkit.encode.prefixes import check_recorded, recorded_prefixes, resolve_prefixes
 from embedkit.errors import InputError
 from embedkit.index.corpus_fingerprint import combined, count_and_fingerprint
 from embedkit.index.docstore import DocStore
@@ -36,7 +38,8 @@ from embedkit.index.kinds import (
 )
 from embedkit.index.lexical import LEXICAL_DIR, LexicalIndex, LexicalSettings, is_current_format
 from embedkit.index.meta import IndexMeta, now
-from embedkit.jobs.streaming import CorpusOptions, as_encoder, embed_corpus
+from embedkit.index.passages import Passage, PassageSettings, PassageSplitter
+from embedkit.jobs.streaming import CorpusOptions, as_encoder, embed_corpus, read_corpus
 from embedkit.storage.atomic import write_json_atomic
 from embedkit.storage.write_failures import npy_for_writing
 
@@ -76,6 +79,10 @@ class IndexReport:
     device: str
     appended: bool
     blank: int = 0  # blank documents of the corpus, skipped (BEIR counts them: `eval` says n + blank)
+    passages: int = 0  # passages added (their vectors), where the index holds passages
+    hidden_files: int = 0  # hidden files and folders of a folder of text files, left out
+    binary_files: int = 0  # binary files of such a folder, skipped
+    prefixes: str = "no prefixes"  # the query and passage prefixes the index embeds with
 
 
 # --- building ------------------------------------------------------------------------------------
@@ -96,6 +103,9 @@ def build_index(
     precision: str | None = None,  # ONNX precision, likewise
     progress: bool = False,
     lexical: bool = True,  # a new index also gets a BM25 index of title + text (hybrid search)
+    passages: PassageSettings | str | None = None,  # split documents into passages (a new index)
+    query_prefix: str | None = None,  # None: the model card's (a new index) or the index's (append)
+    passage_prefix: str | None = None,
 ) -> IndexReport:
     """Embed `corpus` and build the index folder `out`, or with `append` add to it.
 
@@ -105,6 +115,11 @@ def build_index(
     ONNX export). Document ids must be unique: an id already present is an `InputError`.
     A new index holds a BM25 lexical index beside the vectors unless `lexical` is False; an append
     keeps whatever the index has, both sides in one step.
+    `passages` ("N:OVERLAP" tokens, or `PassageSettings`) splits long documents into passages
+    (`embedkit.index.passages`); `query_prefix` / `passage_prefix` are recorded and put before
+    queries and documents (`embedkit.encode.prefixes`; None: what the model folder states). An
+    append keeps the index's passages and prefixes (another one given is an `InputError`), and a
+    `.txt` corpus appended numbers its lines on from the largest numeric id the index holds.
     """
     out = Path(out)
     options = options or CorpusOptions()
@@ -120,6 +135,9 @@ def build_index(
     if old is not None and gpu and old["kind"] == "hnsw":
         raise InputError("faiss has no GPU HNSW index: append to this index without --gpu")
     placement = GpuPlacement() if gpu else None
+    split = _passage_settings(passages, old)
+    if old is not None and is_line_file(corpus):  # line ids go on after the index's, not from 1 again
+        options = replace(options, first_line_id=_largest_number_id(out))
     read = ReadStats()
     count, corpus_fingerprint = count_and_fingerprint(corpus, options, read)
     if old is not None and not hasattr(model, "encode"):
@@ -129,23 +147,33 @@ def build_index(
     if old is not None and (encoder.fingerprint != old["model_fingerprint"] or encoder.dim != old["dim"]):
         raise InputError(f"the encoder's model is not {old['model']}, the model this index was built with")
     if old is None:
-        chosen, reason = choose_kind(kind, count, encoder.dim, gpu=gpu)
-        params = index_params(chosen, count, encoder.dim)
+        prefixes = resolve_prefixes(encoder.path, query_prefix, passage_prefix)
+    else:
+        prefixes = recorded_prefixes(old)
+        check_recorded(prefixes, query_prefix, passage_prefix, "index")
+    splitter = PassageSplitter(encoder.path, split) if split is not None else None
+    vectors = count if splitter is None else sum(1 for _ in splitter.passages(read_corpus(corpus, options)))
+    if old is None:
+        chosen, reason = choose_kind(kind, vectors, encoder.dim, gpu=gpu)
+        params = index_params(chosen, vectors, encoder.dim)
     else:
         chosen, reason, params = old["kind"], "the index's kind", dict(old["params"])
     truncated_before = encoder.truncated
     start = time.perf_counter()
     with new_version(out) as tmp:
         if old is None:
-            index, store = new_faiss_index(chosen, encoder.dim, params), DocStore.create(tmp / DOCS_FILE)
+            index = new_faiss_index(chosen, encoder.dim, params)
+            store = DocStore.create(tmp / DOCS_FILE, passages=split is not None)
             if lexical:
                 store.enable_lexical()
         else:
             index, store = read_faiss_copy(out, tmp, old), copy_store(out, tmp, old)
         work = placement.to_gpu(index, chosen) if placement else index
         try:
-            _fill(work, store, encoder, corpus, count, options, tmp, progress)
+            units = splitter.passages(read_corpus(corpus, options)) if splitter is not None else None
+            _fill(work, store, encoder, corpus, vectors, options, tmp, progress, units, prefixes.passage)
             store.commit()
+            documents = store.document_count() if split is not None else None
         finally:
             store.close()
         index = placement.to_cpu(work) if placement else work
@@ -168,6 +196,10 @@ def build_index(
             created=old["created"] if old else stamp,
             updated=stamp,
             sources=[*(old.get("sources", []) if old else []), {"corpus": str(corpus), "added": count}],
+            passages=split.to_json() if split is not None else None,
+            documents=documents,
+            query_prefix=prefixes.query,
+            passage_prefix=prefixes.passage,
         )
         write_json_atomic(tmp / META_FILE, meta.to_json())
     seconds, truncated = time.perf_counter() - start, encoder.truncated - truncated_before
@@ -177,14 +209,40 @@ def build_index(
         reason,
         params,
         count,
-        meta.count,
+        meta.count if documents is None else documents,
         seconds,
         truncated,
         encoder.backend,
         str(encoder.device),
         appended=old is not None,
         blank=read.blank,
+        passages=vectors if split is not None else 0,
+        hidden_files=read.hidden,
+        binary_files=read.binary,
+        prefixes=prefixes.describe(),
     )
+
+
+def _passage_settings(
+    passages: PassageSettings | str | None, old: dict[str, Any] | None
+) -> PassageSettings | None:
+    """The passages of a new index as asked; an append keeps the index's (another one asked is an error)."""
+    asked = PassageSettings.parse(passages) if isinstance(passages, str) else passages
+    if old is None:
+        return asked
+    recorded = PassageSettings.from_json(old["passages"]) if old.get("passages") else None
+    if asked is not None and asked != recorded:
+        kept = f"passages {recorded.describe()}" if recorded else "whole documents"
+        raise InputError(f"--passages {asked.describe()} differs from the index's {kept}; an append keeps it")
+    return recorded
+
+
+def _largest_number_id(out: Path) -> int:
+    store = DocStore.open(index_files_dir(out) / DOCS_FILE)
+    try:
+        return store.largest_number_id()
+    finally:
+        store.close()
 
 
 def check_new_target(out: Path, overwrite: bool) -> None:
@@ -210,8 +268,10 @@ def _fill(
     options: CorpusOptions,
     tmp: Path,
     progress: bool,
+    units: Iterator[Passage] | None = None,
+    prefix: str = "",
 ) -> None:
-    """Embed the corpus into `store` and `index` (a CPU or GPU index).
+    """Embed the corpus (or `units`, its passages) into `store` and `index` (a CPU or GPU index).
 
     An untrained IVF-PQ index cannot take vectors before it is trained on a sample of them, so its
     vectors go to a memory map in the build folder first.
@@ -240,6 +300,8 @@ def _fill(
         normalize=True,
         progress=progress,
         description="indexing",
+        documents=units,
+        prefix=prefix,
     )
     if buffer is not None:
         train_ivf(index, buffer, options.chunk_size)

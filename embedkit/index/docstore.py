@@ -6,6 +6,14 @@ document ids and texts), `metadata` is the corpus's extra fields as JSON. Search
 it returns, so the corpus is never loaded into memory. Document ids are unique: adding an id that
 is already present is an `InputError` (the whole build or append is then abandoned, see `build.py`).
 
+An index of passages (`embedkit.index.passages`) has one vector per passage: its store has a
+second table, `passages(row INTEGER PRIMARY KEY, document, start, end)`, where `row` is the
+vector's FAISS position, `document` the `documents.row` of its document (then a document number,
+not a vector position) and `start:end` the passage's characters in the document's text. This
+class is the one owner of the vector rows <-> document ids mapping, for both layouts: every
+method taking or giving `rows` speaks of vector rows, and `rows_by_id` gives every row of a
+document (all its passages), which is what a delete must remove.
+
 An index built with a lexical side also holds a tantivy BM25 index (`embedkit.index.lexical`) in the
 folder `lexical/` beside the SQLite file. Every `add` goes to both and `commit` commits both; they
 are written in a staging version folder that becomes live only when both are complete
@@ -21,10 +29,12 @@ import sqlite3
 from collections import Counter
 from collections.abc import Callable, Sequence
 from pathlib import Path
+from typing import Any
 
 from embedkit.data.corpus import Document
 from embedkit.errors import InputError
 from embedkit.index.lexical import LEXICAL_DIR, LexicalIndex, LexicalSettings
+from embedkit.index.passages import Passage
 
 _SCHEMA = """
 CREATE TABLE documents (
@@ -35,6 +45,11 @@ CREATE TABLE documents (
     metadata TEXT
 )
 """
+_PASSAGES_SCHEMA = (
+    "CREATE TABLE passages (row INTEGER PRIMARY KEY, document INTEGER NOT NULL, "
+    "start INTEGER NOT NULL, end INTEGER NOT NULL)",
+    "CREATE INDEX passages_document ON passages(document)",
+)
 # SQLite caps the number of `?` parameters in one statement (32766 since 3.32); stay well below.
 _MAX_PARAMS = 900
 # The BM25 postings of embedkit before its lexical side moved to tantivy.
@@ -59,6 +74,9 @@ class DocStore:
             raise InputError(f"corrupt document store {path}: {exc}") from None
         if lexical is not None:
             self.lexical = LexicalIndex.open(self.lexical_dir, lexical)
+        query = "SELECT COUNT(*) FROM sqlite_master WHERE type = 'table' AND name = 'passages'"
+        self.has_passages = connection.execute(query).fetchone()[0] > 0
+        self._next_document: int | None = None  # the next documents.row of a passage store
 
     @property
     def lexical_dir(self) -> Path:
@@ -80,13 +98,14 @@ class DocStore:
         self.lexical = LexicalIndex.create(self.lexical_dir, settings)
         last = self.next_row()
         for first in range(0, last, _REINDEX_BATCH):
-            query = "SELECT row, title, text FROM documents WHERE row >= ? AND row < ? ORDER BY row"
-            rows = self._db.execute(query, (first, first + _REINDEX_BATCH)).fetchall()
-            if [row for row, _, _ in rows] != list(range(first, min(last, first + _REINDEX_BATCH))):
+            wanted = list(range(first, min(last, first + _REINDEX_BATCH)))
+            found = self._select_rows(wanted)
+            if len(found) != len(wanted):
                 raise InputError(f"the documents table of {self.path} is not contiguous from row {first}")
-            self.lexical.add(first, [Document("", text, title) for _, title, text in rows])
+            # what the index holds at each row: a document, or a passage of one (its title + span)
+            self.lexical.add(first, [found[row] for row in wanted])
             if on_batch is not None:
-                on_batch(len(rows))
+                on_batch(len(wanted))
         return self.lexical.settings
 
     def vacuum(self) -> None:
@@ -100,8 +119,9 @@ class DocStore:
         return self.lexical.search(queries, k)
 
     @classmethod
-    def create(cls, path: str | Path) -> DocStore:
-        """A new, empty store; `path` must not exist (builds write into a fresh temporary folder)."""
+    def create(cls, path: str | Path, *, passages: bool = False) -> DocStore:
+        """A new, empty store (of passages with `passages`); `path` must not exist (builds write
+        into a fresh temporary folder)."""
         path = Path(path)
         if path.exists():
             raise InputError(f"{path} already exists")
@@ -111,6 +131,8 @@ class DocStore:
         db.execute("PRAGMA journal_mode=OFF")
         db.execute("PRAGMA synchronous=OFF")
         db.execute(_SCHEMA)
+        for statement in _PASSAGES_SCHEMA if passages else ():
+            db.execute(statement)
         return cls(db, path)
 
     @classmethod
@@ -152,39 +174,125 @@ class DocStore:
             self.lexical.commit()
 
     def next_row(self) -> int:
-        """One past the largest row (the table's rows are 0..n-1); O(log n) on the primary key."""
+        """One past the largest vector row (rows are 0..n-1); O(log n) on the primary key."""
+        return self._max_row("passages" if self.has_passages else "documents") + 1
+
+    def document_count(self) -> int:
+        """The documents held (as many as the vectors, unless the index holds passages)."""
         try:
-            (last,) = self._db.execute("SELECT MAX(row) FROM documents").fetchone()
+            return int(self._db.execute("SELECT COUNT(*) FROM documents").fetchone()[0])
         except sqlite3.DatabaseError as exc:
             raise InputError(f"corrupt document store {self.path}: {exc}") from None
-        return 0 if last is None else int(last) + 1
 
-    def add(self, first_row: int, documents: Sequence[Document]) -> None:
-        """Store `documents` at rows first_row, first_row + 1, ...; a repeated id is an `InputError`."""
-        records = [
-            (
-                first_row + i,
-                str(doc.id),
-                doc.title or "",
-                doc.text,
-                json.dumps(doc.metadata, ensure_ascii=False, default=str) if doc.metadata else None,
-            )
-            for i, doc in enumerate(documents)
-        ]
+    def _max_row(self, table: str) -> int:
         try:
-            self._db.executemany("INSERT INTO documents VALUES (?, ?, ?, ?, ?)", records)
+            (last,) = self._db.execute(f"SELECT MAX(row) FROM {table}").fetchone()
+        except sqlite3.DatabaseError as exc:
+            raise InputError(f"corrupt document store {self.path}: {exc}") from None
+        return -1 if last is None else int(last)
+
+    def largest_number_id(self) -> int:
+        """The largest id that is a plain number (0 if none): where a .txt file's line ids go on from."""
+        query = "SELECT MAX(CAST(id AS INTEGER)) FROM documents WHERE id NOT GLOB '*[^0-9]*' AND id != ''"
+        (largest,) = self._db.execute(query).fetchone()
+        return int(largest or 0)
+
+    def add(self, first_row: int, documents: Sequence[Document] | Sequence[Passage]) -> None:
+        """Store `documents` at vector rows first_row, first_row + 1, ...; a repeated id is an `InputError`.
+
+        A store of passages takes `Passage`s, a document's passages in order: its first passage
+        (`number` 0) stores the document, every passage its own row.
+        """
+        if self.has_passages:
+            first_document, whole, spans = self._passage_records(first_row, documents)  # type: ignore[arg-type]
+        else:
+            first_document, whole, spans = first_row, list(documents), []
+        try:
+            self._db.executemany(
+                "INSERT INTO documents VALUES (?, ?, ?, ?, ?)", _records(first_document, whole)
+            )
+            if spans:
+                self._db.executemany("INSERT INTO passages VALUES (?, ?, ?, ?)", spans)
             if self.lexical is not None:  # committed with the documents: both, or neither
                 self.lexical.add(first_row, documents)
         except sqlite3.IntegrityError:
             raise InputError(
-                f"duplicate document id {self._first_duplicate(first_row, documents)!r}: "
+                f"duplicate document id {self._first_duplicate(first_document, whole)!r}: "
                 "ids in an index must be unique"
             ) from None
 
+    def _passage_records(
+        self, first_row: int, passages: Sequence[Passage]
+    ) -> tuple[int, list[Document], list[tuple[int, int, int, int]]]:
+        """The documents that `passages` begin (numbered from the returned one) and the passages' records."""
+        if passages and not isinstance(passages[0], Passage):
+            raise InputError(f"{self.path} holds passages: add passages, not whole documents")
+        if self._next_document is None:
+            self._next_document = self._max_row("documents") + 1
+        first_document = self._next_document
+        documents: list[Document] = []
+        spans = []
+        for i, passage in enumerate(passages):
+            if passage.number == 0:
+                documents.append(passage.document)
+                self._next_document += 1
+            elif self._next_document == 0:
+                raise InputError("a document's passages must start with its first")
+            spans.append((first_row + i, self._next_document - 1, passage.start, passage.end))
+        return first_document, documents, spans
+
     def by_rows(self, rows: Sequence[int]) -> list[Document | None]:
-        """Documents at FAISS positions `rows` (None where there is none), in the order asked."""
-        found = self._select("row", [int(r) for r in rows])
+        """Documents at FAISS positions `rows` (None where there is none), in the order asked.
+
+        In a store of passages, the document each row's passage belongs to.
+        """
+        if self.has_passages:
+            found = {row: passage.document for row, passage in self._select_rows(rows).items()}
+        else:
+            found = self._select("row", [int(r) for r in rows])
         return [found.get(int(r)) for r in rows]
+
+    def passages_of_rows(self, rows: Sequence[int]) -> dict[int, Passage]:
+        """Row -> the passage stored there, for the rows that exist (a store of passages only)."""
+        if not self.has_passages:
+            raise InputError(f"{self.path} holds whole documents, not passages")
+        return self._select_rows(rows)
+
+    def documents_of_rows(self, rows: Sequence[int]) -> dict[int, int]:
+        """Row -> the number of its document (`documents.row`): the same for all passages of one."""
+        if not self.has_passages:
+            return {int(r): int(r) for r in rows if 0 <= int(r) < self.next_row()}
+        return dict(self._query_in("SELECT row, document FROM passages WHERE row IN ({})", rows))
+
+    def rows_of_documents(self, documents: Sequence[int]) -> list[int]:
+        """The vector rows of the documents numbered `documents` (`documents.row`), ascending: what a
+        filter on the documents table allows in FAISS and BM25 (the same rows without passages)."""
+        if not self.has_passages:
+            return sorted({int(d) for d in documents})
+        found = self._query_in("SELECT row FROM passages WHERE document IN ({})", [int(d) for d in documents])
+        return sorted(int(row) for (row,) in found)
+
+    def rows_by_id(self, ids: Sequence[str]) -> dict[str, list[int]]:
+        """Every vector row of each document in `ids` (all its passages), ascending; unknown ids left out."""
+        if self.has_passages:
+            sql = (
+                "SELECT d.id, p.row FROM documents d JOIN passages p ON p.document = d.row WHERE d.id IN ({})"
+            )
+        else:
+            sql = "SELECT id, row FROM documents WHERE id IN ({})"
+        found: dict[str, list[int]] = {}
+        for doc_id, row in sorted(self._query_in(sql, [str(i) for i in ids]), key=lambda pair: pair[1]):
+            found.setdefault(doc_id, []).append(int(row))
+        return found
+
+    def iter_documents(self, batch: int = _REINDEX_BATCH):  # -> Iterator[Document]
+        """Every document once, in the order they were added (whatever the rows of their passages)."""
+        first = 0
+        last = self._max_row("documents")
+        while first <= last:
+            found = self._select("row", list(range(first, first + batch)))
+            yield from (found[row] for row in sorted(found))
+            first += batch
 
     def by_ids(self, ids: Sequence[str]) -> list[Document | None]:
         """Documents with ids `ids` (None where unknown), in the order asked."""
@@ -193,8 +301,9 @@ class DocStore:
         return [by_id.get(str(i)) for i in ids]
 
     def rows_of_ids(self, ids: Sequence[str]) -> list[int]:
-        """The rows of documents `ids`, in the order asked; an unknown id is an `InputError`."""
-        rows = {doc.id: row for row, doc in self._select("id", [str(i) for i in ids]).items()}
+        """The row of each document in `ids` (its first passage's in a store of passages), in the
+        order asked; an unknown id is an `InputError`."""
+        rows = {doc_id: found[0] for doc_id, found in self.rows_by_id(ids).items()}
         missing = [doc_id for doc_id in ids if str(doc_id) not in rows]
         if missing:
             raise InputError(f"no document {missing[0]!r} in {self.path}")
@@ -202,33 +311,49 @@ class DocStore:
 
     def ids_of_rows(self, rows: Sequence[int]) -> dict[int, str]:
         """Row -> document id for the given rows; lighter than `by_rows` (no texts are read)."""
-        unique = list(dict.fromkeys(int(r) for r in rows))
-        found: dict[int, str] = {}
+        if self.has_passages:
+            sql = (
+                "SELECT p.row, d.id FROM passages p JOIN documents d ON d.row = p.document "
+                "WHERE p.row IN ({})"
+            )
+        else:
+            sql = "SELECT row, id FROM documents WHERE row IN ({})"
+        return {int(row): doc_id for row, doc_id in self._query_in(sql, [int(r) for r in rows])}
+
+    def _query_in(self, sql: str, values: Sequence[int] | Sequence[str]) -> list[tuple]:
+        """`sql` with its `IN ({})` filled for `values`, in slices SQLite's parameter cap allows."""
+        unique = list(dict.fromkeys(values))
+        found: list[tuple] = []
         for start in range(0, len(unique), _MAX_PARAMS):
             part = unique[start : start + _MAX_PARAMS]
-            query = f"SELECT row, id FROM documents WHERE row IN ({','.join('?' * len(part))})"
             try:
-                found.update((int(row), doc_id) for row, doc_id in self._db.execute(query, part))
+                found.extend(self._db.execute(sql.format(",".join("?" * len(part))), part).fetchall())
             except sqlite3.DatabaseError as exc:
                 raise InputError(f"corrupt document store {self.path}: {exc}") from None
         return found
 
-    def _select(self, key: str, values: list[int] | list[str]) -> dict[int, Document]:
-        found: dict[int, Document] = {}
-        unique = list(dict.fromkeys(values))
-        for start in range(0, len(unique), _MAX_PARAMS):
-            part = unique[start : start + _MAX_PARAMS]
-            marks = ",".join("?" * len(part))
-            query = f"SELECT row, id, title, text, metadata FROM documents WHERE {key} IN ({marks})"
-            try:
-                rows = self._db.execute(query, part).fetchall()
-            except sqlite3.DatabaseError as exc:
-                raise InputError(f"corrupt document store {self.path}: {exc}") from None
-            for row, doc_id, title, text, metadata in rows:
-                found[int(row)] = Document(
-                    id=doc_id, text=text, title=title, metadata=json.loads(metadata) if metadata else {}
-                )
+    def _select_rows(self, rows: Sequence[int]) -> dict[int, Any]:
+        """Row -> what the index holds there: the `Document`, or in a store of passages the `Passage`."""
+        if not self.has_passages:
+            return self._select("row", [int(r) for r in rows])
+        sql = "SELECT row, document, start, end FROM passages WHERE row IN ({})"
+        spans = self._query_in(sql, [int(r) for r in rows])
+        documents = self._select("row", sorted({doc for _, doc, _, _ in spans}))
+        found: dict[int, Any] = {}
+        for row, doc, start, end in spans:
+            # the passage's number is not stored: 0 marks the document's first row, enough for readers
+            found[int(row)] = Passage(documents[doc], 0 if start == 0 else 1, int(start), int(end))
         return found
+
+    def _select(self, key: str, values: list[int] | list[str]) -> dict[int, Document]:
+        """`documents.row` -> Document for the records whose `key` (row or id) is in `values`."""
+        sql = f"SELECT row, id, title, text, metadata FROM documents WHERE {key} IN ({{}})"
+        return {
+            int(row): Document(
+                id=doc_id, text=text, title=title, metadata=json.loads(metadata) if metadata else {}
+            )
+            for row, doc_id, title, text, metadata in self._query_in(sql, values)
+        }
 
     def _first_duplicate(self, first_row: int, documents: Sequence[Document]) -> str:
         counts = Counter(str(doc.id) for doc in documents)
@@ -239,3 +364,17 @@ class DocStore:
             if counts[doc_id] > 1 or self._db.execute(query, (doc_id, first_row)).fetchone() is not None:
                 return doc_id
         return "?"
+
+
+def _records(first_row: int, documents: Sequence[Document]) -> list[tuple]:
+    """`documents` table records of `documents` at rows first_row, first_row + 1, ..."""
+    return [
+        (
+            first_row + i,
+            str(doc.id),
+            doc.title or "",
+            doc.text,
+            json.dumps(doc.metadata, ensure_ascii=False, default=str) if doc.metadata else None,
+        )
+        for i, doc in enumerate(documents)
+    ]

@@ -34,7 +34,7 @@ class IndexMeta:
     dim: int
     kind: str  # flat, hnsw or ivf-pq (`embedkit.index.kinds`)
     params: dict[str, Any]  # the kind's parameters
-    count: int  # documents (= vectors)
+    count: int  # vectors: documents, or passages where `passages` is set
     index_bytes: int  # the size of index.faiss, checked on load
     model_backend: str = "torch"
     max_seq_length: int | None = None
@@ -44,6 +44,10 @@ class IndexMeta:
     created: str = ""
     updated: str = ""
     sources: list[dict[str, Any]] = field(default_factory=list)  # each build or append's corpus
+    passages: dict[str, Any] | None = None  # `embedkit.index.passages.PassageSettings`; None: whole documents
+    documents: int | None = None  # documents held where they differ from `count` (passages); None: = count
+    query_prefix: str = ""  # put before every query the model embeds (`embedkit.encode.prefixes`)
+    passage_prefix: str = ""  # put before every document or passage the model embeds
     metric: str = "inner_product"  # vectors are L2-normalised: inner product = cosine
     normalized: bool = True
     version: int = FORMAT_VERSION
@@ -105,11 +109,28 @@ def _check(meta: dict[str, Any], path: Path) -> None:
         raise _fail(path, "corpus_fingerprint", "a string or null", meta["corpus_fingerprint"])
     if "sources" in meta and not isinstance(meta["sources"], list):
         raise _fail(path, "sources", "a list", meta["sources"])
-    for key in ("created", "updated", "kind_reason", "metric", "model_backend"):
+    for key in (
+        "created",
+        "updated",
+        "kind_reason",
+        "metric",
+        "model_backend",
+        "query_prefix",
+        "passage_prefix",
+    ):
         if key in meta and not isinstance(meta[key], str):
             raise _fail(path, key, "a string", meta[key])
     if meta.get("max_seq_length") is not None:
         _int(meta, "max_seq_length", path, 1)
+    if meta.get("documents") is not None:
+        _int(meta, "documents", path, 0)
+    if meta.get("passages") is not None:
+        from embedkit.index.passages import PassageSettings
+
+        try:
+            PassageSettings.from_json(meta["passages"])
+        except (InputError, TypeError) as exc:
+            raise _fail(path, "passages", f"passage settings or null ({exc})", meta["passages"]) from None
     if meta.get("lexical") is not None:
         from embedkit.index.lexical import LexicalSettings, is_current_format
 

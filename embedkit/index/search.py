@@ -1,17 +1,23 @@
-"""Searching an index folder: `SearchIndex` (vectors in, ids out; or texts in, hits out)."""
+"""Searching an index folder: `SearchIndex` (vectors in, ids out; or texts in, hits out).
+
+An index of passages (`embedkit.index.passages`) is searched the same way and answers with
+documents: each side fetches enough passages that `depth` distinct documents come back, ranks a
+document by its best passage (`best_per_document`), and hybrid fusion combines those document
+scores. A hit's `row` is then its best passage's row, and `passage` that passage.
+"""
 
 from __future__ import annotations
 
 import functools
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from embedkit.encode.batching import l2_normalize
+from embedkit.encode.prefixes import recorded_prefixes
 from embedkit.errors import InputError
 from embedkit.index.docstore import DocStore
 from embedkit.index.fusion import (
@@ -22,7 +28,9 @@ from embedkit.index.fusion import (
     feedback_query,
     fuse,
 )
+from embedkit.index.hits import Hit, hit_record, with_documents  # noqa: F401 (hit_record: its old home)
 from embedkit.index.kinds import GpuPlacement
+from embedkit.index.passages import fetch_size, rank_documents
 
 if TYPE_CHECKING:
     from embedkit.data.corpus import Document
@@ -43,39 +51,6 @@ from embedkit.storage.versioned import verify_checksums
 SEARCH_MODES = ("dense", "lexical", "hybrid")
 # Each side's candidates before fusion: BEIR's evaluation depth, or k when k is larger.
 FUSION_DEPTH = 100
-
-
-@dataclass(frozen=True)
-class Hit:
-    """One search result: the document's id, its score, its FAISS row, and each side's own score.
-
-    `score` is the ranking's score: the cosine similarity (dense), BM25 (lexical), or the fused
-    score (hybrid). `dense_score` and `lexical_score` are None where that side did not find it.
-    """
-
-    id: str
-    score: float
-    row: int
-    document: Document | None = None  # filled by `search_text`
-    dense_score: float | None = None
-    lexical_score: float | None = None
-    snippet: str | None = None  # the matched terms in <b>, HTML (`search_text(snippets=True)`)
-
-
-def hit_record(rank: int, hit: Hit) -> dict[str, Any]:
-    """One hit as JSON, the same for `embedkit search --json` and the server's `/search`.
-
-    `dense_score` and `lexical_score` are always present (null where that side did not return the
-    hit); `snippet` where one was made; `title`, `text` and `metadata` where the document is known.
-    """
-    record: dict[str, Any] = {"rank": rank, "id": hit.id, "score": float(hit.score)}
-    record["dense_score"] = None if hit.dense_score is None else float(hit.dense_score)
-    record["lexical_score"] = None if hit.lexical_score is None else float(hit.lexical_score)
-    if hit.snippet is not None:
-        record["snippet"] = hit.snippet
-    if hit.document is not None:
-        record.update(title=hit.document.title, text=hit.document.text, metadata=hit.document.metadata or {})
-    return record
 
 
 # --- searching -----------------------------------------------------------------------------------
@@ -105,6 +80,8 @@ class SearchIndex:
         self.store = store
         self._placement = placement  # holds the GPU resources as long as the index lives
         self._encoder: Encoder | None = None
+        self.passages = bool(getattr(store, "has_passages", False))  # one vector per passage
+        self.prefixes = recorded_prefixes(meta)
 
     @classmethod
     def load(cls, path: str | Path, *, gpu: bool = False) -> SearchIndex:
@@ -156,6 +133,12 @@ class SearchIndex:
         return int(self.index.ntotal)
 
     @property
+    def document_count(self) -> int:
+        """The documents held: `len()` is the vectors, one per passage in an index of passages."""
+        recorded = self.meta.get("documents")
+        return int(recorded) if self.passages and recorded is not None else len(self)
+
+    @property
     def dim(self) -> int:
         return int(self.meta["dim"])
 
@@ -168,9 +151,20 @@ class SearchIndex:
 
         `query_vectors` is [q, dim] (or [dim]); it is L2-normalized here, so scores are cosine
         similarities whatever the caller passes. `k` is capped at the index's size; an id is None
-        where an approximate index found fewer than `k` documents.
+        where an approximate index found fewer than `k` documents. An index of passages gives each
+        document once, scored by its best passage.
         """
-        scores, rows = self._search_rows(query_vectors, k)
+        if self.passages:
+            best: list[dict[int, int]] = []
+            ranked = self._dense_rankings(query_vectors, k, best)
+            k = min(k, self.document_count)
+            rows = np.full((len(ranked), k), -1, dtype=np.int64)
+            scores = np.full((len(ranked), k), -np.inf, dtype=np.float32)
+            for q, ranking in enumerate(ranked):
+                for j, (doc, score) in enumerate(ranking[:k]):
+                    rows[q, j], scores[q, j] = best[q][doc], score
+        else:
+            scores, rows = self._search_rows(query_vectors, k)
         ids = self.store.ids_of_rows(rows[rows >= 0].tolist())
         return scores, [[ids[int(r)] if r >= 0 else None for r in row] for row in rows]
 
@@ -232,6 +226,7 @@ class SearchIndex:
         alpha: float = DEFAULT_ALPHA,  # the dense weight of zscore / minmax and of prf's first ranking
         depth: int | None = None,  # candidates per side before fusion (default: max(k, 100))
         snippets: bool = False,  # give each hit the lexical side matched a highlighted passage
+        passages: bool = False,  # give each hit its best passage (an index of passages)
     ) -> list[list[Hit]]:
         """Hits with their documents for each query, best first.
 
@@ -239,6 +234,8 @@ class SearchIndex:
         both, fused (`embedkit.index.fusion`; the default, prf, searches the dense side again with a
         query moved toward the top fused hits). A query with no lexical terms (stopwords,
         punctuation) is searched dense only in hybrid mode, and finds nothing in lexical mode.
+        Queries are embedded with the index's query prefix (`embedkit.encode.prefixes`); BM25
+        sees them as given.
         """
         items = [queries] if isinstance(queries, str) else list(queries)
         mode = mode or self.default_mode()
@@ -252,30 +249,68 @@ class SearchIndex:
         depth = max(k, depth or FUSION_DEPTH) if mode == "hybrid" else k
         lexical: list[list[tuple[int, float]]] = [[] for _ in items]
         dense: list[list[tuple[int, float]]] = [[] for _ in items]
+        # in an index of passages, rankings are of document numbers; these give each one's best row
+        best: list[dict[int, int]] = []
+        lexical_best: list[dict[int, int]] = []
+        fetch = self._fetch_size(depth)
         if mode == "lexical":
-            lexical = self.store.search_lexical(items, depth)
+            lexical = self._lexical_rankings(
+                items, depth, lexical_best, self.store.search_lexical(items, fetch)
+            )
         else:
             # hybrid: BM25 runs on a second thread while the model encodes the queries (both leave
             # the GIL), so the lexical side costs little of a query's time
             pending = (
-                _lexical_thread().submit(self.store.search_lexical, items, depth)
+                _lexical_thread().submit(self.store.search_lexical, items, fetch)
                 if mode == "hybrid"
                 else None
             )
             encoder = self._checked(encoder)
-            vectors = encoder.encode(items, normalize=True).reshape(len(items), -1)
-            dense = self._dense_rankings(vectors, depth)
-            lexical = pending.result() if pending is not None else lexical
+            vectors = encoder.encode(self.prefixes.queries(items), normalize=True).reshape(len(items), -1)
+            dense = self._dense_rankings(vectors, depth, best)
+            if pending is not None:
+                lexical = self._lexical_rankings(items, depth, lexical_best, pending.result())
+        best = best or [{} for _ in items]
+        lexical_best = lexical_best or [{} for _ in items]
         if mode == "hybrid" and fusion == "prf":
-            ranked = self._feedback_rankings(items, vectors, dense, lexical, k, alpha, encoder)
+            ranked = self._feedback_rankings(
+                items, vectors, dense, lexical, k, alpha, encoder, best, lexical_best
+            )
         else:
             ranked = [self._rank(mode, d, x, k, fusion, alpha) for d, x in zip(dense, lexical, strict=True)]
-        found = sorted({h.row for hits in ranked for h in hits})
-        docs = dict(zip(found, self.store.by_rows(found), strict=True))
-        results = [[replace(h, id=docs[h.row].id, document=docs[h.row]) for h in hits] for hits in ranked]
-        if snippets and mode != "dense":
-            results = [self._with_snippets(text, hits) for text, hits in zip(items, results, strict=True)]
-        return results
+        return with_documents(
+            self.store,
+            ranked,
+            queries=items if snippets and mode != "dense" else None,
+            passages=passages,
+            best=best if self.passages else None,
+            lexical_best=lexical_best,
+        )
+
+    def _fetch_size(self, depth: int) -> int:
+        return fetch_size(depth, len(self), self.document_count) if self.passages else depth
+
+    def _by_document(
+        self,
+        fetch: Callable[[int], list[list[tuple[int, float]]]],
+        depth: int,
+        best: list[dict[int, int]] | None,
+        first: list[list[tuple[int, float]]] | None = None,
+    ) -> list[list[tuple[int, float]]]:
+        size = self._fetch_size(depth)
+        return rank_documents(fetch, depth, size, len(self), self.store.documents_of_rows, best, first)
+
+    def _lexical_rankings(
+        self,
+        items: list[str],
+        depth: int,
+        best: list[dict[int, int]],
+        first: list[list[tuple[int, float]]],
+    ) -> list[list[tuple[int, float]]]:
+        """BM25 rankings (`first`: at `_fetch_size(depth)`), of documents in an index of passages."""
+        if not self.passages:
+            return first
+        return self._by_document(lambda n: self.store.search_lexical(items, n), depth, best, first)
 
     def _checked(self, encoder: Encoder | None) -> Encoder:
         if encoder is None:
@@ -284,12 +319,19 @@ class SearchIndex:
             self.check_encoder(encoder)
         return encoder
 
-    def _dense_rankings(self, vectors: np.ndarray, depth: int) -> list[list[tuple[int, float]]]:
-        scores, rows = self._search_rows(vectors, depth)  # (Q, depth) each
-        return [
-            [(int(r), float(v)) for r, v in zip(row, vals, strict=True) if r >= 0]
-            for row, vals in zip(rows.tolist(), scores.tolist(), strict=True)
-        ]
+    def _dense_rankings(
+        self, vectors: np.ndarray, depth: int, best: list[dict[int, int]] | None = None
+    ) -> list[list[tuple[int, float]]]:
+        """Each query's best `depth` rows (documents, in an index of passages) by cosine."""
+
+        def fetch(size: int) -> list[list[tuple[int, float]]]:
+            scores, rows = self._search_rows(vectors, size)  # (Q, size) each
+            return [
+                [(int(r), float(v)) for r, v in zip(row, vals, strict=True) if r >= 0]
+                for row, vals in zip(rows.tolist(), scores.tolist(), strict=True)
+            ]
+
+        return self._by_document(fetch, depth, best) if self.passages else fetch(depth)
 
     def _feedback_rankings(
         self,
@@ -300,16 +342,25 @@ class SearchIndex:
         k: int,
         alpha: float,
         encoder: Encoder,
+        best: list[dict[int, int]],
+        lexical_best: list[dict[int, int]],
     ) -> list[list[Hit]]:
         """prf (`embedkit.index.fusion`): the dense side searched again with each query's feedback vector.
 
         Scores are the feedback query's cosines; `dense_score` / `lexical_score` are the first
-        searches' scores of the rows they returned.
+        searches' scores of the rows they returned. In an index of passages the rankings are of
+        documents, and a feedback document's vector is its best passage's (the dense side's best,
+        else the lexical side's first passage).
         """
         firsts = [
             [f.row for f in fuse(d, x, PRF_DOCS, alpha=alpha)] if x else []
             for d, x in zip(dense, lexical, strict=True)
         ]
+        if self.passages:
+            firsts = [
+                [b.get(doc, x.get(doc, -1)) for doc in docs]
+                for docs, b, x in zip(firsts, best, lexical_best, strict=True)
+            ]
         feedback_rows = sorted({row for rows in firsts for row in rows})
         stored = dict(zip(feedback_rows, self.vectors_of_rows(feedback_rows, encoder), strict=True))
         moved = np.stack(
@@ -318,7 +369,10 @@ class SearchIndex:
                 for vector, rows in zip(vectors, firsts, strict=True)
             ]
         )
-        again = self._dense_rankings(moved, k)
+        again_best: list[dict[int, int]] = []
+        again = self._dense_rankings(moved, k, again_best if self.passages else None)
+        for q, rows in enumerate(again_best):  # the final ranking's best passages, over the first's
+            best[q].update(rows)
         ranked = []
         for final, d, x, rows in zip(again, dense, lexical, firsts, strict=True):
             if not rows:  # no lexical hits: the dense ranking stands
@@ -355,14 +409,6 @@ class SearchIndex:
             documents = self.store.by_rows(list(rows))
             texts = [doc.full_text if doc is not None else "" for doc in documents]
             return self._checked(encoder).encode(texts, normalize=True).reshape(len(texts), -1)
-
-    def _with_snippets(self, query: str, hits: list[Hit]) -> list[Hit]:
-        """The hits, those the lexical side matched with a snippet of their title + text."""
-        assert self.store.lexical is not None
-        matched = [h for h in hits if h.lexical_score is not None and h.document is not None]
-        passages = self.store.lexical.snippets(query, [h.document.full_text for h in matched])  # type: ignore[union-attr]
-        by_row = {h.row: passage for h, passage in zip(matched, passages, strict=True)}
-        return [replace(h, snippet=by_row.get(h.row)) for h in hits]
 
     @staticmethod
     def _rank(

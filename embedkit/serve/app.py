@@ -212,7 +212,13 @@ async def search(request: Request) -> Response:
     fusion, alpha = values["fusion"], float(values["alpha"])
     try:
         answer = await server.engine.search(
-            queries, values["k"], mode, fusion=fusion, alpha=alpha, snippets=values["snippets"]
+            queries,
+            values["k"],
+            mode,
+            fusion=fusion,
+            alpha=alpha,
+            snippets=values["snippets"],
+            passages=values["passages"],
         )
     except InputError as exc:
         raise ApiError(400, str(exc).splitlines()[0], param="mode" if mode else None) from None

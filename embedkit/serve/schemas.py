@@ -222,6 +222,7 @@ SEARCH = Body(
         Field("fusion", STRING, "hybrid: how the two rankings are fused", DEFAULT_FUSION, FUSION_METHODS),
         Field("alpha", NUMBER, "hybrid: the dense side's weight", DEFAULT_ALPHA, minimum=0, maximum=1),
         Field("snippets", BOOLEAN, "give hits the lexical side matched a highlighted passage", False),
+        Field("passages", BOOLEAN, "give each hit its best passage (an index built with passages)", False),
     ),
     one_of=(("query", "queries"),),
     description="a search of the server's index",
