@@ -243,4 +243,4 @@ def _print_built(report: IndexReport, what: str) -> None:
     if report.passages:
         print_truncated(console, report.truncated, "passages", ": choose a shorter --passages N")
     else:
-        print_truncated(console, report.truncated, hint=": split them with `--passages 200:50` to index all")
+        print_truncated(console, report.truncated, hint=": `--passages 256:64` indexes the rest")
