@@ -15,7 +15,7 @@ from embedkit.lazy import lazy_exports
 _EXPORTS: dict[str, str] = {
     "IndexReport": "embedkit.index.build",
     "build_index": "embedkit.index.build",
-    "rebuild_lexical": "embedkit.index.build",
+    "rebuild_lexical": "embedkit.index.lexical_rebuild",
     "DOCS_FILE": "embedkit.index.folder",
     "INDEX_FILE": "embedkit.index.folder",
     "META_FILE": "embedkit.index.folder",

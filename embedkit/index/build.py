@@ -38,7 +38,7 @@ from embedkit.index.kinds import (
 )
 from embedkit.index.lexical import LEXICAL_DIR, LexicalIndex, LexicalSettings, is_current_format
 from embedkit.index.meta import IndexMeta, now
-from embedkit.index.passages import Passage, PassageSettings, PassageSplitter
+from embedkit.index.passages import Passage, PassageSettings, PassageSplitter, passage_settings
 from embedkit.index.rows import add_rows
 from embedkit.jobs.streaming import CorpusOptions, as_encoder, embed_corpus, read_corpus
 from embedkit.storage.atomic import write_json_atomic
@@ -62,7 +62,6 @@ from embedkit.index.folder import (
     read_index_meta,
     relative_model,
 )
-from embedkit.progress import ProgressBar
 from embedkit.storage.locking import locked
 from embedkit.storage.versioned import holds_no_version, new_version
 
@@ -148,7 +147,7 @@ def build_index(
     placement = placement_for(device, gpu)  # faiss on a GPU: checked before minutes of embedding
     if old is not None and placement is not None and old["kind"] == "hnsw":
         raise InputError(f"faiss has no GPU HNSW index: append to this index without {placement.asked}")
-    split = _passage_settings(passages, old)
+    split = passage_settings(passages, old)
     # line ids go on after the index's, not from 1 again; an upsert keeps them, to meet its lines
     if old is not None and not upsert and is_line_file(corpus):
         options = replace(options, first_line_id=_largest_number_id(out))
@@ -292,20 +291,6 @@ def _replaced(index, store: DocStore, old: dict[str, Any], corpus: str | Path, o
     return index, fingerprint, len(found)
 
 
-def _passage_settings(
-    passages: PassageSettings | str | None, old: dict[str, Any] | None
-) -> PassageSettings | None:
-    """The passages of a new index as asked; an append keeps the index's (another one asked is an error)."""
-    asked = PassageSettings.parse(passages) if isinstance(passages, str) else passages
-    if old is None:
-        return asked
-    recorded = PassageSettings.from_json(old["passages"]) if old.get("passages") else None
-    if asked is not None and asked != recorded:
-        kept = f"passages {recorded.describe()}" if recorded else "whole documents"
-        raise InputError(f"--passages {asked.describe()} differs from the index's {kept}; an append keeps it")
-    return recorded
-
-
 def _largest_number_id(out: Path) -> int:
     store = DocStore.open(index_files_dir(out) / DOCS_FILE)
     try:
@@ -375,44 +360,6 @@ def _fill(
     if buffer is not None:
         train_ivf(index, buffer, options.chunk_size)
         buffer_path.unlink()  # the map stays valid until it is freed (POSIX)
-
-
-@locked("out")
-def rebuild_lexical(out: str | Path, *, progress: bool = False) -> IndexReport:
-    """Give the index in `out` a new lexical side built from its documents, without re-embedding.
-
-    For an index built with `--no-lexical`, or whose lexical side an earlier embedkit wrote. The
-    vectors and documents are copied unchanged into a new version; a kill leaves the old one live.
-    """
-    out = Path(out)
-    old = read_index_meta(out)
-    start = time.perf_counter()
-    with new_version(out) as tmp:
-        shutil.copy2(index_files_dir(out) / INDEX_FILE, tmp / INDEX_FILE)
-        shutil.copy2(index_files_dir(out) / DOCS_FILE, tmp / DOCS_FILE)
-        store = DocStore.open(tmp / DOCS_FILE, writable=True)
-        try:
-            with ProgressBar(store.next_row(), "lexical", enabled=progress, rate_unit="docs/s") as bar:
-                settings = store.enable_lexical(on_batch=bar.advance)
-            store.commit()
-            store.vacuum()  # the earlier embedkit's postings tables are dropped: give their pages back
-        finally:
-            store.close()
-        meta = IndexMeta.from_json(old, tmp / META_FILE).updated_now(lexical=settings.to_json())
-        write_json_atomic(tmp / META_FILE, meta.to_json())
-    return IndexReport(
-        out,
-        old["kind"],
-        "the index's kind",
-        dict(old["params"]),
-        0,
-        int(old["count"]),
-        time.perf_counter() - start,
-        0,
-        "tantivy",
-        "cpu",
-        appended=False,
-    )
 
 
 def read_faiss_copy(out: Path, tmp: Path, meta: dict[str, Any]):  # -> faiss.Index

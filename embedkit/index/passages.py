@@ -75,6 +75,20 @@ class PassageSettings:
         return cls(**data)
 
 
+def passage_settings(
+    passages: PassageSettings | str | None, old: dict[str, Any] | None
+) -> PassageSettings | None:
+    """The passages of a new index as asked; an append keeps the index's (another one asked is an error)."""
+    asked = PassageSettings.parse(passages) if isinstance(passages, str) else passages
+    if old is None:
+        return asked
+    recorded = PassageSettings.from_json(old["passages"]) if old.get("passages") else None
+    if asked is not None and asked != recorded:
+        kept = f"passages {recorded.describe()}" if recorded else "whole documents"
+        raise InputError(f"--passages {asked.describe()} differs from the index's {kept}; an append keeps it")
+    return recorded
+
+
 def token_windows(count: int, size: int, overlap: int) -> list[tuple[int, int]]:
     """[start, end) token ranges of the windows over `count` tokens (see the module docstring).
 
