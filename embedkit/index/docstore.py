@@ -23,7 +23,8 @@ Rows are permanent keys: a deleted document's rows are never given to another do
 collection keys its entities by row). `deleted(row, masked)` remembers them, `masked` = 1 while the
 vector is still in the FAISS file (an HNSW graph cannot lose nodes: `embedkit.index.rows`); the
 table is made by the first `remove`, so a store that never lost a document has none. In a store of
-passages these are vector (passage) rows, and a document goes with its last passage.
+passages these are vector (passage) rows, and a document goes with its last passage; only vector
+rows are permanent keys, a document number nothing refers to any more may be given again.
 
 Earlier embedkit versions kept BM25 postings
 in tables of the SQLite file (`LEGACY_LEXICAL_TABLES`); such a store opens with `legacy_lexical`
