@@ -52,7 +52,7 @@ def calibrate(
         return
     from embedkit.evaluation.calibrate import CalibrationConfig, calibrate_index
 
-    check_io(folders=[index_dir], wait=wait)
+    check_io(indexes=[index_dir], wait=wait)
     config = CalibrationConfig(queries=queries, seed=seed)
     _print(calibrate_index(index_dir, model, device=device, precision=precision, config=config))
 

@@ -108,10 +108,10 @@ class GuardedStdout:
         return getattr(self._stream, name)
 
 
-def print_truncated(console: Any, truncated: int) -> None:
+def print_truncated(console: Any, truncated: int, what: str = "documents", hint: str = "") -> None:
     """The note, on a rich `console`, that `truncated` documents were cut at the model's maximum length."""
     if truncated:
-        console.print(f"{truncated:,} documents were longer than the model's maximum length and truncated")
+        console.print(f"{truncated:,} {what} were longer than the model's maximum length and truncated{hint}")
 
 
 def check_search_choices(mode: str | None, fusion: str | None, alpha: float | None) -> None:

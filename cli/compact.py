@@ -28,7 +28,7 @@ def compact(
     """
     from embedkit.index.edits import compact_index
 
-    check_io(folders=[index_dir], wait=wait)
+    check_io(indexes=[index_dir], wait=wait)
     report = compact_index(index_dir)
     if report.rows == report.documents == report.count and not report.rows:
         typer.echo(f"nothing to compact: nothing was deleted from {index_dir}")

@@ -45,7 +45,7 @@ def delete(
         wanted += [line.strip() for _, line in text_lines(ids_file) if line.strip()]
     if not wanted:
         raise InputError("no document ids to delete: give ID... or --ids FILE")
-    check_io(inputs=[ids_file], folders=[index_dir], wait=wait)
+    check_io(inputs=[ids_file], indexes=[index_dir], wait=wait)
     report = delete_documents(index_dir, wanted)
     note = ""
     if report.masked:

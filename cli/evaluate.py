@@ -208,6 +208,18 @@ def retrieval(
             "--plot", help="Also draw nDCG@10 per mode as bars into this PNG (needs the plots extra)."
         ),
     ] = None,
+    query_prefix: Annotated[
+        str | None,
+        typer.Option(
+            "--query-prefix",
+            help="Put before each query (exact search; default: what the model card states). With "
+            "--index, the index's own.",
+        ),
+    ] = None,
+    passage_prefix: Annotated[
+        str | None,
+        typer.Option("--passage-prefix", help="Put before each document (exact search); as --query-prefix."),
+    ] = None,
 ) -> None:
     """nDCG@10, MRR@10, Recall@1/10/100, MAP@100 with graded judgments, as BEIR and trec_eval compute them.
 
@@ -268,7 +280,15 @@ def retrieval(
 
         encoder = open_model_for(meta, model, device, precision)  # the index's model unless --model
     from embedkit.encode.caching import CachingEncoder
+    from embedkit.encode.prefixes import check_recorded, recorded_prefixes, resolve_prefixes
 
+    if meta is None:
+        prefixes = resolve_prefixes(encoder.path, query_prefix, passage_prefix)
+    else:
+        prefixes = recorded_prefixes(meta)
+        check_recorded(prefixes, query_prefix, passage_prefix, "index")
+    for evaluator in evaluators.values():
+        evaluator.prefixes = prefixes
     encoder = CachingEncoder(encoder)  # `all` embeds the corpus once for dense and hybrid
     try:
         reports = {m: e.evaluate(encoder) for m, e in evaluators.items()}

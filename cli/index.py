@@ -37,8 +37,8 @@ def index(
         Path | None,
         typer.Argument(
             metavar="CORPUS",
-            help="Corpus: .txt (one document a line), .jsonl, .csv, .tsv (each may be .gz), or a BEIR "
-            "folder (or --corpus).",
+            help="Corpus: .txt (one document a line), .jsonl, .csv, .tsv (each may be .gz), a BEIR "
+            "folder, or a folder of .txt/.md files, one document each (or --corpus).",
             show_default=False,
         ),
     ] = None,
@@ -111,6 +111,31 @@ def index(
             "an append that grows it by half; docs/hybrid.md). Default on; `embedkit calibrate` later.",
         ),
     ] = True,
+    passages: Annotated[
+        str | None,
+        typer.Option(
+            "--passages",
+            metavar="N[:OVERLAP]",
+            help="Split long documents into passages of N model tokens (consecutive ones sharing OVERLAP) "
+            "and rank documents by their best passage; default: whole documents (cut at the model's "
+            "maximum length). An append keeps the index's setting.",
+        ),
+    ] = None,
+    query_prefix: Annotated[
+        str | None,
+        typer.Option(
+            "--query-prefix",
+            help="Text put before every query embedded for this index (recorded in it); default: what the "
+            "model card states (e5's 'query: ', bge's instruction), else none.",
+        ),
+    ] = None,
+    passage_prefix: Annotated[
+        str | None,
+        typer.Option(
+            "--passage-prefix",
+            help="Text put before every document or passage embedded (recorded); default as --query-prefix.",
+        ),
+    ] = None,
     reindex_lexical: Annotated[
         bool,
         typer.Option(
@@ -161,17 +186,32 @@ def index(
         "lexical": lexical,
     }
     if from_vectors is not None:
+        if passages is not None or query_prefix is not None or passage_prefix is not None:
+            raise InputError(
+                "--from-vectors indexes the parts' vectors as they are: drop --passages and the prefixes"
+            )
         _from_vectors(from_vectors, corpus, out, model, append, building, wait)
         return
     check_io(inputs=[corpus, model], indexes=[out], wait=wait)
     settings = {"append": append, "upsert": upsert, "precision": precision, "calibrate": calibrate}
-    report = build_index(corpus, out, model, **settings, **building)
+    embedding = {"passages": passages, "query_prefix": query_prefix, "passage_prefix": passage_prefix}
+    report = build_index(corpus, out, model, **settings, **embedding, **building)
     verb = "appended" if report.appended else "indexed"
-    blank = f" ({report.blank:,} blank skipped)" if report.blank else ""
-    blank += f" ({report.replaced:,} of them replacing documents)" if upsert else ""
+    skipped = [
+        f"{n:,} {what}"
+        for n, what in (
+            (report.blank, "blank"),
+            (report.hidden_files, "hidden files or folders"),
+            (report.binary_files, "binary files"),
+        )
+        if n
+    ]
+    notes = f" ({', '.join(skipped)} skipped)" if skipped else ""
+    notes += f" ({report.replaced:,} of them replacing documents)" if upsert else ""
+    split = f" as {report.passages:,} passages" if report.passages else ""
     faiss = f", faiss on {report.faiss_device}" if report.faiss_device != "cpu" else ""
     where = f"{report.backend}/{report.device}{faiss}"
-    _print_built(report, f"{verb} {report.added:,} documents{blank} on {where}")
+    _print_built(report, f"{verb} {report.added:,} documents{split}{notes} on {where}")
 
 
 def _from_vectors(
@@ -220,4 +260,9 @@ def _print_built(report: IndexReport, what: str) -> None:
         from embedkit.index.calibration import Calibration
 
         console.print(Calibration.from_json(report.calibrated).describe(), markup=False)
-    print_truncated(console, report.truncated)
+    if report.prefixes != "no prefixes":
+        console.print(report.prefixes)
+    if report.passages:
+        print_truncated(console, report.truncated, "passages", ": choose a shorter --passages N")
+    else:
+        print_truncated(console, report.truncated, hint=": `--passages 256:64` indexes the rest")

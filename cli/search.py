@@ -88,6 +88,14 @@ def search(
             "(=, !=, <, <=, >, >=, in, and, or, not, parentheses; dates as 2024-01-31).",
         ),
     ] = None,
+    passages: Annotated[
+        bool,
+        typer.Option(
+            "--passages",
+            help="Show each hit's best passage instead of the start of its document (an index built with "
+            "--passages); --json adds it as `passage`.",
+        ),
+    ] = False,
 ) -> None:
     """Search INDEX_DIR for QUERY (or each line of --queries): ranked ids, scores and texts.
 
@@ -113,19 +121,32 @@ def search(
         mode = mode or index.default_mode(fusion)
         asked = fusion is not None or alpha is not None
         fusion, alpha = index.default_fusion(fusion, alpha)  # the index's calibrated choice unless asked
+        split = f" in {len(index):,} passages" if index.passages else ""
         ranking = f"{mode} search"
         if mode == "hybrid":
             source = "" if asked else ", the index's default"
             ranking = f"hybrid search ({fusion}, dense weight {alpha}{source})"
         make_console(stderr=True).print(
             escape(
-                f"{index_dir}: {len(index):,} documents ({index.kind}); {ranking}; "
+                f"{index_dir}: {index.document_count:,} documents{split} ({index.kind}); {ranking}; "
                 f"model {encoder.path} ({encoder.backend}, {encoder.device})"
                 + (f"; faiss on {index.faiss_device}" if index.faiss_device != "cpu" else "")
             )
         )
+        if passages and not index.passages:
+            make_console(stderr=True).print(
+                escape(f"note: {index_dir} holds whole documents: no passages to show")
+            )
         results = index.search_text(
-            texts, k=k, encoder=encoder, mode=mode, fusion=fusion, alpha=alpha, snippets=True, where=where
+            texts,
+            k=k,
+            encoder=encoder,
+            mode=mode,
+            fusion=fusion,
+            alpha=alpha,
+            snippets=True,
+            passages=passages,
+            where=where,
         )
     for text, hits in zip(texts, results, strict=True):
         if mode == "lexical" and not hits:
@@ -137,7 +158,7 @@ def search(
             records = [hit_record(rank, h) for rank, h in enumerate(hits, 1)]
             typer.echo(json.dumps({"query": text, **how, "hits": records}, ensure_ascii=False))
         return
-    _print_tables(texts, results)
+    _print_tables(texts, results, passages)
 
 
 def _queries(query: str | None, queries_file: Path | None) -> list[str]:
@@ -157,7 +178,7 @@ def _queries(query: str | None, queries_file: Path | None) -> list[str]:
     return texts
 
 
-def _print_tables(texts: list[str], results: list[list[Hit]]) -> None:
+def _print_tables(texts: list[str], results: list[list[Hit]], passages: bool = False) -> None:
     from rich.markup import escape
     from rich.table import Table
 
@@ -171,7 +192,10 @@ def _print_tables(texts: list[str], results: list[list[Hit]]) -> None:
         table.add_column("score", justify="right")
         table.add_column("text")
         for rank, hit in enumerate(hits, 1):
-            shown = _snippet_markup(hit.snippet) if hit.snippet else escape(_cut(hit))
+            if passages and hit.passage is not None:
+                shown = escape(hit.passage.text)  # the whole passage: what was asked to see
+            else:
+                shown = _snippet_markup(hit.snippet) if hit.snippet else escape(_cut(hit))
             table.add_row(str(rank), escape(hit.id), f"{hit.score:.4f}", shown)
         print_table(console, table)
 

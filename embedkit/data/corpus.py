@@ -2,12 +2,14 @@
 
 `read_documents` streams documents from a file or a BEIR folder:
 
-- `.txt`: one document per line; its id is the 1-based line number;
+- `.txt`: one document per line; its id is the 1-based line number (plus `first_line_id`: an
+  append numbers a second file's lines on after the index's ids);
 - `.jsonl`: one JSON object per line with `text` (and optionally `title`, `_id` or `id`); other
   fields go to `metadata`;
 - `.csv` (standard quoting) and `.tsv` (split on tabs, no quoting, as STS and BEIR files are):
   a header row; the text column is `column`, else `text`;
 - a BEIR folder: its `corpus.jsonl`;
+- any other folder: its `.txt` and `.md` files, one document each (`embedkit.data.textfolder`);
 - any of these gzipped (`name.jsonl.gz`).
 
 Blank documents are skipped and counted. A byte that is not UTF-8, a line that is not JSON or a
@@ -37,6 +39,7 @@ from embedkit.data.textfiles import (
     string_field,
     text_lines,
 )
+from embedkit.data.textfolder import folder_documents, is_text_folder
 from embedkit.errors import InputError
 
 CORPUS_FORMATS = (".txt", ".jsonl", ".csv", ".tsv")
@@ -64,6 +67,8 @@ class ReadStats:
 
     read: int = 0  # documents yielded
     blank: int = 0  # records skipped because their title and text are blank
+    hidden: int = 0  # hidden files and folders of a folder of text files, not read
+    binary: int = 0  # files of such a folder skipped as binary (a NUL byte, or not UTF-8)
 
 
 def corpus_file(path: str | Path) -> Path:
@@ -79,26 +84,45 @@ def corpus_file(path: str | Path) -> Path:
     return path
 
 
+def is_line_file(path: str | Path) -> bool:
+    """Whether `path` is a `.txt` corpus (`.txt.gz` too), whose ids are line numbers."""
+    path = Path(path)
+    suffixes = [s.lower() for s in path.suffixes]
+    if suffixes[-1:] == [".gz"]:
+        suffixes = suffixes[:-1]
+    return path.is_file() and suffixes[-1:] == [".txt"]
+
+
 def read_documents(
     path: str | Path,
     column: str | None = None,
     id_column: str | None = None,
     *,
     stats: ReadStats | None = None,
+    first_line_id: int = 0,
 ) -> Iterator[Document]:
     """Stream the documents of a corpus file or BEIR folder (see the module docstring).
 
     `column` names the text field of a CSV/TSV row or JSON record (default `text`); `id_column`
     the id field (default `_id` or `id` when present, else the line or row number). Pass a
-    `ReadStats` to learn how many blank records were skipped.
+    `ReadStats` to learn how many blank records (and files of a folder) were skipped.
     """
-    file = corpus_file(path)
-    fmt = data_format(file, CORPUS_FORMATS)
     counts = stats if stats is not None else ReadStats()
+    folder = Path(path).expanduser()
+    if is_text_folder(folder):
+        if column is not None or id_column is not None:
+            raise InputError(f"{folder}: a folder of text files has no columns; drop --column / --id-column")
+        records: Iterator[Document] = folder_documents(folder, counts)
+        file, fmt = folder, "folder"
+    else:
+        file = corpus_file(path)
+        fmt = data_format(file, CORPUS_FORMATS)
     if fmt == ".txt":
         if column is not None or id_column is not None:
             raise InputError(f"{file}: a .txt corpus has no columns; drop --column")
-        records: Iterator[Document] = (Document(str(n), line) for n, line in text_lines(file))
+        records = (Document(str(first_line_id + n), line) for n, line in text_lines(file))
+    elif fmt == "folder":
+        pass
     elif fmt == ".jsonl":
         records = _jsonl_documents(file, column, id_column)
     else:

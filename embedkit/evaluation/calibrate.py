@@ -25,6 +25,7 @@ from typing import Any
 import numpy as np
 
 from embedkit.data.corpus import Document
+from embedkit.encode.prefixes import Prefixes, recorded_prefixes
 from embedkit.encode.protocol import Encoder
 from embedkit.errors import InputError
 from embedkit.evaluation.metrics import evaluate_run
@@ -166,17 +167,24 @@ def per_query_ndcg(runs: dict[str, Run], qrels: dict[str, dict[str, int]]) -> di
     }
 
 
-def score_task(task: PseudoTask, vectors: np.ndarray, encoder: Encoder, lexical_settings: Any = None) -> dict:
+def score_task(
+    task: PseudoTask,
+    vectors: np.ndarray,
+    encoder: Encoder,
+    lexical_settings: Any = None,
+    prefixes: Prefixes | None = None,  # the index's query and passage prefixes (none: no prefix)
+) -> dict:
     """candidate -> kind -> nDCG@10 x 100 of the task; `vectors` are the sample's stored vectors."""
     from embedkit.index.lexical import LexicalIndex
 
+    prefixes = prefixes or Prefixes()
     doc_vectors = np.array(vectors, dtype=np.float32)
     if task.changed:  # the sources without their query's text, embedded as the index would
-        texts = [task.documents[row].full_text for row in task.changed]
+        texts = prefixes.passages([task.documents[row].full_text for row in task.changed])
         doc_vectors[task.changed] = encoder.encode(texts, normalize=True)
     query_ids = [f"q{i}" for i in range(len(task.queries))]
     texts = [q.text for q in task.queries]
-    query_vectors = encoder.encode(texts, normalize=True).reshape(len(texts), -1)
+    query_vectors = encoder.encode(prefixes.queries(texts), normalize=True).reshape(len(texts), -1)
     bm25 = LexicalIndex.create(None, lexical_settings)
     try:
         bm25.add(0, task.documents)
@@ -209,6 +217,7 @@ def calibrate(
     encoder: Encoder,
     lexical_settings: Any = None,
     config: CalibrationConfig | None = None,
+    prefixes: Prefixes | None = None,
 ) -> Calibration:
     """Score the candidates on pseudo queries from a sample of the `count` rows; choose by the rule.
 
@@ -229,7 +238,7 @@ def calibrate(
         method, alpha = default_choice()
         reason = f"{len(task.queries)} pseudo queries, fewer than {config.min_queries}: the default"
         return Calibration(method, alpha, reason, documents=len(rows), count=count, seed=config.seed)
-    table = score_task(task, vectors_of_rows(rows), encoder, lexical_settings)
+    table = score_task(task, vectors_of_rows(rows), encoder, lexical_settings, prefixes)
     picked = choose(table)
     queries = {kind: sum(q.kind == kind for q in task.queries) for kind in config.kinds}
     return Calibration(
@@ -246,23 +255,34 @@ def calibrate(
 
 
 def calibrate_store(
-    store: Any, index: Any, encoder: Encoder, settings: Any, config: CalibrationConfig | None = None
+    store: Any,
+    index: Any,
+    encoder: Encoder,
+    settings: Any,
+    config: CalibrationConfig | None = None,
+    prefixes: Prefixes | None = None,
 ) -> Calibration:
     """`calibrate` over an open `DocStore`, its FAISS index and the lexical side's settings."""
     from embedkit.index.search import SearchIndex
 
-    opened = SearchIndex(Path(), {"dim": encoder.dim}, index, store)  # its vector read-back
+    meta = {"dim": encoder.dim, **({"passage_prefix": prefixes.passage} if prefixes else {})}
+    opened = SearchIndex(Path(), meta, index, store)  # its vector read-back
 
     def documents(rows: list[int]) -> list[Document]:
         found = store.by_rows(rows)
         return [d if d is not None else Document(f"row-{r}", "") for r, d in zip(rows, found, strict=True)]
 
     vectors = lambda rows: opened.vectors_of_rows(rows, encoder)  # noqa: E731
-    return calibrate(documents, vectors, int(index.ntotal), encoder, settings, config)
+    return calibrate(documents, vectors, int(index.ntotal), encoder, settings, config, prefixes)
 
 
 def calibrate_folder(
-    folder: Path, index: Any, encoder: Encoder, settings: Any, config: CalibrationConfig | None = None
+    folder: Path,
+    index: Any,
+    encoder: Encoder,
+    settings: Any,
+    config: CalibrationConfig | None = None,
+    prefixes: Prefixes | None = None,
 ) -> Calibration:
     """`calibrate_store` on the version folder `folder` (being written) and its FAISS `index`."""
     from embedkit.index.docstore import DocStore
@@ -270,7 +290,7 @@ def calibrate_folder(
 
     store = DocStore.open(folder / DOCS_FILE)
     try:
-        return calibrate_store(store, index, encoder, settings, config)
+        return calibrate_store(store, index, encoder, settings, config, prefixes)
     finally:
         store.close()
 
@@ -321,11 +341,16 @@ def calibrate_index(
             )
     else:
         encoder = open_model_for(meta, model, device, precision)
+    if meta.get("passages"):
+        raise InputError(
+            f"the index {out} holds passages: it is not calibrated and searches with the default fusion "
+            "(or --fusion / --alpha)"
+        )
     live = index_files_dir(out)
     with new_version(out) as tmp:
         shutil.copytree(live, tmp, ignore=shutil.ignore_patterns(META_FILE, CHECKSUMS), dirs_exist_ok=True)
-        index = read_faiss(tmp / INDEX_FILE, meta)
-        calibration = calibrate_folder(tmp, index, encoder, settings, config)
+        index = read_faiss(live / INDEX_FILE, meta)  # checked against the live version's checksums
+        calibration = calibrate_folder(tmp, index, encoder, settings, config, recorded_prefixes(meta))
         record = IndexMeta.from_json(meta, tmp / META_FILE).updated_now(fusion=calibration.to_json())
         write_json_atomic(tmp / META_FILE, record.to_json())
     return calibration

@@ -10,10 +10,12 @@ from typing import Any
 import numpy as np
 
 from embedkit.data.beir import BeirData, read_beir
+from embedkit.encode.prefixes import Prefixes, recorded_prefixes
 from embedkit.encode.protocol import Encoder
 from embedkit.errors import InputError
 from embedkit.evaluation.metrics import RETRIEVAL_METRICS, evaluate_run, parse_metric
 from embedkit.evaluation.runs import exact_search, feedback_run, fuse_runs, index_search, lexical_run
+from embedkit.index.folder import read_index_meta
 from embedkit.index.fusion import DEFAULT_ALPHA, DEFAULT_FUSION, FUSION_METHODS
 from embedkit.index.search import FUSION_DEPTH, SEARCH_MODES
 
@@ -49,6 +51,9 @@ class RetrievalEvaluator:
     `fusion` None: what `search` would use, the index's calibrated choice (`embedkit.index.calibration`;
     the default where it has none), or without an index a calibration of the corpus in memory.
     As BEIR's default, a hit whose doc id equals the query id is dropped (`ignore_identical_ids`).
+    `prefixes` (`embedkit.encode.prefixes`) go before queries and documents as they are embedded;
+    None: an index's recorded ones, or none for exact search. An index of passages is searched
+    with `SearchIndex.search_text`, which ranks documents by their best passage.
     Queries without relevant documents count as 0 (see `embedkit.evaluation.metrics`).
     """
 
@@ -68,6 +73,7 @@ class RetrievalEvaluator:
         mode: str = "dense",
         fusion: str | None = DEFAULT_FUSION,  # None: the index's calibrated choice (see above)
         alpha: float | None = DEFAULT_ALPHA,  # None: the calibrated or the default weight
+        prefixes: Prefixes | None = None,
     ) -> None:
         if mode not in SEARCH_MODES:
             raise InputError(f"unknown retrieval mode {mode!r}: use {', '.join(SEARCH_MODES)}")
@@ -84,6 +90,13 @@ class RetrievalEvaluator:
         self.ignore_identical_ids = ignore_identical_ids
         self.batch_size = batch_size
         self.progress = progress
+        self.prefixes = prefixes
+
+    def _prefixes(self) -> Prefixes:
+        if self.prefixes is not None or self.index is None:
+            return self.prefixes or Prefixes()
+        meta = self.index.meta if hasattr(self.index, "meta") else read_index_meta(self.index)
+        return recorded_prefixes(meta)
 
     def evaluate(self, encoder: Encoder) -> RetrievalReport:
         query_ids = list(self.data.queries)
@@ -92,9 +105,13 @@ class RetrievalEvaluator:
         # hybrid fuses each side's FUSION_DEPTH candidates; a single side retrieves the metrics' depth
         depth = max(self.depth, FUSION_DEPTH) if self.mode == "hybrid" else self.depth
         query_vectors = None
+        prefixes = self._prefixes()
         if self.mode != "lexical":
             query_vectors = encoder.encode(
-                query_texts, batch_size=self.batch_size, normalize=True, progress=self.progress
+                prefixes.queries(query_texts),
+                batch_size=self.batch_size,
+                normalize=True,
+                progress=self.progress,
             )
 
         def finish(dense: Run, lexical: Run, vectors_of: Any, search: Any) -> Run:
@@ -118,7 +135,10 @@ class RetrievalEvaluator:
             doc_vectors = None
             if query_vectors is not None:
                 doc_vectors = encoder.encode(
-                    texts, batch_size=self.batch_size, normalize=True, progress=self.progress
+                    prefixes.passages(texts),
+                    batch_size=self.batch_size,
+                    normalize=True,
+                    progress=self.progress,
                 )
                 dense = exact_search(query_vectors, doc_vectors, doc_ids, depth, query_ids, exclude)
             if self.mode != "dense":
@@ -165,7 +185,11 @@ class RetrievalEvaluator:
 
         documents = [Document(i, d["text"], d["title"]) for i, d in self.data.corpus.items()]
         chosen = calibrate(
-            lambda rows: [documents[r] for r in rows], lambda rows: doc_vectors[rows], len(documents), encoder
+            lambda rows: [documents[r] for r in rows],
+            lambda rows: doc_vectors[rows],
+            len(documents),
+            encoder,
+            prefixes=self._prefixes(),
         )
         return chosen.method, chosen.alpha
 
@@ -204,6 +228,9 @@ class RetrievalEvaluator:
             self._check_corpus(index)
             if self.mode == "hybrid":
                 self._used = self._resolve(index)
+            if getattr(index, "passages", False):
+                run = self._passage_run(index, encoder, query_texts, query_ids, exclude)
+                return run, index.document_count, str(index.path)
             dense: Run = {}
             lexical: Run = {}
             if query_vectors is not None:
@@ -233,6 +260,22 @@ class RetrievalEvaluator:
                 f"the index {search} holds none of {self.beir_dir}'s documents: built from another corpus?"
             )
         return run, documents, search
+
+    def _passage_run(
+        self, index: Any, encoder: Encoder, texts: list[str], query_ids: list[str], exclude: list[str] | None
+    ) -> Run:
+        """The run of an index of passages: its documents as `search_text` ranks them (best passage)."""
+        if self.mode != "dense" and not index.has_lexical:
+            raise InputError(index.no_lexical_reason().replace("search it", "evaluate it"))
+        fusion, alpha = self._used[:2] if self.mode == "hybrid" else (None, None)
+        found = index.search_text(
+            texts, k=self.depth + 1, encoder=encoder, mode=self.mode, fusion=fusion, alpha=alpha
+        )
+        run: Run = {}
+        for i, (query_id, hits) in enumerate(zip(query_ids, found, strict=True)):
+            kept = [(h.id, h.score) for h in hits if exclude is None or h.id != exclude[i]]
+            run[query_id] = dict(kept[: self.depth])
+        return run
 
     def _check_corpus(self, index: Any) -> None:
         """The index must hold exactly this folder's corpus: its recorded fingerprint must match."""

@@ -2,7 +2,8 @@
 
 `folder` knows the files and checks them, `kinds` the FAISS index kinds, `docstore` the documents,
 `lexical` the BM25 side, `fusion` hybrid ranking, `build` writes or appends to a folder atomically,
-`from_vectors` builds one from part files without embedding, `search` opens one for search.
+`from_vectors` builds one from part files without embedding, `search` opens one for search,
+`passages` splits long documents and ranks them by their best passage, `hits` are the results.
 The names below load on first use, so that the CLI can read `fusion`'s defaults without faiss.
 """
 
@@ -14,7 +15,7 @@ from embedkit.lazy import lazy_exports
 _EXPORTS: dict[str, str] = {
     "IndexReport": "embedkit.index.build",
     "build_index": "embedkit.index.build",
-    "rebuild_lexical": "embedkit.index.build",
+    "rebuild_lexical": "embedkit.index.lexical_rebuild",
     "DOCS_FILE": "embedkit.index.folder",
     "INDEX_FILE": "embedkit.index.folder",
     "META_FILE": "embedkit.index.folder",
@@ -37,9 +38,9 @@ _EXPORTS: dict[str, str] = {
             "new_faiss_index",
         )
     },
-    "Hit": "embedkit.index.search",
+    "Hit": "embedkit.index.hits",
     "SearchIndex": "embedkit.index.search",
-    "hit_record": "embedkit.index.search",
+    "hit_record": "embedkit.index.hits",
     "open_index_for": "embedkit.index.search",
 }
 

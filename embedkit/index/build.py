@@ -14,14 +14,16 @@ from __future__ import annotations
 
 import shutil
 import time
-from dataclasses import dataclass
+from collections.abc import Iterator
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from embedkit.data.corpus import ReadStats
+from embedkit.data.corpus import ReadStats, is_line_file
 from embedkit.encode.default_onnx import recorded_model_path
+from embedkit.encode.prefixes import check_recorded, recorded_prefixes, resolve_prefixes
 from embedkit.errors import InputError
 from embedkit.index.corpus_fingerprint import combined, count_and_fingerprint
 from embedkit.index.docstore import DocStore
@@ -36,13 +38,15 @@ from embedkit.index.kinds import (
 )
 from embedkit.index.lexical import LEXICAL_DIR, LexicalIndex, LexicalSettings, is_current_format
 from embedkit.index.meta import IndexMeta, now
+from embedkit.index.passages import Passage, PassageSettings, PassageSplitter, passage_settings
 from embedkit.index.rows import add_rows
-from embedkit.jobs.streaming import CorpusOptions, as_encoder, embed_corpus
+from embedkit.jobs.streaming import CorpusOptions, as_encoder, embed_corpus, read_corpus
 from embedkit.storage.atomic import write_json_atomic
 from embedkit.storage.write_failures import npy_for_writing
 
 if TYPE_CHECKING:
     from embedkit.data.corpus import Document
+    from embedkit.encode.prefixes import Prefixes
     from embedkit.encode.protocol import Encoder
 
 from embedkit.index.folder import (
@@ -58,7 +62,6 @@ from embedkit.index.folder import (
     read_index_meta,
     relative_model,
 )
-from embedkit.progress import ProgressBar
 from embedkit.storage.locking import locked
 from embedkit.storage.versioned import holds_no_version, new_version
 
@@ -82,6 +85,10 @@ class IndexReport:
     faiss_device: str = "cpu"  # where faiss built the index: cpu or cuda:N (`embedkit.index.faiss_gpu`)
     calibrated: dict[str, Any] | None = None  # the fusion calibration this build made (`IndexMeta.fusion`)
     replaced: int = 0  # `upsert`: documents of the index that the corpus replaced
+    passages: int = 0  # passages added (their vectors), where the index holds passages
+    hidden_files: int = 0  # hidden files and folders of a folder of text files, left out
+    binary_files: int = 0  # binary files of such a folder, skipped
+    prefixes: str = "no prefixes"  # the query and passage prefixes the index embeds with
 
 
 # --- building ------------------------------------------------------------------------------------
@@ -104,6 +111,9 @@ def build_index(
     progress: bool = False,
     lexical: bool = True,  # a new index also gets a BM25 index of title + text (hybrid search)
     calibrate: bool = True,  # choose the fusion on pseudo queries (`embedkit.evaluation.calibrate`)
+    passages: PassageSettings | str | None = None,  # split documents into passages (a new index)
+    query_prefix: str | None = None,  # None: the model card's (a new index) or the index's (append)
+    passage_prefix: str | None = None,
 ) -> IndexReport:
     """Embed `corpus` and build the index folder `out`, or with `append` add to it.
 
@@ -115,6 +125,11 @@ def build_index(
     version (`embedkit.index.edits`: what a deletion costs per index kind).
     A new index holds a BM25 lexical index beside the vectors unless `lexical` is False; an append
     keeps whatever the index has, both sides in one step.
+    `passages` ("N:OVERLAP" tokens, or `PassageSettings`) splits long documents into passages
+    (`embedkit.index.passages`); `query_prefix` / `passage_prefix` are recorded and put before
+    queries and documents (`embedkit.encode.prefixes`; None: what the model folder states). An
+    append keeps the index's passages and prefixes (another one given is an `InputError`), and a
+    `.txt` corpus appended numbers its lines on from the largest numeric id the index holds.
     """
     out = Path(out)
     options = options or CorpusOptions()
@@ -132,6 +147,10 @@ def build_index(
     placement = placement_for(device, gpu)  # faiss on a GPU: checked before minutes of embedding
     if old is not None and placement is not None and old["kind"] == "hnsw":
         raise InputError(f"faiss has no GPU HNSW index: append to this index without {placement.asked}")
+    split = passage_settings(passages, old)
+    # line ids go on after the index's, not from 1 again; an upsert keeps them, to meet its lines
+    if old is not None and not upsert and is_line_file(corpus):
+        options = replace(options, first_line_id=_largest_number_id(out))
     read = ReadStats()
     count, corpus_fingerprint = count_and_fingerprint(corpus, options, read)
     if old is not None and not hasattr(model, "encode"):
@@ -141,15 +160,23 @@ def build_index(
     if old is not None:
         check_encoder_for(old, encoder, f"the index {out}")
     if old is None:
-        chosen, reason = choose_kind(kind, count, encoder.dim, gpu=placement is not None)
-        params = index_params(chosen, count, encoder.dim)
+        prefixes = resolve_prefixes(encoder.path, query_prefix, passage_prefix)
+    else:
+        prefixes = recorded_prefixes(old)
+        check_recorded(prefixes, query_prefix, passage_prefix, "index")
+    splitter = PassageSplitter(encoder.path, split) if split is not None else None
+    vectors = count if splitter is None else sum(1 for _ in splitter.passages(read_corpus(corpus, options)))
+    if old is None:
+        chosen, reason = choose_kind(kind, vectors, encoder.dim, gpu=placement is not None)
+        params = index_params(chosen, vectors, encoder.dim)
     else:
         chosen, reason, params = old["kind"], "the index's kind", dict(old["params"])
     truncated_before, replaced = encoder.truncated, 0
     start = time.perf_counter()
     with new_version(out) as tmp:
         if old is None:
-            index, store = new_faiss_index(chosen, encoder.dim, params), DocStore.create(tmp / DOCS_FILE)
+            index = new_faiss_index(chosen, encoder.dim, params)
+            store = DocStore.create(tmp / DOCS_FILE, passages=split is not None)
             if lexical:
                 store.enable_lexical()
         else:
@@ -159,14 +186,19 @@ def build_index(
                 old = {**old, "corpus_fingerprint": fingerprint}
         work = placement.to_gpu(index, chosen) if placement else index
         try:
-            _fill(work, store, encoder, corpus, count, options, tmp, progress)
+            units = splitter.passages(read_corpus(corpus, options)) if splitter is not None else None
+            _fill(work, store, encoder, corpus, vectors, options, tmp, progress, units, prefixes.passage)
             store.commit()
             settings = store.lexical.settings if store.lexical is not None else None
             masked = len(store.masked_rows())
+            documents = store.document_count() if split is not None else None
         finally:
             store.close()
         index = placement.to_cpu(work) if placement else work
-        calibrated = _calibrated(old, tmp, index, encoder, settings) if calibrate else None
+        # an index of passages is not calibrated (its pseudo queries would score passages, not the
+        # documents search ranks): it fuses with the default (docs/hybrid.md)
+        due = calibrate and split is None
+        calibrated = _calibrated(old, tmp, index, encoder, settings, prefixes) if due else None
         fusion = calibrated or (old.get("fusion") if old else None)
         stamp = now()
         meta = IndexMeta(
@@ -192,6 +224,10 @@ def build_index(
                 _source(corpus, count, replaced if upsert else None),
             ],
             fusion=fusion,
+            passages=split.to_json() if split is not None else None,
+            documents=documents,
+            query_prefix=prefixes.query,
+            passage_prefix=prefixes.passage,
         )
         write_json_atomic(tmp / META_FILE, meta.to_json())
     seconds, truncated = time.perf_counter() - start, encoder.truncated - truncated_before
@@ -201,7 +237,7 @@ def build_index(
         reason,
         params,
         count,
-        meta.count - masked,
+        meta.count - masked if documents is None else documents,
         seconds,
         truncated,
         encoder.backend,
@@ -211,11 +247,20 @@ def build_index(
         faiss_device=placement.name if placement else "cpu",
         calibrated=calibrated,
         replaced=replaced,
+        passages=vectors if split is not None else 0,
+        hidden_files=read.hidden,
+        binary_files=read.binary,
+        prefixes=prefixes.describe(),
     )
 
 
 def _calibrated(
-    old: dict[str, Any] | None, tmp: Path, index, encoder: Encoder, settings: LexicalSettings | None
+    old: dict[str, Any] | None,
+    tmp: Path,
+    index,
+    encoder: Encoder,
+    settings: LexicalSettings | None,
+    prefixes: Prefixes,
 ) -> dict[str, Any] | None:
     """A new calibration (`embedkit.evaluation.calibrate`) where one is due: a new index, or one grown
     by half since its last; None where none is due or there is no lexical side to fuse."""
@@ -224,7 +269,7 @@ def _calibrated(
 
     if settings is None or not needs_calibration(old or {}, int(index.ntotal)):
         return None
-    return calibrate_folder(tmp, index, encoder, settings).to_json()
+    return calibrate_folder(tmp, index, encoder, settings, prefixes=prefixes).to_json()
 
 
 def _source(corpus: str | Path, added: int, replaced: int | None) -> dict[str, Any]:
@@ -244,6 +289,14 @@ def _replaced(index, store: DocStore, old: dict[str, Any], corpus: str | Path, o
         return index, old.get("corpus_fingerprint"), 0
     index, fingerprint = remove_documents(index, store, old["kind"], rows, old.get("corpus_fingerprint"))
     return index, fingerprint, len(found)
+
+
+def _largest_number_id(out: Path) -> int:
+    store = DocStore.open(index_files_dir(out) / DOCS_FILE)
+    try:
+        return store.largest_number_id()
+    finally:
+        store.close()
 
 
 def check_new_target(out: Path, overwrite: bool) -> None:
@@ -269,8 +322,10 @@ def _fill(
     options: CorpusOptions,
     tmp: Path,
     progress: bool,
+    units: Iterator[Passage] | None = None,
+    prefix: str = "",
 ) -> None:
-    """Embed the corpus into `store` and `index` (a CPU or GPU index).
+    """Embed the corpus (or `units`, its passages) into `store` and `index` (a CPU or GPU index).
 
     An untrained IVF-PQ index cannot take vectors before it is trained on a sample of them, so its
     vectors go to a memory map in the build folder first.
@@ -299,48 +354,12 @@ def _fill(
         normalize=True,
         progress=progress,
         description="indexing",
+        documents=units,
+        prefix=prefix,
     )
     if buffer is not None:
         train_ivf(index, buffer, options.chunk_size)
         buffer_path.unlink()  # the map stays valid until it is freed (POSIX)
-
-
-@locked("out")
-def rebuild_lexical(out: str | Path, *, progress: bool = False) -> IndexReport:
-    """Give the index in `out` a new lexical side built from its documents, without re-embedding.
-
-    For an index built with `--no-lexical`, or whose lexical side an earlier embedkit wrote. The
-    vectors and documents are copied unchanged into a new version; a kill leaves the old one live.
-    """
-    out = Path(out)
-    old = read_index_meta(out)
-    start = time.perf_counter()
-    with new_version(out) as tmp:
-        shutil.copy2(index_files_dir(out) / INDEX_FILE, tmp / INDEX_FILE)
-        shutil.copy2(index_files_dir(out) / DOCS_FILE, tmp / DOCS_FILE)
-        store = DocStore.open(tmp / DOCS_FILE, writable=True)
-        try:
-            with ProgressBar(store.next_row(), "lexical", enabled=progress, rate_unit="docs/s") as bar:
-                settings = store.enable_lexical(on_batch=bar.advance)
-            store.commit()
-            store.vacuum()  # the earlier embedkit's postings tables are dropped: give their pages back
-        finally:
-            store.close()
-        meta = IndexMeta.from_json(old, tmp / META_FILE).updated_now(lexical=settings.to_json())
-        write_json_atomic(tmp / META_FILE, meta.to_json())
-    return IndexReport(
-        out,
-        old["kind"],
-        "the index's kind",
-        dict(old["params"]),
-        0,
-        int(old["count"]),
-        time.perf_counter() - start,
-        0,
-        "tantivy",
-        "cpu",
-        appended=False,
-    )
 
 
 def read_faiss_copy(out: Path, tmp: Path, meta: dict[str, Any]):  # -> faiss.Index

@@ -6,6 +6,14 @@ document ids and texts), `metadata` is the corpus's extra fields as JSON. Search
 it returns, so the corpus is never loaded into memory. Document ids are unique: adding an id that
 is already present is an `InputError` (the whole build or append is then abandoned, see `build.py`).
 
+An index of passages (`embedkit.index.passages`) has one vector per passage: its store has a
+second table, `passages(row INTEGER PRIMARY KEY, document, start, end)`, where `row` is the
+vector's FAISS position, `document` the `documents.row` of its document (then a document number,
+not a vector position) and `start:end` the passage's characters in the document's text. This
+class is the one owner of the vector rows <-> document ids mapping, for both layouts: every
+method taking or giving `rows` speaks of vector rows, and `rows_by_id` gives every row of a
+document (all its passages), which is what a delete must remove.
+
 An index built with a lexical side also holds a tantivy BM25 index (`embedkit.index.lexical`) in the
 folder `lexical/` beside the SQLite file. Every `add` and `remove` goes to both and `commit` commits
 both; they are written in a staging version folder that becomes live only when both are complete
@@ -14,8 +22,9 @@ both; they are written in a staging version folder that becomes live only when b
 Rows are permanent keys: a deleted document's rows are never given to another document (a pushed
 collection keys its entities by row). `deleted(row, masked)` remembers them, `masked` = 1 while the
 vector is still in the FAISS file (an HNSW graph cannot lose nodes: `embedkit.index.rows`); the
-table is made by the first `remove`, so a store that never lost a document has none. This class is
-the one place that maps document ids to rows: `rows_by_id` gives every row of an id.
+table is made by the first `remove`, so a store that never lost a document has none. In a store of
+passages these are vector (passage) rows, and a document goes with its last passage; only vector
+rows are permanent keys, a document number nothing refers to any more may be given again.
 
 Earlier embedkit versions kept BM25 postings
 in tables of the SQLite file (`LEGACY_LEXICAL_TABLES`); such a store opens with `legacy_lexical`
@@ -29,6 +38,7 @@ import sqlite3
 from collections import Counter
 from collections.abc import Callable, Sequence
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
@@ -36,6 +46,7 @@ from embedkit.data.corpus import Document
 from embedkit.errors import InputError
 from embedkit.index.fields import note_fields, read_fields
 from embedkit.index.lexical import LEXICAL_DIR, LexicalIndex, LexicalSettings
+from embedkit.index.passages import Passage
 
 _SCHEMA = """
 CREATE TABLE documents (
@@ -46,6 +57,11 @@ CREATE TABLE documents (
     metadata TEXT
 )
 """
+_PASSAGES_SCHEMA = (
+    "CREATE TABLE passages (row INTEGER PRIMARY KEY, document INTEGER NOT NULL, "
+    "start INTEGER NOT NULL, end INTEGER NOT NULL)",
+    "CREATE INDEX passages_document ON passages(document)",
+)
 # SQLite caps the number of `?` parameters in one statement (32766 since 3.32); stay well below.
 _MAX_PARAMS = 900
 # The BM25 postings of embedkit before its lexical side moved to tantivy.
@@ -72,6 +88,9 @@ class DocStore:
             raise InputError(f"corrupt document store {path}: {exc}") from None
         if lexical is not None:
             self.lexical = LexicalIndex.open(self.lexical_dir, lexical)
+        query = "SELECT COUNT(*) FROM sqlite_master WHERE type = 'table' AND name = 'passages'"
+        self.has_passages = connection.execute(query).fetchone()[0] > 0
+        self._next_document: int | None = None  # the next documents.row of a passage store
 
     @property
     def lexical_dir(self) -> Path:
@@ -92,14 +111,16 @@ class DocStore:
         self.legacy_lexical = False
         self.lexical = LexicalIndex.create(self.lexical_dir, settings)
         after = -1
-        while True:  # rows ascending, with the gaps deleted documents left
-            query = "SELECT row, title, text FROM documents WHERE row > ? ORDER BY row LIMIT ?"
-            rows = self._db.execute(query, (after, _REINDEX_BATCH)).fetchall()
+        table = "passages" if self.has_passages else "documents"
+        while True:  # vector rows ascending, with the gaps deleted documents left
+            query = f"SELECT row FROM {table} WHERE row > ? ORDER BY row LIMIT ?"
+            rows = [int(r) for (r,) in self._db.execute(query, (after, _REINDEX_BATCH))]
             if not rows:
                 return self.lexical.settings
-            documents = [Document("", text, title) for _, title, text in rows]
-            self.lexical.add_rows([row for row, _, _ in rows], documents)
-            after = rows[-1][0]
+            # what the index holds at each row: a document, or a passage of one (its title + span)
+            found = self._select_rows(rows)
+            self.lexical.add_rows(rows, [found[row] for row in rows])
+            after = rows[-1]
             if on_batch is not None:
                 on_batch(len(rows))
 
@@ -117,8 +138,9 @@ class DocStore:
         return self.lexical.search(queries, k, allowed)
 
     @classmethod
-    def create(cls, path: str | Path) -> DocStore:
-        """A new, empty store; `path` must not exist (builds write into a fresh temporary folder)."""
+    def create(cls, path: str | Path, *, passages: bool = False) -> DocStore:
+        """A new, empty store (of passages with `passages`); `path` must not exist (builds write
+        into a fresh temporary folder)."""
         path = Path(path)
         if path.exists():
             raise InputError(f"{path} already exists")
@@ -128,6 +150,8 @@ class DocStore:
         db.execute("PRAGMA journal_mode=OFF")
         db.execute("PRAGMA synchronous=OFF")
         db.execute(_SCHEMA)
+        for statement in _PASSAGES_SCHEMA if passages else ():
+            db.execute(statement)
         return cls(db, path)
 
     @classmethod
@@ -175,15 +199,24 @@ class DocStore:
             self.lexical.commit()
 
     def next_row(self) -> int:
-        """The row the next document gets: one past the largest row ever given (deleted ones too);
-        O(log n) on the primary keys."""
-        last = self._one("SELECT MAX(row) FROM documents")
+        """The vector row the next document (or passage) gets: one past the largest row ever given
+        (deleted ones too); O(log n) on the primary keys."""
+        last = self._max_row(self._vectors)
         if self.has_deleted():
-            last = max(-1 if last is None else last, self._one("SELECT MAX(row) FROM deleted") or -1)
-        return 0 if last is None else int(last) + 1
+            last = max(last, self._max_row("deleted"))
+        return last + 1
+
+    @property
+    def _vectors(self) -> str:
+        """The table with one record per vector row."""
+        return "passages" if self.has_passages else "documents"
 
     def count(self) -> int:
-        """Rows held: documents not deleted (a table scan of the id index: call it once per load)."""
+        """Vector rows held: documents (or passages) not deleted (a table scan: call it once per load)."""
+        return int(self._one(f"SELECT COUNT(*) FROM {self._vectors}"))
+
+    def document_count(self) -> int:
+        """The documents held (as many as `count()`, unless the index holds passages)."""
         return int(self._one("SELECT COUNT(*) FROM documents"))
 
     def masked_rows(self) -> np.ndarray:
@@ -194,33 +227,31 @@ class DocStore:
         return np.asarray([r for (r,) in rows], dtype=np.int64)
 
     def rows_between(self, first: int, stop: int) -> list[int]:
-        """The rows held in [first, stop), ascending (a push walks them in batches)."""
-        query = "SELECT row FROM documents WHERE row >= ? AND row < ? ORDER BY row"
+        """The vector rows held in [first, stop), ascending (a push walks them in batches)."""
+        query = f"SELECT row FROM {self._vectors} WHERE row >= ? AND row < ? ORDER BY row"
         return [int(r) for (r,) in self._db.execute(query, (first, stop))]
 
-    def rows_by_id(self, ids: Sequence[str]) -> dict[str, list[int]]:
-        """Every row of each of the documents `ids` that the store holds (unknown ids are absent)."""
-        found: dict[str, list[int]] = {}
-        unique = list(dict.fromkeys(str(i) for i in ids))
-        for start in range(0, len(unique), _MAX_PARAMS):
-            part = unique[start : start + _MAX_PARAMS]
-            query = f"SELECT row, id FROM documents WHERE id IN ({','.join('?' * len(part))}) ORDER BY row"
-            for row, doc_id in self._db.execute(query, part):
-                found.setdefault(doc_id, []).append(int(row))
-        return found
-
     def remove(self, rows: Sequence[int], masked: bool) -> None:
-        """Delete the documents at `rows` here and on the lexical side; remember the rows as deleted
-        (`masked`: their vectors stay in the FAISS file until it is compacted). Not committed."""
+        """Delete what the vector `rows` hold here and on the lexical side; remember the rows as
+        deleted (`masked`: their vectors stay in the FAISS file until it is compacted). In a store
+        of passages, a document goes once none of its passages is left. Not committed."""
         wanted = sorted({int(r) for r in rows})
         self._db.execute(_DELETED_SCHEMA)
-        for start in range(0, len(wanted), _MAX_PARAMS):
-            part = wanted[start : start + _MAX_PARAMS]
-            self._db.execute(f"DELETE FROM documents WHERE row IN ({','.join('?' * len(part))})", part)
+        documents = sorted(set(self.documents_of_rows(wanted).values())) if self.has_passages else []
+        self._delete_in(self._vectors, "row", wanted)
+        if documents:  # those of the passages' documents with no passage left
+            sql = "SELECT document FROM passages WHERE document IN ({})"
+            held = {doc for (doc,) in self._query_in(sql, documents)}
+            self._delete_in("documents", "row", [doc for doc in documents if doc not in held])
         records = [(row, int(masked)) for row in wanted]
         self._db.executemany("INSERT OR REPLACE INTO deleted VALUES (?, ?)", records)
         if self.lexical is not None:
             self.lexical.remove(wanted)
+
+    def _delete_in(self, table: str, key: str, values: list[int]) -> None:
+        for start in range(0, len(values), _MAX_PARAMS):
+            part = values[start : start + _MAX_PARAMS]
+            self._db.execute(f"DELETE FROM {table} WHERE {key} IN ({','.join('?' * len(part))})", part)
 
     def unmask(self) -> None:
         """Record that no deleted row's vector is left in the FAISS file (after a compaction)."""
@@ -228,12 +259,16 @@ class DocStore:
             self._db.execute("UPDATE deleted SET masked = 0")
 
     def rows_where(self, sql: str, params: Sequence[object]) -> np.ndarray:
-        """Rows whose documents satisfy the SQL condition `sql` (`embedkit.index.where`), sorted."""
-        query = f"SELECT row FROM documents WHERE {sql} ORDER BY row"
+        """Vector rows whose documents satisfy the SQL condition `sql` (`embedkit.index.where`),
+        sorted; in a store of passages every passage of each such document."""
+        query = f"SELECT row FROM documents WHERE {sql}"
+        if self.has_passages:
+            query = f"SELECT row FROM passages WHERE document IN ({query})"
         try:
-            return np.asarray([r for (r,) in self._db.execute(query, list(params))], dtype=np.int64)
+            found = [r for (r,) in self._db.execute(f"{query} ORDER BY row", list(params))]
         except sqlite3.DatabaseError as exc:
             raise InputError(f"corrupt document store {self.path}: {exc}") from None
+        return np.asarray(found, dtype=np.int64)
 
     def metadata_fields(self) -> dict[str, set[str]]:
         """Each top-level metadata field and the types of its values (`embedkit.index.fields`)."""
@@ -255,34 +290,118 @@ class DocStore:
         except sqlite3.DatabaseError as exc:
             raise InputError(f"corrupt document store {self.path}: {exc}") from None
 
-    def add(self, first_row: int, documents: Sequence[Document]) -> None:
-        """Store `documents` at rows first_row, first_row + 1, ...; a repeated id is an `InputError`."""
-        records = [
-            (
-                first_row + i,
-                str(doc.id),
-                doc.title or "",
-                doc.text,
-                json.dumps(doc.metadata, ensure_ascii=False, default=str) if doc.metadata else None,
-            )
-            for i, doc in enumerate(documents)
-        ]
+    def _max_row(self, table: str) -> int:
         try:
-            self._db.executemany("INSERT INTO documents VALUES (?, ?, ?, ?, ?)", records)
-            note_fields(self._db, (doc.metadata for doc in documents))  # what `--where` may name
+            (last,) = self._db.execute(f"SELECT MAX(row) FROM {table}").fetchone()
+        except sqlite3.DatabaseError as exc:
+            raise InputError(f"corrupt document store {self.path}: {exc}") from None
+        return -1 if last is None else int(last)
+
+    def largest_number_id(self) -> int:
+        """The largest id that is a plain number (0 if none): where a .txt file's line ids go on from."""
+        query = "SELECT MAX(CAST(id AS INTEGER)) FROM documents WHERE id NOT GLOB '*[^0-9]*' AND id != ''"
+        (largest,) = self._db.execute(query).fetchone()
+        return int(largest or 0)
+
+    def add(self, first_row: int, documents: Sequence[Document] | Sequence[Passage]) -> None:
+        """Store `documents` at vector rows first_row, first_row + 1, ...; a repeated id is an `InputError`.
+
+        A store of passages takes `Passage`s, a document's passages in order: its first passage
+        (`number` 0) stores the document, every passage its own row.
+        """
+        if self.has_passages:
+            first_document, whole, spans = self._passage_records(first_row, documents)  # type: ignore[arg-type]
+        else:
+            first_document, whole, spans = first_row, list(documents), []
+        try:
+            self._db.executemany(
+                "INSERT INTO documents VALUES (?, ?, ?, ?, ?)", _records(first_document, whole)
+            )
+            if spans:
+                self._db.executemany("INSERT INTO passages VALUES (?, ?, ?, ?)", spans)
+            note_fields(self._db, (doc.metadata for doc in whole))  # what `--where` may name
             self._fields = None
             if self.lexical is not None:  # committed with the documents: both, or neither
                 self.lexical.add_rows(range(first_row, first_row + len(documents)), documents)
         except sqlite3.IntegrityError:
             raise InputError(
-                f"duplicate document id {self._first_duplicate(first_row, documents)!r}: "
+                f"duplicate document id {self._first_duplicate(first_document, whole)!r}: "
                 "ids in an index must be unique"
             ) from None
 
+    def _passage_records(
+        self, first_row: int, passages: Sequence[Passage]
+    ) -> tuple[int, list[Document], list[tuple[int, int, int, int]]]:
+        """The documents that `passages` begin (numbered from the returned one) and the passages' records."""
+        if passages and not isinstance(passages[0], Passage):
+            raise InputError(f"{self.path} holds passages: add passages, not whole documents")
+        if self._next_document is None:
+            self._next_document = self._max_row("documents") + 1
+        first_document = self._next_document
+        documents: list[Document] = []
+        spans = []
+        for i, passage in enumerate(passages):
+            if passage.number == 0:
+                documents.append(passage.document)
+                self._next_document += 1
+            elif self._next_document == 0:
+                raise InputError("a document's passages must start with its first")
+            spans.append((first_row + i, self._next_document - 1, passage.start, passage.end))
+        return first_document, documents, spans
+
     def by_rows(self, rows: Sequence[int]) -> list[Document | None]:
-        """Documents at FAISS positions `rows` (None where there is none), in the order asked."""
-        found = self._select("row", [int(r) for r in rows])
+        """Documents at FAISS positions `rows` (None where there is none), in the order asked.
+
+        In a store of passages, the document each row's passage belongs to.
+        """
+        if self.has_passages:
+            found = {row: passage.document for row, passage in self._select_rows(rows).items()}
+        else:
+            found = self._select("row", [int(r) for r in rows])
         return [found.get(int(r)) for r in rows]
+
+    def passages_of_rows(self, rows: Sequence[int]) -> dict[int, Passage]:
+        """Row -> the passage stored there, for the rows that exist (a store of passages only)."""
+        if not self.has_passages:
+            raise InputError(f"{self.path} holds whole documents, not passages")
+        return self._select_rows(rows)
+
+    def documents_of_rows(self, rows: Sequence[int]) -> dict[int, int]:
+        """Row -> the number of its document (`documents.row`): the same for all passages of one."""
+        if not self.has_passages:  # the rows held (a deleted document's row has none)
+            sql = "SELECT row FROM documents WHERE row IN ({})"
+            return {int(r): int(r) for (r,) in self._query_in(sql, [int(r) for r in rows])}
+        return dict(self._query_in("SELECT row, document FROM passages WHERE row IN ({})", rows))
+
+    def rows_of_documents(self, documents: Sequence[int]) -> list[int]:
+        """The vector rows of the documents numbered `documents` (`documents.row`), ascending: what a
+        filter on the documents table allows in FAISS and BM25 (the same rows without passages)."""
+        if not self.has_passages:
+            return sorted({int(d) for d in documents})
+        found = self._query_in("SELECT row FROM passages WHERE document IN ({})", [int(d) for d in documents])
+        return sorted(int(row) for (row,) in found)
+
+    def rows_by_id(self, ids: Sequence[str]) -> dict[str, list[int]]:
+        """Every vector row of each document in `ids` (all its passages), ascending; unknown ids left out."""
+        if self.has_passages:
+            sql = (
+                "SELECT d.id, p.row FROM documents d JOIN passages p ON p.document = d.row WHERE d.id IN ({})"
+            )
+        else:
+            sql = "SELECT id, row FROM documents WHERE id IN ({})"
+        found: dict[str, list[int]] = {}
+        for doc_id, row in sorted(self._query_in(sql, [str(i) for i in ids]), key=lambda pair: pair[1]):
+            found.setdefault(doc_id, []).append(int(row))
+        return found
+
+    def iter_documents(self, batch: int = _REINDEX_BATCH):  # -> Iterator[Document]
+        """Every document once, in the order they were added (whatever the rows of their passages)."""
+        first = 0
+        last = self._max_row("documents")
+        while first <= last:
+            found = self._select("row", list(range(first, first + batch)))
+            yield from (found[row] for row in sorted(found))
+            first += batch
 
     def by_ids(self, ids: Sequence[str]) -> list[Document | None]:
         """Documents with ids `ids` (None where unknown), in the order asked."""
@@ -291,8 +410,9 @@ class DocStore:
         return [by_id.get(str(i)) for i in ids]
 
     def rows_of_ids(self, ids: Sequence[str]) -> list[int]:
-        """The rows of documents `ids`, in the order asked; an unknown id is an `InputError`."""
-        rows = {doc.id: row for row, doc in self._select("id", [str(i) for i in ids]).items()}
+        """The row of each document in `ids` (its first passage's in a store of passages), in the
+        order asked; an unknown id is an `InputError`."""
+        rows = {doc_id: found[0] for doc_id, found in self.rows_by_id(ids).items()}
         missing = [doc_id for doc_id in ids if str(doc_id) not in rows]
         if missing:
             raise InputError(f"no document {missing[0]!r} in {self.path}")
@@ -300,33 +420,49 @@ class DocStore:
 
     def ids_of_rows(self, rows: Sequence[int]) -> dict[int, str]:
         """Row -> document id for the given rows; lighter than `by_rows` (no texts are read)."""
-        unique = list(dict.fromkeys(int(r) for r in rows))
-        found: dict[int, str] = {}
+        if self.has_passages:
+            sql = (
+                "SELECT p.row, d.id FROM passages p JOIN documents d ON d.row = p.document "
+                "WHERE p.row IN ({})"
+            )
+        else:
+            sql = "SELECT row, id FROM documents WHERE row IN ({})"
+        return {int(row): doc_id for row, doc_id in self._query_in(sql, [int(r) for r in rows])}
+
+    def _query_in(self, sql: str, values: Sequence[int] | Sequence[str]) -> list[tuple]:
+        """`sql` with its `IN ({})` filled for `values`, in slices SQLite's parameter cap allows."""
+        unique = list(dict.fromkeys(values))
+        found: list[tuple] = []
         for start in range(0, len(unique), _MAX_PARAMS):
             part = unique[start : start + _MAX_PARAMS]
-            query = f"SELECT row, id FROM documents WHERE row IN ({','.join('?' * len(part))})"
             try:
-                found.update((int(row), doc_id) for row, doc_id in self._db.execute(query, part))
+                found.extend(self._db.execute(sql.format(",".join("?" * len(part))), part).fetchall())
             except sqlite3.DatabaseError as exc:
                 raise InputError(f"corrupt document store {self.path}: {exc}") from None
         return found
 
-    def _select(self, key: str, values: list[int] | list[str]) -> dict[int, Document]:
-        found: dict[int, Document] = {}
-        unique = list(dict.fromkeys(values))
-        for start in range(0, len(unique), _MAX_PARAMS):
-            part = unique[start : start + _MAX_PARAMS]
-            marks = ",".join("?" * len(part))
-            query = f"SELECT row, id, title, text, metadata FROM documents WHERE {key} IN ({marks})"
-            try:
-                rows = self._db.execute(query, part).fetchall()
-            except sqlite3.DatabaseError as exc:
-                raise InputError(f"corrupt document store {self.path}: {exc}") from None
-            for row, doc_id, title, text, metadata in rows:
-                found[int(row)] = Document(
-                    id=doc_id, text=text, title=title, metadata=json.loads(metadata) if metadata else {}
-                )
+    def _select_rows(self, rows: Sequence[int]) -> dict[int, Any]:
+        """Row -> what the index holds there: the `Document`, or in a store of passages the `Passage`."""
+        if not self.has_passages:
+            return self._select("row", [int(r) for r in rows])
+        sql = "SELECT row, document, start, end FROM passages WHERE row IN ({})"
+        spans = self._query_in(sql, [int(r) for r in rows])
+        documents = self._select("row", sorted({doc for _, doc, _, _ in spans}))
+        found: dict[int, Any] = {}
+        for row, doc, start, end in spans:
+            # the passage's number is not stored: 0 marks the document's first row, enough for readers
+            found[int(row)] = Passage(documents[doc], 0 if start == 0 else 1, int(start), int(end))
         return found
+
+    def _select(self, key: str, values: list[int] | list[str]) -> dict[int, Document]:
+        """`documents.row` -> Document for the records whose `key` (row or id) is in `values`."""
+        sql = f"SELECT row, id, title, text, metadata FROM documents WHERE {key} IN ({{}})"
+        return {
+            int(row): Document(
+                id=doc_id, text=text, title=title, metadata=json.loads(metadata) if metadata else {}
+            )
+            for row, doc_id, title, text, metadata in self._query_in(sql, values)
+        }
 
     def _first_duplicate(self, first_row: int, documents: Sequence[Document]) -> str:
         counts = Counter(str(doc.id) for doc in documents)
@@ -337,3 +473,17 @@ class DocStore:
             if counts[doc_id] > 1 or self._db.execute(query, (doc_id, first_row)).fetchone() is not None:
                 return doc_id
         return "?"
+
+
+def _records(first_row: int, documents: Sequence[Document]) -> list[tuple]:
+    """`documents` table records of `documents` at rows first_row, first_row + 1, ..."""
+    return [
+        (
+            first_row + i,
+            str(doc.id),
+            doc.title or "",
+            doc.text,
+            json.dumps(doc.metadata, ensure_ascii=False, default=str) if doc.metadata else None,
+        )
+        for i, doc in enumerate(documents)
+    ]

@@ -47,7 +47,7 @@ class EditReport:
     kind: str
     documents: int  # documents deleted, or (compact) documents held
     rows: int  # rows (vectors) removed or masked, or (compact) masked vectors dropped
-    count: int  # documents (rows) held afterwards
+    count: int  # documents held afterwards
     masked: int  # vectors of deleted documents still in the FAISS file afterwards (hnsw)
     seconds: float
 
@@ -97,11 +97,14 @@ def delete_documents(out: str | Path, ids: Sequence[str]) -> EditReport:
             store.commit()
             masked = len(store.masked_rows())
             lexical = store.lexical.settings.to_json() if store.lexical is not None else None
+            documents = store.document_count() if store.has_passages else None
         finally:
             store.close()
         source = {"deleted": len(set(ids))}
-        meta = _recorded(old, index, tmp, source, corpus_fingerprint=fingerprint, lexical=lexical)
-    return EditReport(out, old["kind"], len(set(ids)), len(rows), meta.count - masked, masked, _since(start))
+        changes = {"corpus_fingerprint": fingerprint, "lexical": lexical, "documents": documents}
+        meta = _recorded(old, index, tmp, source, **changes)
+    held = meta.count - masked if documents is None else documents  # documents, not passages
+    return EditReport(out, old["kind"], len(set(ids)), len(rows), held, masked, _since(start))
 
 
 @locked("out")
@@ -116,7 +119,7 @@ def compact_index(out: str | Path) -> EditReport:
     live = index_files_dir(out)
     with DocStore.open(live / DOCS_FILE) as store:
         if not store.has_deleted():
-            count = int(old["count"])
+            count = store.document_count()
             return EditReport(out, old["kind"], count, 0, count, 0, _since(start))
     with new_version(out) as tmp:
         index = read_faiss_copy(out, tmp, old)
@@ -130,7 +133,7 @@ def compact_index(out: str | Path) -> EditReport:
             if old.get("lexical") is not None:  # an earlier embedkit's lexical side is upgraded too
                 lexical = store.enable_lexical(lexical_settings(old["lexical"])).to_json()
             store.commit()
-            count = store.count()
+            count = store.document_count()  # documents (in an index of passages, not its vectors)
         finally:
             store.close()
         _recorded(old, index, tmp, {"compacted": len(masked)}, lexical=lexical)

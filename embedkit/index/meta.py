@@ -34,7 +34,7 @@ class IndexMeta:
     dim: int
     kind: str  # flat, hnsw or ivf-pq (`embedkit.index.kinds`)
     params: dict[str, Any]  # the kind's parameters
-    count: int  # documents (= vectors)
+    count: int  # vectors: documents, or passages where `passages` is set
     index_bytes: int  # the size of index.faiss, checked on load
     model_backend: str = "torch"
     model_relative: str | None = None  # the same folder relative to the index's own (`folder.locate_model`)
@@ -46,6 +46,10 @@ class IndexMeta:
     updated: str = ""
     sources: list[dict[str, Any]] = field(default_factory=list)  # each build or append's corpus
     fusion: dict[str, Any] | None = None  # the calibrated fusion (`embedkit.index.calibration`)
+    passages: dict[str, Any] | None = None  # `embedkit.index.passages.PassageSettings`; None: whole documents
+    documents: int | None = None  # documents held where they differ from `count` (passages); None: = count
+    query_prefix: str = ""  # put before every query the model embeds (`embedkit.encode.prefixes`)
+    passage_prefix: str = ""  # put before every document or passage the model embeds
     metric: str = "inner_product"  # vectors are L2-normalised: inner product = cosine
     normalized: bool = True
     version: int = FORMAT_VERSION
@@ -107,20 +111,25 @@ def _check(meta: dict[str, Any], path: Path) -> None:
         raise _fail(path, "corpus_fingerprint", "a string or null", meta["corpus_fingerprint"])
     if "sources" in meta and not isinstance(meta["sources"], list):
         raise _fail(path, "sources", "a list", meta["sources"])
-    for key in ("created", "updated", "kind_reason", "metric", "model_backend"):
+    for key in (
+        "created",
+        "updated",
+        "kind_reason",
+        "metric",
+        "model_backend",
+        "query_prefix",
+        "passage_prefix",
+    ):
         if key in meta and not isinstance(meta[key], str):
             raise _fail(path, key, "a string", meta[key])
     if meta.get("model_relative") is not None and not isinstance(meta["model_relative"], str):
         raise _fail(path, "model_relative", "a string or null", meta["model_relative"])
     if meta.get("max_seq_length") is not None:
         _int(meta, "max_seq_length", path, 1)
-    if meta.get("fusion") is not None:
-        from embedkit.index.calibration import Calibration
-
-        try:
-            Calibration.from_json(meta["fusion"])
-        except (InputError, TypeError) as exc:
-            raise _fail(path, "fusion", f"a calibration record or null ({exc})", meta["fusion"]) from None
+    if meta.get("documents") is not None:
+        _int(meta, "documents", path, 0)
+    _record(meta, "fusion", path, "a calibration record", "embedkit.index.calibration", "Calibration")
+    _record(meta, "passages", path, "passage settings", "embedkit.index.passages", "PassageSettings")
     if meta.get("lexical") is not None:
         from embedkit.index.lexical import LexicalSettings, is_current_format
 
@@ -131,3 +140,15 @@ def _check(meta: dict[str, Any], path: Path) -> None:
                 LexicalSettings.from_json(meta["lexical"])
         except (InputError, TypeError) as exc:
             raise _fail(path, "lexical", f"lexical settings or null ({exc})", meta["lexical"]) from None
+
+
+def _record(meta: dict[str, Any], key: str, path: Path, what: str, module: str, name: str) -> None:
+    """`meta[key]`, where set, must load as `module.name.from_json` (imported only then)."""
+    if meta.get(key) is None:
+        return
+    import importlib
+
+    try:
+        getattr(importlib.import_module(module), name).from_json(meta[key])
+    except (InputError, TypeError) as exc:
+        raise _fail(path, key, f"{what} or null ({exc})", meta[key]) from None

@@ -3,7 +3,7 @@
 `embedkit adapt` ends here: the index's documents (ids, titles, texts, metadata) are embedded again
 with the adapted model into a new version of the same kind (`build_index(overwrite=True)`, the
 versioned replace: a kill leaves the old version searchable). The result is what a fresh
-`embedkit index` of the same corpus with that model gives.
+`embedkit index` of the same corpus with that model gives: the same passages and prefixes too.
 """
 
 from __future__ import annotations
@@ -17,6 +17,7 @@ from embedkit.errors import EmbedkitError
 from embedkit.index.build import IndexReport, build_index
 from embedkit.index.corpus_fingerprint import count_and_fingerprint
 from embedkit.index.folder import read_index_meta
+from embedkit.index.passages import PassageSettings
 from embedkit.jobs.streaming import CorpusOptions
 
 if TYPE_CHECKING:
@@ -44,7 +45,7 @@ def reembed_index(
         if corpus is None:
             corpus = Path(tmp) / "corpus.jsonl"
             with SearchIndex.load(path) as opened:
-                _write_documents(opened.store, opened.store.next_row(), corpus)  # gaps after deletions
+                _write_documents(opened.store, corpus)
         return build_index(
             corpus,
             path,
@@ -55,6 +56,9 @@ def reembed_index(
             device=device,
             progress=progress,
             lexical=meta.get("lexical") is not None,
+            passages=PassageSettings.from_json(meta["passages"]) if meta.get("passages") else None,
+            query_prefix=str(meta.get("query_prefix") or ""),
+            passage_prefix=str(meta.get("passage_prefix") or ""),
         )
 
 
@@ -73,15 +77,12 @@ def _recorded_corpus(meta: dict, options: CorpusOptions) -> Path | None:
     return source if fingerprint == meta["corpus_fingerprint"] else None
 
 
-def _write_documents(store: DocStore, count: int, out: Path) -> None:
+def _write_documents(store: DocStore, out: Path) -> None:
     """The store's documents as BEIR JSON lines (`_id`, `title`, `text`, then their other fields)."""
     with out.open("w", encoding="utf-8") as file:
-        for start in range(0, count, _DUMP_ROWS):
-            for doc in store.by_rows(range(start, min(count, start + _DUMP_ROWS))):
-                if doc is None:
-                    continue
-                record = {**doc.metadata, "_id": doc.id, "title": doc.title, "text": doc.text}
-                file.write(json.dumps(record, ensure_ascii=False) + "\n")
+        for doc in store.iter_documents(_DUMP_ROWS):
+            record = {**doc.metadata, "_id": doc.id, "title": doc.title, "text": doc.text}
+            file.write(json.dumps(record, ensure_ascii=False) + "\n")
 
 
 __all__ = ["reembed_index"]

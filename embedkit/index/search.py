@@ -1,26 +1,35 @@
-"""Searching an index folder: `SearchIndex` (vectors in, ids out; or texts in, hits out)."""
+"""Searching an index folder: `SearchIndex` (vectors in, ids out; or texts in, hits out).
+
+An index of passages (`embedkit.index.passages`) is searched the same way and answers with
+documents: each side ranks a document by its best passage (`embedkit.index.side_rankings`), and
+hybrid fusion combines those document scores. A hit's `row` is then its best passage's row, and
+`passage` that passage. A metadata filter (`where`) is over the documents' metadata.
+"""
 
 from __future__ import annotations
 
 import functools
 from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from embedkit.encode.batching import l2_normalize
+from embedkit.encode.prefixes import recorded_prefixes
 from embedkit.errors import InputError
 from embedkit.index.calibration import default_mode, fusion_for
 from embedkit.index.docstore import DocStore
 from embedkit.index.faiss_gpu import placement_for
-from embedkit.index.fusion import (
-    PRF_DOCS,
-    check_fusion,
-    feedback_query,
-    fuse,
+from embedkit.index.fusion import check_fusion
+from embedkit.index.hits import Hit, hit_record, with_documents  # noqa: F401 (hit_record: its old home)
+from embedkit.index.side_rankings import (
+    dense_rankings,
+    feedback_rankings,
+    lexical_rankings,
+    rank,
+    start_lexical,
 )
 
 if TYPE_CHECKING:
@@ -46,39 +55,6 @@ SEARCH_MODES = ("dense", "lexical", "hybrid")
 # Each side's candidates before fusion: BEIR's evaluation depth, or k when k is larger.
 FUSION_DEPTH = 100
 _FILTER_CACHE = 32  # metadata filters whose allowed rows a loaded index keeps (a server's repeats)
-
-
-@dataclass(frozen=True)
-class Hit:
-    """One search result: the document's id, its score, its FAISS row, and each side's own score.
-
-    `score` is the ranking's score: the cosine similarity (dense), BM25 (lexical), or the fused
-    score (hybrid). `dense_score` and `lexical_score` are None where that side did not find it.
-    """
-
-    id: str
-    score: float
-    row: int
-    document: Document | None = None  # filled by `search_text`
-    dense_score: float | None = None
-    lexical_score: float | None = None
-    snippet: str | None = None  # the matched terms in <b>, HTML (`search_text(snippets=True)`)
-
-
-def hit_record(rank: int, hit: Hit) -> dict[str, Any]:
-    """One hit as JSON, the same for `embedkit search --json` and the server's `/search`.
-
-    `dense_score` and `lexical_score` are always present (null where that side did not return the
-    hit); `snippet` where one was made; `title`, `text` and `metadata` where the document is known.
-    """
-    record: dict[str, Any] = {"rank": rank, "id": hit.id, "score": float(hit.score)}
-    record["dense_score"] = None if hit.dense_score is None else float(hit.dense_score)
-    record["lexical_score"] = None if hit.lexical_score is None else float(hit.lexical_score)
-    if hit.snippet is not None:
-        record["snippet"] = hit.snippet
-    if hit.document is not None:
-        record.update(title=hit.document.title, text=hit.document.text, metadata=hit.document.metadata or {})
-    return record
 
 
 # --- searching -----------------------------------------------------------------------------------
@@ -110,6 +86,10 @@ class SearchIndex:
         self._encoder: Encoder | None = None
         self.masked = store.masked_rows() if hasattr(store, "masked_rows") else np.empty(0, np.int64)
         self._filters: dict[str, Any] = {}  # --where text -> its allowed rows (`rows_where`)
+        self.passages = bool(getattr(store, "has_passages", False))  # one vector per passage
+        self.prefixes = recorded_prefixes(meta)
+        # documents held, where they differ from the vectors (a scan of the documents' keys, once)
+        self._documents = store.document_count() if self.passages else None
 
     @classmethod
     def load(cls, path: str | Path, *, gpu: bool = False, device: str = "cpu") -> SearchIndex:
@@ -172,8 +152,14 @@ class SearchIndex:
         self.store.close()
 
     def __len__(self) -> int:
-        """Documents (rows) held: the vectors less those of deleted documents still masked."""
+        """Vector rows held (documents, or passages in an index of passages): the vectors less those
+        of deleted documents still masked."""
         return int(self.index.ntotal) - len(self.masked)
+
+    @property
+    def document_count(self) -> int:
+        """The documents held: `len()` is the vectors, one per passage in an index of passages."""
+        return self._documents if self._documents is not None else len(self)
 
     @property
     def dim(self) -> int:
@@ -190,15 +176,29 @@ class SearchIndex:
 
         `query_vectors` is [q, dim] (or [dim]); it is L2-normalized here, so scores are cosine
         similarities whatever the caller passes. `k` is capped at the index's size; an id is None
-        where fewer than `k` documents pass `where` (a metadata filter, `embedkit.index.where`).
+        where fewer than `k` documents pass `where` (a metadata filter, `embedkit.index.where`) or
+        an approximate index found fewer. An index of passages gives each document once, scored by
+        its best passage.
         """
-        scores, rows = self._search_rows(query_vectors, k, restriction=self.restriction(where))
+        allowed = self.restriction(where)
+        if self.passages:
+            best: list[dict[int, int]] = []
+            ranked = dense_rankings(self, query_vectors, k, best, allowed=allowed)
+            k = min(k, self.document_count)
+            rows = np.full((len(ranked), k), -1, dtype=np.int64)
+            scores = np.full((len(ranked), k), -np.inf, dtype=np.float32)
+            for q, ranking in enumerate(ranked):
+                for j, (doc, score) in enumerate(ranking[:k]):
+                    rows[q, j], scores[q, j] = best[q][doc], score
+        else:
+            scores, rows = self._search_rows(query_vectors, k, restriction=allowed)
         ids = self.store.ids_of_rows(rows[rows >= 0].tolist())
         return scores, [[ids[int(r)] if r >= 0 else None for r in row] for row in rows]
 
     def restriction(self, where: str | None) -> Any:
-        """What the search sides take for a metadata filter: here the allowed rows (sorted; None
-        for no filter), computed once per expression (`embedkit.index.where`)."""
+        """What the search sides take for a metadata filter: here the allowed vector rows (sorted;
+        None for no filter; every passage of an allowed document), computed once per expression
+        (`embedkit.index.where`)."""
         if where is None:
             return None
         if where not in self._filters:
@@ -240,6 +240,8 @@ class SearchIndex:
         """An `InputError` unless `encoder` runs the model this index was built with."""
         check_encoder_for(self.meta, encoder, f"the index {self.path}")
 
+    makes_snippets = True  # the lexical side can highlight its matches (a remote collection cannot)
+
     @property
     def has_lexical(self) -> bool:
         return self.store.lexical is not None
@@ -272,6 +274,7 @@ class SearchIndex:
         depth: int | None = None,  # candidates per side before fusion (default: max(k, 100))
         snippets: bool = False,  # give each hit the lexical side matched a highlighted passage
         where: str | None = None,  # a metadata filter (`embedkit.index.where`), applied in each side
+        passages: bool = False,  # give each hit its best passage (an index of passages)
     ) -> list[list[Hit]]:
         """Hits with their documents for each query, best first.
 
@@ -280,6 +283,8 @@ class SearchIndex:
         query moved toward the top fused hits). A query with no lexical terms (stopwords,
         punctuation) is searched dense only in hybrid mode, and finds nothing in lexical mode.
         With `where`, each side searches only the documents that pass it, so fusion sees no other.
+        Queries are embedded with the index's query prefix (`embedkit.encode.prefixes`); BM25
+        sees them as given.
         """
         items = [queries] if isinstance(queries, str) else list(queries)
         mode = mode or self.default_mode(fusion)
@@ -295,32 +300,38 @@ class SearchIndex:
         depth = max(k, depth or FUSION_DEPTH) if mode == "hybrid" else k
         lexical: list[list[tuple[int, float]]] = [[] for _ in items]
         dense: list[list[tuple[int, float]]] = [[] for _ in items]
+        # in an index of passages, rankings are of document numbers; these give each one's best row
+        best: list[dict[int, int]] = []
+        lexical_best: list[dict[int, int]] = []
+        first_lexical = start_lexical(self, items, depth, allowed) if mode != "dense" else None
         if mode == "lexical":
-            lexical = self.store.search_lexical(items, depth, allowed)
+            lexical = lexical_rankings(self, items, depth, lexical_best, first_lexical(), allowed=allowed)
         else:
             # hybrid: BM25 runs on a second thread while the model encodes the queries (both leave
             # the GIL), so the lexical side costs little of a query's time
-            pending = (
-                _lexical_thread().submit(self.store.search_lexical, items, depth, allowed)
-                if mode == "hybrid"
-                else None
-            )
+            pending = _lexical_thread().submit(first_lexical) if first_lexical is not None else None
             encoder = self._checked(encoder)
-            vectors = encoder.encode(items, normalize=True).reshape(len(items), -1)
-            dense = self._dense_rankings(vectors, depth, allowed=allowed)
-            lexical = pending.result() if pending is not None else lexical
+            vectors = encoder.encode(self.prefixes.queries(items), normalize=True).reshape(len(items), -1)
+            dense = dense_rankings(self, vectors, depth, best, allowed=allowed)
+            if pending is not None:
+                first = pending.result()
+                lexical = lexical_rankings(self, items, depth, lexical_best, first, allowed=allowed)
+        best = best or [{} for _ in items]
+        lexical_best = lexical_best or [{} for _ in items]
         if mode == "hybrid" and fusion == "prf":
-            ranked = self._feedback_rankings(
-                items, vectors, dense, lexical, k, alpha, encoder, allowed=allowed
+            ranked = feedback_rankings(
+                self, vectors, dense, lexical, k, alpha, encoder, best, lexical_best, allowed=allowed
             )
         else:
-            ranked = [self._rank(mode, d, x, k, fusion, alpha) for d, x in zip(dense, lexical, strict=True)]
-        found = sorted({h.row for hits in ranked for h in hits})
-        docs = dict(zip(found, self.store.by_rows(found), strict=True))
-        results = [[replace(h, id=docs[h.row].id, document=docs[h.row]) for h in hits] for hits in ranked]
-        if snippets and mode != "dense":
-            results = [self._with_snippets(text, hits) for text, hits in zip(items, results, strict=True)]
-        return results
+            ranked = [rank(mode, d, x, k, fusion, alpha) for d, x in zip(dense, lexical, strict=True)]
+        return with_documents(
+            self.store,
+            ranked,
+            queries=items if snippets and mode != "dense" and self.makes_snippets else None,
+            passages=passages,
+            best=best if self.passages else None,
+            lexical_best=lexical_best,
+        )
 
     def _checked(self, encoder: Encoder | None) -> Encoder:
         if encoder is None:
@@ -328,59 +339,6 @@ class SearchIndex:
         if encoder is not self._encoder:
             self.check_encoder(encoder)
         return encoder
-
-    def _dense_rankings(
-        self, vectors: np.ndarray, depth: int, *, allowed: Any = None
-    ) -> list[list[tuple[int, float]]]:
-        scores, rows = self._search_rows(vectors, depth, restriction=allowed)  # (Q, depth) each
-        return [
-            [(int(r), float(v)) for r, v in zip(row, vals, strict=True) if r >= 0]
-            for row, vals in zip(rows.tolist(), scores.tolist(), strict=True)
-        ]
-
-    def _feedback_rankings(
-        self,
-        texts: list[str],
-        vectors: np.ndarray,
-        dense: list[list[tuple[int, float]]],
-        lexical: list[list[tuple[int, float]]],
-        k: int,
-        alpha: float,
-        encoder: Encoder,
-        *,
-        allowed: Any = None,  # `restriction(where)`
-    ) -> list[list[Hit]]:
-        """prf (`embedkit.index.fusion`): the dense side searched again with each query's feedback vector.
-
-        Scores are the feedback query's cosines; `dense_score` / `lexical_score` are the first
-        searches' scores of the rows they returned.
-        """
-        firsts = [
-            [f.row for f in fuse(d, x, PRF_DOCS, alpha=alpha)] if x else []
-            for d, x in zip(dense, lexical, strict=True)
-        ]
-        feedback_rows = sorted({row for rows in firsts for row in rows})
-        stored = dict(zip(feedback_rows, self.vectors_of_rows(feedback_rows, encoder), strict=True))
-        moved = np.stack(
-            [
-                feedback_query(vector, np.stack([stored[r] for r in rows])) if rows else vector
-                for vector, rows in zip(vectors, firsts, strict=True)
-            ]
-        )
-        again = self._dense_rankings(moved, k, allowed=allowed)
-        ranked = []
-        for final, d, x, rows in zip(again, dense, lexical, firsts, strict=True):
-            if not rows:  # no lexical hits: the dense ranking stands
-                ranked.append([Hit("", s, r, dense_score=s) for r, s in d[:k]])
-                continue
-            dense_of, lexical_of = dict(d), dict(x)
-            ranked.append(
-                [
-                    Hit("", s, r, dense_score=dense_of.get(r), lexical_score=lexical_of.get(r))
-                    for r, s in final
-                ]
-            )
-        return ranked
 
     def vectors_of_rows(self, rows: Sequence[int], encoder: Encoder | None = None) -> np.ndarray:
         """The stored (normalised) vectors of `rows`, [len(rows), dim].
@@ -405,35 +363,12 @@ class SearchIndex:
                 ivf.make_direct_map()
             return np.asarray(self.index.reconstruct_batch(wanted), dtype=np.float32)
         except (RuntimeError, AttributeError):
-            documents = self.store.by_rows(list(rows))
+            # what each row holds (its passage, in an index of passages), embedded as it was indexed
+            held = self.store.passages_of_rows(list(rows)) if self.passages else {}
+            documents = [held.get(r) for r in rows] if self.passages else self.store.by_rows(list(rows))
             texts = [doc.full_text if doc is not None else "" for doc in documents]
+            texts = self.prefixes.passages(texts)
             return self._checked(encoder).encode(texts, normalize=True).reshape(len(texts), -1)
-
-    def _with_snippets(self, query: str, hits: list[Hit]) -> list[Hit]:
-        """The hits, those the lexical side matched with a snippet of their title + text."""
-        assert self.store.lexical is not None
-        matched = [h for h in hits if h.lexical_score is not None and h.document is not None]
-        passages = self.store.lexical.snippets(query, [h.document.full_text for h in matched])  # type: ignore[union-attr]
-        by_row = {h.row: passage for h, passage in zip(matched, passages, strict=True)}
-        return [replace(h, snippet=by_row.get(h.row)) for h in hits]
-
-    @staticmethod
-    def _rank(
-        mode: str,
-        dense: list[tuple[int, float]],
-        lexical: list[tuple[int, float]],
-        k: int,
-        fusion: str,
-        alpha: float,
-    ) -> list[Hit]:
-        if mode == "lexical":  # no lexical terms: no hits, as asked (never dense ones instead)
-            return [Hit("", s, r, lexical_score=s) for r, s in lexical[:k]]
-        if mode == "dense" or not lexical:  # hybrid with no lexical terms: the dense ranking stands
-            return [Hit("", s, r, dense_score=s) for r, s in dense[:k]]
-        return [
-            Hit("", f.score, f.row, dense_score=f.dense_score, lexical_score=f.lexical_score)
-            for f in fuse(dense, lexical, k, method=fusion, alpha=alpha)
-        ]
 
     def get_documents(self, ids: Sequence[str]) -> list[Document | None]:
         """Stored documents by id (None for an unknown id), in the order asked."""

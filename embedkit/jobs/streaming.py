@@ -47,6 +47,7 @@ class CorpusOptions:
     batch_size: int = (
         64  # texts per forward pass: sentence-transformers' 32, doubled (sorting keeps padding low)
     )
+    first_line_id: int = 0  # a .txt corpus's line n gets id first_line_id + n (an append goes on after)
 
     def __post_init__(self) -> None:
         if self.chunk_size < 1:
@@ -65,7 +66,13 @@ def read_corpus(
     (and counted in `stats`)."""
     from embedkit.data.corpus import read_documents
 
-    return read_documents(corpus, column=options.column, id_column=options.id_column, stats=stats)
+    return read_documents(
+        corpus,
+        column=options.column,
+        id_column=options.id_column,
+        stats=stats,
+        first_line_id=options.first_line_id,
+    )
 
 
 def count_documents(corpus: str | Path, options: CorpusOptions) -> int:
@@ -98,12 +105,14 @@ def embed_corpus(
     progress: bool = False,
     description: str = "embedding",
     documents: Iterable[Document] | None = None,
+    prefix: str = "",
 ) -> int:
     """Embed `corpus` chunk by chunk, calling `write(offset, documents, vectors)` for each chunk.
 
     `expected` is the count from `count_documents`; a corpus that changes between the two passes
     is a `RunFailure` (the caller's atomic write then leaves no partial output). `documents`, when
-    given, are what is embedded instead of the whole corpus (a range of it: one part of a shard).
+    given, are what is embedded instead of the whole corpus (a range of it: one part of a shard, or
+    its passages). `prefix` goes before every text embedded (a model's passage prefix).
     """
     done = 0
     stream = read_corpus(corpus, options) if documents is None else documents
@@ -113,7 +122,7 @@ def embed_corpus(
                 raise RunFailure(
                     f"{corpus} changed while it was read: more than the {expected} documents counted"
                 )
-            texts = [doc.full_text for doc in chunk]
+            texts = [prefix + doc.full_text for doc in chunk]
             vectors = encoder.encode(texts, batch_size=options.batch_size, normalize=normalize)
             write(done, chunk, np.asarray(vectors, dtype=np.float32).reshape(len(chunk), -1))
             done += len(chunk)
@@ -167,8 +176,16 @@ def embed_to_file(
     return EmbedReport.measured(encoder, start, count=n, out=out, ids_path=ids_path)
 
 
-def _write_npy(encoder: Encoder, corpus: str | Path, npy: Path, ids: Path, n: int, options: CorpusOptions,
-               normalize: bool | None, progress: bool) -> None:
+def _write_npy(
+    encoder: Encoder,
+    corpus: str | Path,
+    npy: Path,
+    ids: Path,
+    n: int,
+    options: CorpusOptions,
+    normalize: bool | None,
+    progress: bool,
+) -> None:
     """Fill `npy` (a memory map of [n, dim]) and `ids`; the map is closed when this returns."""
     matrix = npy_for_writing(npy, (n, encoder.dim))  # its space reserved: a full disk is no SIGBUS
     with ids.open("w", encoding="utf-8", newline="\n") as ids_file:

@@ -58,6 +58,11 @@ def push_index(
 
     with SearchIndex.load(index_dir) as index:
         meta = index.meta
+        if index.passages or meta.get("query_prefix") or meta.get("passage_prefix"):
+            raise InputError(
+                f"{index_dir} holds passages or embeds with prefixes, which a pushed collection does not "
+                "record yet: push an index of whole documents built without prefixes"
+            )
         record = PushRecord(
             model=meta["model"],
             model_fingerprint=meta["model_fingerprint"],

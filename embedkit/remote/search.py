@@ -23,7 +23,6 @@ from embedkit.remote.base import RemoteCollection, RemoteTarget, is_remote, open
 
 if TYPE_CHECKING:
     from embedkit.data.corpus import Document
-    from embedkit.index.search import Hit
 
 
 class _Vectors:
@@ -93,6 +92,8 @@ class RemoteIndex(SearchIndex):
     >>> hits = index.search_text(["shock waves on a wing"], k=5, mode="hybrid")  # doctest: +SKIP
     """
 
+    makes_snippets = False  # snippets need the local analyzer's offsets: none for a remote collection
+
     @classmethod
     def open(cls, target: RemoteTarget) -> RemoteIndex:
         """Connect and read the push record; a missing or foreign collection is an `InputError`."""
@@ -151,9 +152,6 @@ class RemoteIndex(SearchIndex):
         if not len(queries) or not len(self):
             return np.empty((len(queries), 0), np.float32), np.empty((len(queries), 0), np.int64)
         return self.index.search(np.ascontiguousarray(l2_normalize(queries)), k, restriction or "")
-
-    def _with_snippets(self, query: str, hits: list[Hit]) -> list[Hit]:
-        return hits  # snippets need the local analyzer's offsets: none for a remote collection
 
     def no_lexical_reason(self) -> str:
         return f"{self.path} has no BM25 field"

@@ -213,7 +213,14 @@ async def search(request: Request) -> Response:
     where = values.get("where")
     try:
         answer = await server.engine.search(
-            queries, values["k"], mode, fusion=fusion, alpha=alpha, snippets=values["snippets"], where=where
+            queries,
+            values["k"],
+            mode,
+            fusion=fusion,
+            alpha=alpha,
+            snippets=values["snippets"],
+            passages=values["passages"],
+            where=where,
         )
     except InputError as exc:
         message = str(exc).splitlines()[0]

@@ -241,6 +241,7 @@ SEARCH = Body(
         ),
         Field("snippets", BOOLEAN, "give hits the lexical side matched a highlighted passage", False),
         Field("where", STRING, 'metadata filter, as `search --where`: year >= 2020 and lang = "en"'),
+        Field("passages", BOOLEAN, "give each hit its best passage (an index built with passages)", False),
     ),
     one_of=(("query", "queries"),),
     description="a search of the server's index",

@@ -231,3 +231,20 @@ def test_cli_upsert(tmp_path: Path, tiny_bert: Path) -> None:
             "d4 rewritten",
             "a new one",
         ]
+
+
+def test_txt_upsert_meets_its_lines_and_append_numbers_on(tmp_path: Path, tiny_bert: Path) -> None:
+    """A .txt corpus appended numbers its lines after the index's; upserted, line n replaces id n."""
+    first, out = tmp_path / "a.txt", tmp_path / "idx"
+    first.write_text("shock wave\nheat transfer\n", encoding="utf-8")
+    build_index(first, out, tiny_bert, device="cpu")
+    more = tmp_path / "b.txt"
+    more.write_text("boundary layer\n", encoding="utf-8")
+    build_index(more, out, append=True, device="cpu")
+    changed = tmp_path / "c.txt"
+    changed.write_text("mach number\n", encoding="utf-8")
+    report = build_index(changed, out, append=True, upsert=True, device="cpu")
+    assert report.replaced == 1
+    with SearchIndex.load(out) as index:
+        docs = index.get_documents(["1", "2", "3", "4"])
+    assert [d.text if d else None for d in docs] == ["mach number", "heat transfer", "boundary layer", None]

@@ -150,3 +150,28 @@ def test_serve_searches_a_collection_pushed_to_milvus(
         assert answer["index_version"] is None  # a collection has no versions
         default = client.post("/search", json={"query": query, "k": 5}).json()
         assert default["mode"] == "hybrid" and len(default["results"][0]["hits"]) == 5
+
+
+def test_search_of_an_index_of_passages_with_a_query_prefix(tiny_onnx: Path, tmp_path: Path) -> None:
+    """The server ranks as the library does (which embeds the recorded query prefix) and returns passages."""
+    from embedkit import SearchIndex, build_index, load_encoder
+
+    corpus = tmp_path / "corpus.jsonl"
+    texts = [
+        " ".join(["flow air pressure"] * 10) + " shock wave",
+        "the cat eats food",
+        "heat transfer at mach five",
+    ]
+    corpus.write_text("".join(json.dumps({"_id": f"d{i}", "text": t}) + "\n" for i, t in enumerate(texts)))
+    build_index(corpus, tmp_path / "index", model=tiny_onnx, device="cpu", passages="8:2", query_prefix="q: ")
+    query = "shock wave"
+    with SearchIndex.load(tmp_path / "index") as index:
+        encoder = load_encoder(tiny_onnx, device="cpu")
+        expected = index.search_text([query], 3, encoder=encoder, passages=True)[0]
+    with app_over(tmp_path / "index", tiny_onnx) as client:
+        ready(client)
+        hits = client.post("/search", json={"query": query, "k": 3, "passages": True}).json()["results"][0][
+            "hits"
+        ]
+    assert [(h["id"], h["passage"]["text"]) for h in hits] == [(h.id, h.passage.text) for h in expected]
+    assert [h["score"] for h in hits] == pytest.approx([h.score for h in expected], abs=1e-5)

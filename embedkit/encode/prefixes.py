@@ -1,0 +1,128 @@
+"""Query and passage prefixes: the text some models expect before what they embed.
+
+e5 models are trained on "query: ..." and "passage: ..." inputs, bge models on queries that begin
+with an instruction ("Represent this sentence for searching relevant passages: "), nomic-embed on
+"search_query: " / "search_document: ". Embedded without them, such a model loses quality with no
+error. An index records the two prefixes it was built with (`IndexMeta.query_prefix`,
+`passage_prefix`), and every command that embeds for it (search, serve, eval, append, adapt's
+re-embed) puts them before queries and documents; the lexical side never sees them.
+
+Where no prefix is given, `detect_prefixes` reads the model folder: first the prompts that
+sentence-transformers records in `config_sentence_transformers.json` ("prompts": {"query": ...,
+"passage" or "document": ...}), then the model card (`README.md`), where the families above state
+theirs in the words matched by `_CARD_PATTERNS`. Prefixes given explicitly always win.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from dataclasses import dataclass
+from pathlib import Path
+
+from embedkit.errors import InputError
+
+# (family, what the card says, query prefix, passage prefix): the cards' own words, matched exactly
+_CARD_PATTERNS: tuple[tuple[str, re.Pattern[str], str, str], ...] = (
+    # intfloat/e5-*: 'Each input text should start with "query: " or "passage: "'
+    ("e5", re.compile(r"""["'`]query: ["'`].{0,80}?["'`]passage: ["'`]""", re.S), "query: ", "passage: "),
+    # BAAI/bge-*-en(-v1.5): the query instruction for retrieval; passages go in bare
+    (
+        "bge",
+        re.compile(r"Represent this sentence for searching relevant passages: "),
+        "Represent this sentence for searching relevant passages: ",
+        "",
+    ),
+    (
+        "bge-zh",
+        re.compile(r"为这个句子生成表示以用于检索相关文章："),
+        "为这个句子生成表示以用于检索相关文章：",
+        "",
+    ),
+    # nomic-ai/nomic-embed-text-*: task prefixes
+    (
+        "nomic",
+        re.compile(r"search_query: .{0,400}?search_document: ", re.S),
+        "search_query: ",
+        "search_document: ",
+    ),
+)
+_PASSAGE_PROMPTS = ("passage", "document", "corpus")  # the names sentence-transformers models use
+
+
+@dataclass(frozen=True)
+class Prefixes:
+    """The text put before queries and before documents (or passages) when they are embedded."""
+
+    query: str = ""
+    passage: str = ""
+    source: str = (
+        "none"  # "given", "config_sentence_transformers.json", "README.md (e5)", "none", "the index"
+    )
+
+    def queries(self, texts: list[str]) -> list[str]:
+        return [self.query + t for t in texts] if self.query else texts
+
+    def passages(self, texts: list[str]) -> list[str]:
+        return [self.passage + t for t in texts] if self.passage else texts
+
+    def describe(self) -> str:
+        if not (self.query or self.passage):
+            return "no prefixes"
+        return f"query prefix {self.query!r}, passage prefix {self.passage!r} ({self.source})"
+
+
+def detect_prefixes(model_dir: str | Path) -> Prefixes:
+    """The prefixes the model folder states (see the module docstring); empty ones where it states none."""
+    folder = Path(model_dir)
+    config = folder / "config_sentence_transformers.json"
+    if config.is_file():
+        try:
+            prompts = json.loads(config.read_text(encoding="utf-8")).get("prompts") or {}
+        except (OSError, ValueError, AttributeError):
+            prompts = {}
+        if isinstance(prompts, dict) and isinstance(prompts.get("query"), str):
+            passage = next((prompts[k] for k in _PASSAGE_PROMPTS if isinstance(prompts.get(k), str)), "")
+            if prompts["query"] or passage:
+                return Prefixes(prompts["query"], passage, config.name)
+    card = folder / "README.md"
+    if card.is_file():
+        try:
+            text = card.read_text(encoding="utf-8", errors="replace")
+        except OSError:
+            text = ""
+        for family, pattern, query, passage in _CARD_PATTERNS:
+            if pattern.search(text):
+                return Prefixes(query, passage, f"README.md ({family})")
+    return Prefixes()
+
+
+def resolve_prefixes(model_dir: str | Path | None, query: str | None, passage: str | None) -> Prefixes:
+    """The prefixes for a new index: each one given wins, the other comes from the model folder."""
+    for name, value in (("--query-prefix", query), ("--passage-prefix", passage)):
+        if value is not None and ("\n" in value or "\r" in value):
+            raise InputError(f"{name} must be one line, got {value!r}")
+    if query is not None and passage is not None:
+        return Prefixes(query, passage, "given")
+    found = detect_prefixes(model_dir) if model_dir is not None else Prefixes()
+    if query is None and passage is None:
+        return found
+    source = "given" if not (found.query or found.passage) else f"given, and {found.source}"
+    return Prefixes(
+        found.query if query is None else query, found.passage if passage is None else passage, source
+    )
+
+
+def check_recorded(recorded: Prefixes, query: str | None, passage: str | None, what: str) -> None:
+    """An append or re-embed keeps the index's prefixes: a different one given is an `InputError`."""
+    for name, given, kept in (
+        ("--query-prefix", query, recorded.query),
+        ("--passage-prefix", passage, recorded.passage),
+    ):
+        if given is not None and given != kept:
+            raise InputError(f"{name} {given!r} differs from the {what}'s {kept!r}; it keeps its own")
+
+
+def recorded_prefixes(meta: dict) -> Prefixes:
+    """The prefixes an index's metadata records (none for an index from before prefixes)."""
+    return Prefixes(str(meta.get("query_prefix") or ""), str(meta.get("passage_prefix") or ""), "the index")
