@@ -23,10 +23,10 @@ from __future__ import annotations
 import hashlib
 import random
 from collections.abc import Callable, Iterator, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
+from embedkit.data.document import Document, ReadStats
 from embedkit.data.input_files import check_input_file, check_input_file_or_folder
 from embedkit.data.sentences import split_into_sentences
 from embedkit.data.textfiles import (
@@ -44,31 +44,6 @@ from embedkit.errors import InputError
 
 CORPUS_FORMATS = (".txt", ".jsonl", ".csv", ".tsv")
 _ID_KEYS = ("_id", "id")
-
-
-@dataclass
-class Document:
-    """One document: BEIR's `_id`, `title` and `text`, plus any other fields of its record."""
-
-    id: str
-    text: str
-    title: str = ""
-    metadata: dict[str, Any] = field(default_factory=dict)
-
-    @property
-    def full_text(self) -> str:
-        """Title and text joined by a space, BEIR's convention for embedding a document."""
-        return f"{self.title} {self.text}".strip() if self.title else self.text
-
-
-@dataclass
-class ReadStats:
-    """Counts kept while streaming documents (filled in as the iterator is consumed)."""
-
-    read: int = 0  # documents yielded
-    blank: int = 0  # records skipped because their title and text are blank
-    hidden: int = 0  # hidden files and folders of a folder of text files, not read
-    binary: int = 0  # files of such a folder skipped as binary (a NUL byte, or not UTF-8)
 
 
 def corpus_file(path: str | Path) -> Path:

@@ -23,12 +23,11 @@ import os
 import re
 from collections.abc import Iterator
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
+from embedkit.data.document import Document, ReadStats
+from embedkit.data.input_files import read_input_bytes
 from embedkit.errors import InputError
-
-if TYPE_CHECKING:
-    from embedkit.data.corpus import Document, ReadStats
 
 TEXT_SUFFIXES = (".txt", ".md", ".markdown")
 _MARKDOWN = (".md", ".markdown")
@@ -76,13 +75,8 @@ def _text_files(folder: Path, stats: ReadStats) -> Iterator[str]:
 
 def _read_file(folder: Path, relative: str) -> Document | None:
     """One file as a document; None for a binary file (a NUL byte, or not UTF-8)."""
-    from embedkit.data.corpus import Document
-
     path = folder / relative
-    try:
-        raw = path.read_bytes()
-    except OSError as exc:
-        raise InputError(f"cannot read {path}: {exc.strerror or exc}") from None
+    raw = read_input_bytes(path)  # a FIFO or device named x.txt is one line, never a hang
     if b"\0" in raw[:_SNIFF]:
         return None
     try:

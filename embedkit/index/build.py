@@ -12,7 +12,6 @@ where faiss has no HNSW).
 
 from __future__ import annotations
 
-import shutil
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass, replace
@@ -30,16 +29,16 @@ from embedkit.index.docstore import DocStore
 from embedkit.index.faiss_gpu import placement_for
 from embedkit.index.kinds import (
     KINDS,
-    _faiss,
     choose_kind,
     index_params,
     new_faiss_index,
     train_ivf,
 )
-from embedkit.index.lexical import LEXICAL_DIR, LexicalIndex, LexicalSettings, is_current_format
+from embedkit.index.lexical import LexicalSettings
 from embedkit.index.meta import IndexMeta, now
 from embedkit.index.passages import Passage, PassageSettings, PassageSplitter, passage_settings
 from embedkit.index.rows import add_rows
+from embedkit.index.version_copy import copy_store, read_faiss_copy, write_faiss
 from embedkit.jobs.streaming import CorpusOptions, as_encoder, embed_corpus, read_corpus
 from embedkit.storage.atomic import write_json_atomic
 from embedkit.storage.write_failures import npy_for_writing
@@ -58,7 +57,6 @@ from embedkit.index.folder import (
     index_files_dir,
     is_index_folder,
     open_model_for,
-    read_faiss,
     read_index_meta,
     relative_model,
 )
@@ -360,35 +358,3 @@ def _fill(
     if buffer is not None:
         train_ivf(index, buffer, options.chunk_size)
         buffer_path.unlink()  # the map stays valid until it is freed (POSIX)
-
-
-def read_faiss_copy(out: Path, tmp: Path, meta: dict[str, Any]):  # -> faiss.Index
-    """The live version's FAISS index, copied into the staging folder `tmp` and read from there."""
-    shutil.copy2(index_files_dir(out) / INDEX_FILE, tmp / INDEX_FILE)
-    return read_faiss(tmp / INDEX_FILE, meta)
-
-
-def copy_store(out: Path, tmp: Path, meta: dict[str, Any]) -> DocStore:
-    """The live version's document store and lexical side, copied into `tmp` and opened for writing.
-
-    An index whose lexical side an earlier embedkit wrote (postings in SQLite) gets the tantivy
-    side here, built from its documents, so an append also upgrades it.
-    """
-    live = index_files_dir(out)
-    shutil.copy2(live / DOCS_FILE, tmp / DOCS_FILE)
-    recorded = meta.get("lexical")
-    if recorded is None:
-        return DocStore.open(tmp / DOCS_FILE, writable=True)
-    if not is_current_format(recorded):
-        store = DocStore.open(tmp / DOCS_FILE, writable=True)
-        store.enable_lexical()
-        return store
-    settings = LexicalSettings.from_json(recorded)
-    LexicalIndex.copy_folder(live / LEXICAL_DIR, tmp / LEXICAL_DIR)
-    return DocStore.open(tmp / DOCS_FILE, writable=True, lexical=settings)
-
-
-def write_faiss(index, path: Path) -> int:
-    """Write a CPU index to `path`; its size in bytes (recorded, and checked on load)."""
-    _faiss().write_index(index, str(path))
-    return path.stat().st_size

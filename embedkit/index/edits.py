@@ -28,12 +28,12 @@ import numpy as np
 
 from embedkit.data.fingerprint import CorpusFingerprint
 from embedkit.errors import InputError
-from embedkit.index.build import copy_store, read_faiss_copy, write_faiss
 from embedkit.index.docstore import DocStore
 from embedkit.index.folder import DOCS_FILE, INDEX_FILE, META_FILE, index_files_dir, read_index_meta
 from embedkit.index.lexical import lexical_settings
 from embedkit.index.meta import IndexMeta
 from embedkit.index.rows import compacted, remove_rows
+from embedkit.index.version_copy import copy_store, read_faiss_copy, write_faiss
 from embedkit.storage.atomic import write_json_atomic
 from embedkit.storage.locking import locked
 from embedkit.storage.versioned import new_version

@@ -32,7 +32,7 @@ from embedkit.data.input_files import open_input
 from embedkit.encode.default_onnx import recorded_model_path
 from embedkit.encode.model_folder import ModelSpec, read_model_spec
 from embedkit.errors import InputError, RunFailure
-from embedkit.index.build import IndexReport, check_new_target, write_faiss
+from embedkit.index.build import IndexReport, check_new_target
 from embedkit.index.docstore import DocStore
 from embedkit.index.faiss_gpu import placement_for
 from embedkit.index.folder import DOCS_FILE, INDEX_FILE, META_FILE, relative_model
@@ -44,6 +44,7 @@ from embedkit.index.kinds import (
     new_faiss_index,
 )
 from embedkit.index.meta import IndexMeta, now
+from embedkit.index.version_copy import write_faiss
 from embedkit.jobs.parts import Part, read_parts
 from embedkit.jobs.streaming import CorpusOptions, read_corpus
 from embedkit.progress import ProgressBar

@@ -125,3 +125,15 @@ def test_txt_files_appended_number_their_lines_on(tmp_path, tiny_bert):
     build_index(second, tmp_path / "grown", encoder, append=True)
     with SearchIndex.load(tmp_path / "grown") as grown:
         assert [d.text for d in grown.get_documents(["6", "7", "note-9"])] == ["gamma", "delta", "alpha"]
+
+
+def test_a_fifo_among_the_files_is_one_line_not_a_hang(tmp_path):
+    import os
+
+    from runtime_helpers import invoke_with_deadline
+
+    write(tmp_path / "docs" / "a.txt", "a document")
+    os.mkfifo(tmp_path / "docs" / "b.txt")  # a writer would have to open it: a plain read waits forever
+    code, stderr = invoke_with_deadline(["index", str(tmp_path / "docs"), "--out", str(tmp_path / "idx")], 60)
+    assert code == 2 and "b.txt" in stderr and "FIFO" in stderr.upper() and len(stderr.splitlines()) == 1
+    assert not (tmp_path / "idx").exists()

@@ -1,0 +1,35 @@
+"""A document as every reader yields it, and the counts kept while reading a corpus.
+
+Its own module so that the readers (`corpus`, `textfolder`) share it without importing each other;
+`embedkit.data.corpus` re-exports both names.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+
+@dataclass
+class Document:
+    """One document: BEIR's `_id`, `title` and `text`, plus any other fields of its record."""
+
+    id: str
+    text: str
+    title: str = ""
+    metadata: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def full_text(self) -> str:
+        """Title and text joined by a space, BEIR's convention for embedding a document."""
+        return f"{self.title} {self.text}".strip() if self.title else self.text
+
+
+@dataclass
+class ReadStats:
+    """Counts kept while streaming documents (filled in as the iterator is consumed)."""
+
+    read: int = 0  # documents yielded
+    blank: int = 0  # records skipped because their title and text are blank
+    hidden: int = 0  # hidden files and folders of a folder of text files, not read
+    binary: int = 0  # files of such a folder skipped as binary (a NUL byte, or not UTF-8)

@@ -1,0 +1,48 @@
+"""A live index version's files copied into a staging folder, and a FAISS index written there.
+
+Shared by every writer of a new version (build and append, delete, compact, builds from part
+files), so that none of them imports another.
+"""
+
+from __future__ import annotations
+
+import shutil
+from pathlib import Path
+from typing import Any
+
+from embedkit.index.docstore import DocStore
+from embedkit.index.folder import DOCS_FILE, INDEX_FILE, index_files_dir, read_faiss
+from embedkit.index.kinds import _faiss
+from embedkit.index.lexical import LEXICAL_DIR, LexicalIndex, LexicalSettings, is_current_format
+
+
+def read_faiss_copy(out: Path, tmp: Path, meta: dict[str, Any]):  # -> faiss.Index
+    """The live version's FAISS index, copied into the staging folder `tmp` and read from there."""
+    shutil.copy2(index_files_dir(out) / INDEX_FILE, tmp / INDEX_FILE)
+    return read_faiss(tmp / INDEX_FILE, meta)
+
+
+def copy_store(out: Path, tmp: Path, meta: dict[str, Any]) -> DocStore:
+    """The live version's document store and lexical side, copied into `tmp` and opened for writing.
+
+    An index whose lexical side an earlier embedkit wrote (postings in SQLite) gets the tantivy
+    side here, built from its documents, so an append also upgrades it.
+    """
+    live = index_files_dir(out)
+    shutil.copy2(live / DOCS_FILE, tmp / DOCS_FILE)
+    recorded = meta.get("lexical")
+    if recorded is None:
+        return DocStore.open(tmp / DOCS_FILE, writable=True)
+    if not is_current_format(recorded):
+        store = DocStore.open(tmp / DOCS_FILE, writable=True)
+        store.enable_lexical()
+        return store
+    settings = LexicalSettings.from_json(recorded)
+    LexicalIndex.copy_folder(live / LEXICAL_DIR, tmp / LEXICAL_DIR)
+    return DocStore.open(tmp / DOCS_FILE, writable=True, lexical=settings)
+
+
+def write_faiss(index, path: Path) -> int:
+    """Write a CPU index to `path`; its size in bytes (recorded, and checked on load)."""
+    _faiss().write_index(index, str(path))
+    return path.stat().st_size
