@@ -19,7 +19,8 @@ ADAPT_METHODS: dict[str, float] = {
 }
 
 
-# The selection rule, from benchmarks/README.md "adapt: selection signals" (see signals.py).
+# The selection rule (signals.py; docs/training.md "Which step adapt keeps"): a cautious default, not yet
+# measured against judged queries (benchmarks/adapt_signals.py measures it).
 DEFAULT_SELECT = "rare-cut"
 DEFAULT_MARGIN = 0.01  # one point of nDCG@10
 DEFAULT_MIN_BASE_OVERLAP = 0.0
@@ -53,7 +54,7 @@ class AdaptConfig:
     precision: str = "auto"  # bf16 (or fp16) on CUDA, fp32 on CPU, as `embedkit train`
     dev_retrieval: str | None = None  # BEIR folder of judged queries: select on their nDCG@10
     select: str | None = None  # signals.SIGNALS; None: "judged" with dev_retrieval, else DEFAULT_SELECT
-    margin: float = DEFAULT_MARGIN  # gain over the base the selected score needs (benchmarks/README.md)
+    margin: float = DEFAULT_MARGIN  # gain over the base the selected score needs (docs/training.md)
     min_base_overlap: float = DEFAULT_MIN_BASE_OVERLAP  # label-free selection: base top-10 share kept
     force: bool = False  # keep the best step even when it does not clear the margin
 

@@ -19,7 +19,8 @@ move with the student: it cannot tell steps apart that `pseudo` does not.)
 
 `kept_step` applies the rule: the best step by the selected signal is kept only when it gains at
 least `margin` over the base, and, for the label-free signals, when the student still keeps
-`MIN_BASE_OVERLAP` of the base's top 10. What was measured to choose them is in benchmarks/README.md.
+`min_base_overlap` of the base's top 10 (0 by default: recorded, not yet used). How to measure a
+rule against judged queries: `benchmarks/adapt_signals.py`; the state of that: docs/training.md.
 """
 
 from __future__ import annotations
