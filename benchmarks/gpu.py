@@ -196,7 +196,9 @@ def measure_serve(model: Path, texts: list[str], args: argparse.Namespace) -> li
     """The closed-loop cells of `CELLS` against one `embedkit serve` of the model (benchmarks/serve.py)."""
     import serve as serve_benchmark  # benchmarks/serve.py, beside this file
 
-    options = ["--precision", args.precision, *args.serve_option]
+    # a closed loop measures throughput, not admission: 32 clients of 64 texts queue more tokens
+    # than a CPU server's default bound (65,536), which would shed them with 503s
+    options = ["--precision", args.precision, "--max-queue-tokens", str(2**24), *args.serve_option]
     server = serve_benchmark.ServerProcess(str(model), options, device=args.device)
     load = argparse.Namespace(
         name="embedkit", path="/v1/embeddings", warmup=args.serve_warmup, duration=args.serve_duration
