@@ -54,6 +54,7 @@ def delete(
             f"search, until `embedkit compact {index_dir}`"
         )
     typer.echo(
-        f"deleted {report.documents:,} documents ({report.rows:,} rows) in {report.seconds:.1f} s: "
+        f"deleted {report.documents:,} document{'s' if report.documents != 1 else ''} "
+        f"({report.rows:,} row{'s' if report.rows != 1 else ''}) in {report.seconds:.1f} s: "
         f"{index_dir} now holds {report.count:,}{note}"
     )
