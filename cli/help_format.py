@@ -74,7 +74,6 @@ SUMMARIES = {
     "delete": "Delete documents from an index",
     "compact": "Rebuild an index without its deleted documents",
     "calibrate": "Choose an index's hybrid fusion from its own documents",
-    "info": "Show what an index holds and how it searches",
     "push": "Send an index to a Milvus server or Milvus Lite file",
     "search": "Search an index: dense, BM25 or hybrid",
     "serve": "Serve a model (and an index) over HTTP",
