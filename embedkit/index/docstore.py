@@ -36,15 +36,15 @@ from __future__ import annotations
 import json
 import sqlite3
 from collections import Counter
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-import numpy as np
-
 from embedkit.data.corpus import Document
 from embedkit.errors import InputError
-from embedkit.index.fields import note_fields, read_fields
+from embedkit.index.docstore_edits import _MAX_PARAMS, DeletionsAndFilters
+from embedkit.index.docstore_lexical import _REINDEX_BATCH, LEGACY_LEXICAL_TABLES, LexicalSide
+from embedkit.index.fields import note_fields
 from embedkit.index.lexical import LEXICAL_DIR, LexicalIndex, LexicalSettings
 from embedkit.index.passages import Passage
 
@@ -63,14 +63,10 @@ _PASSAGES_SCHEMA = (
     "CREATE INDEX passages_document ON passages(document)",
 )
 # SQLite caps the number of `?` parameters in one statement (32766 since 3.32); stay well below.
-_MAX_PARAMS = 900
 # The BM25 postings of embedkit before its lexical side moved to tantivy.
-LEGACY_LEXICAL_TABLES = ("lexical_settings", "lexical_segments", "lexical_postings")
-_REINDEX_BATCH = 10_000
-_DELETED_SCHEMA = "CREATE TABLE IF NOT EXISTS deleted (row INTEGER PRIMARY KEY, masked INTEGER NOT NULL)"
 
 
-class DocStore:
+class DocStore(LexicalSide, DeletionsAndFilters):
     """Rows <-> documents, backed by one SQLite file."""
 
     def __init__(
@@ -95,47 +91,6 @@ class DocStore:
     @property
     def lexical_dir(self) -> Path:
         return self.path.parent / LEXICAL_DIR
-
-    def enable_lexical(
-        self, settings: LexicalSettings | None = None, on_batch: Callable[[int], object] | None = None
-    ) -> LexicalSettings:
-        """Give this store a new BM25 side, filled from the documents it holds; `add` then keeps it in step.
-
-        Run in a staging folder (a new build, or `rebuild_lexical`'s copy): it drops the tables of
-        an earlier embedkit's lexical index from this file.
-        """
-        if self.lexical is not None or self.lexical_dir.exists():
-            raise InputError(f"{self.path.parent} already holds a lexical index")
-        for table in LEGACY_LEXICAL_TABLES:
-            self._db.execute(f"DROP TABLE IF EXISTS {table}")
-        self.legacy_lexical = False
-        self.lexical = LexicalIndex.create(self.lexical_dir, settings)
-        after = -1
-        table = "passages" if self.has_passages else "documents"
-        while True:  # vector rows ascending, with the gaps deleted documents left
-            query = f"SELECT row FROM {table} WHERE row > ? ORDER BY row LIMIT ?"
-            rows = [int(r) for (r,) in self._db.execute(query, (after, _REINDEX_BATCH))]
-            if not rows:
-                return self.lexical.settings
-            # what the index holds at each row: a document, or a passage of one (its title + span)
-            found = self._select_rows(rows)
-            self.lexical.add_rows(rows, [found[row] for row in rows])
-            after = rows[-1]
-            if on_batch is not None:
-                on_batch(len(rows))
-
-    def vacuum(self) -> None:
-        """Rewrite the SQLite file without its free pages (after dropping tables)."""
-        self._db.execute("VACUUM")
-
-    def search_lexical(
-        self, queries: Sequence[str], k: int, allowed: np.ndarray | None = None
-    ) -> list[list[tuple[int, float]]]:
-        """Each query's best `k` (row, BM25 score), among `allowed` rows if given (sorted);
-        `InputError` without a lexical side."""
-        if self.lexical is None:
-            raise InputError(f"{self.path.parent} has no lexical index")
-        return self.lexical.search(queries, k, allowed)
 
     @classmethod
     def create(cls, path: str | Path, *, passages: bool = False) -> DocStore:
@@ -219,70 +174,10 @@ class DocStore:
         """The documents held (as many as `count()`, unless the index holds passages)."""
         return int(self._one("SELECT COUNT(*) FROM documents"))
 
-    def masked_rows(self) -> np.ndarray:
-        """Rows of deleted documents whose vectors are still in the FAISS file (sorted int64)."""
-        if not self.has_deleted():
-            return np.empty(0, np.int64)
-        rows = self._db.execute("SELECT row FROM deleted WHERE masked = 1 ORDER BY row").fetchall()
-        return np.asarray([r for (r,) in rows], dtype=np.int64)
-
     def rows_between(self, first: int, stop: int) -> list[int]:
         """The vector rows held in [first, stop), ascending (a push walks them in batches)."""
         query = f"SELECT row FROM {self._vectors} WHERE row >= ? AND row < ? ORDER BY row"
         return [int(r) for (r,) in self._db.execute(query, (first, stop))]
-
-    def remove(self, rows: Sequence[int], masked: bool) -> None:
-        """Delete what the vector `rows` hold here and on the lexical side; remember the rows as
-        deleted (`masked`: their vectors stay in the FAISS file until it is compacted). In a store
-        of passages, a document goes once none of its passages is left. Not committed."""
-        wanted = sorted({int(r) for r in rows})
-        self._db.execute(_DELETED_SCHEMA)
-        documents = sorted(set(self.documents_of_rows(wanted).values())) if self.has_passages else []
-        self._delete_in(self._vectors, "row", wanted)
-        if documents:  # those of the passages' documents with no passage left
-            sql = "SELECT document FROM passages WHERE document IN ({})"
-            held = {doc for (doc,) in self._query_in(sql, documents)}
-            self._delete_in("documents", "row", [doc for doc in documents if doc not in held])
-        records = [(row, int(masked)) for row in wanted]
-        self._db.executemany("INSERT OR REPLACE INTO deleted VALUES (?, ?)", records)
-        if self.lexical is not None:
-            self.lexical.remove(wanted)
-
-    def _delete_in(self, table: str, key: str, values: list[int]) -> None:
-        for start in range(0, len(values), _MAX_PARAMS):
-            part = values[start : start + _MAX_PARAMS]
-            self._db.execute(f"DELETE FROM {table} WHERE {key} IN ({','.join('?' * len(part))})", part)
-
-    def unmask(self) -> None:
-        """Record that no deleted row's vector is left in the FAISS file (after a compaction)."""
-        if self.has_deleted():
-            self._db.execute("UPDATE deleted SET masked = 0")
-
-    def rows_where(self, sql: str, params: Sequence[object]) -> np.ndarray:
-        """Vector rows whose documents satisfy the SQL condition `sql` (`embedkit.index.where`),
-        sorted; in a store of passages every passage of each such document."""
-        query = f"SELECT row FROM documents WHERE {sql}"
-        if self.has_passages:
-            query = f"SELECT row FROM passages WHERE document IN ({query})"
-        try:
-            found = [r for (r,) in self._db.execute(f"{query} ORDER BY row", list(params))]
-        except sqlite3.DatabaseError as exc:
-            raise InputError(f"corrupt document store {self.path}: {exc}") from None
-        return np.asarray(found, dtype=np.int64)
-
-    def metadata_fields(self) -> dict[str, set[str]]:
-        """Each top-level metadata field and the types of its values (`embedkit.index.fields`)."""
-        if self._fields is None:
-            try:
-                self._fields = read_fields(self._db)
-            except sqlite3.DatabaseError as exc:
-                raise InputError(f"corrupt document store {self.path}: {exc}") from None
-        return self._fields
-
-    def has_deleted(self) -> bool:
-        """Whether a document was ever deleted from this store (its rows then have gaps)."""
-        query = "SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = 'deleted'"
-        return self._db.execute(query).fetchone() is not None
 
     def _one(self, query: str):  # -> the first column of the first row
         try:
