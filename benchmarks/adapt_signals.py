@@ -21,8 +21,8 @@ import time
 from pathlib import Path
 
 DATA = Path(__file__).resolve().parents[2] / "shared" / "data"
-MARGINS = (0.0, 0.005, 0.01, 0.02, 0.03)
-OVERLAPS = (0.0, 0.5, 0.6, 0.7, 0.8)
+MARGINS = (0.0, 0.005, 0.01, 0.02, 0.025, 0.03)
+OVERLAPS = (0.0, 0.6, 0.8)
 
 
 def run(collection: str, work: Path, lr: float, steps: int, eval_steps: int, seed: int) -> Path:
@@ -32,19 +32,45 @@ def run(collection: str, work: Path, lr: float, steps: int, eval_steps: int, see
     beir = DATA / collection
     index = work / f"index-{collection}"
     if not (index / "CURRENT").exists():
-        subprocess.run([sys.executable, "-m", "embedkit.cli", "index", str(beir), "--out", str(index)],
-                       check=True)
-    config = AdaptConfig(select="pseudo", force=True, margin=0.0, dev_retrieval=str(beir), learning_rate=lr,
-                         steps=steps, eval_steps=eval_steps, seed=seed)
+        subprocess.run(
+            [sys.executable, "-m", "embedkit.cli", "index", str(beir), "--out", str(index)], check=True
+        )
+    config = AdaptConfig(
+        select="pseudo",
+        force=True,
+        margin=0.0,
+        dev_retrieval=str(beir),
+        learning_rate=lr,
+        steps=steps,
+        eval_steps=eval_steps,
+        seed=seed,
+    )
     started = time.perf_counter()
-    result = adapt(index, work / f"m-{collection}-lr{lr:g}-s{seed}", config, overwrite=True, progress=False,
-                   note=lambda text: print(text, flush=True))
+    result = adapt(
+        index,
+        work / f"m-{collection}-lr{lr:g}-s{seed}",
+        config,
+        overwrite=True,
+        progress=False,
+        note=lambda text: print(text, flush=True),
+    )
     out = work / f"signals-{collection}-lr{lr:g}-s{seed}.json"
-    out.write_text(json.dumps({
-        "collection": collection, "lr": lr, "seed": seed, "steps": steps, "eval_steps": eval_steps,
-        "seconds": round(time.perf_counter() - started, 1), "base": result.base_scores,
-        "history": [{"step": step, **scores} for step, scores in result.history],
-    }, indent=2) + "\n")
+    out.write_text(
+        json.dumps(
+            {
+                "collection": collection,
+                "lr": lr,
+                "seed": seed,
+                "steps": steps,
+                "eval_steps": eval_steps,
+                "seconds": round(time.perf_counter() - started, 1),
+                "base": result.base_scores,
+                "history": [{"step": step, **scores} for step, scores in result.history],
+            },
+            indent=2,
+        )
+        + "\n"
+    )
     return out
 
 
@@ -53,18 +79,26 @@ def analyse(paths: list[Path]) -> None:
 
     runs = [json.loads(p.read_text()) for p in paths]
     judged = SIGNALS["judged"]
-    print("runs: " + "; ".join(
-        f"{r['collection']} lr {r['lr']:g} seed {r['seed']}: "
-        f"judged base {100 * r['base'][judged]:.2f}, steps "
-        + ", ".join(f"{h['step']}: {100 * (h[judged] - r['base'][judged]):+.2f}" for h in r["history"])
-        for r in runs))
+    print(
+        "runs: "
+        + "; ".join(
+            f"{r['collection']} lr {r['lr']:g} seed {r['seed']}: "
+            f"judged base {100 * r['base'][judged]:.2f}, steps "
+            + ", ".join(f"{h['step']}: {100 * (h[judged] - r['base'][judged]):+.2f}" for h in r["history"])
+            for r in runs
+        )
+    )
     print("\nper step: signal change vs judged change (x100)")
     for r in runs:
         for h in r["history"]:
-            row = "  ".join(f"{k} {100 * (h[SIGNALS[k]] - r['base'][SIGNALS[k]]):+6.2f}"
-                            for k in (*LABEL_FREE, "base-overlap"))
-            print(f"  {r['collection']:<11} lr {r['lr']:<6g} s{r['seed']} step {h['step']:>4}: {row}  "
-                  f"judged {100 * (h[judged] - r['base'][judged]):+6.2f}")
+            row = "  ".join(
+                f"{k} {100 * (h[SIGNALS[k]] - r['base'][SIGNALS[k]]):+6.2f}"
+                for k in (*LABEL_FREE, "base-overlap")
+            )
+            print(
+                f"  {r['collection']:<11} lr {r['lr']:<6g} s{r['seed']} step {h['step']:>4}: {row}  "
+                f"judged {100 * (h[judged] - r['base'][judged]):+6.2f}"
+            )
     print("\nrule -> judged change of the kept model per run (0: base kept); worst; safe")
     for signal in LABEL_FREE:
         for margin in MARGINS:
@@ -75,9 +109,11 @@ def analyse(paths: list[Path]) -> None:
                     step = kept_step(history, r["base"], signal, margin, overlap)
                     changes.append(0.0 if step is None else dict(history)[step][judged] - r["base"][judged])
                 worst = min(changes)
-                print(f"  {signal:<8} margin {margin:.3f} overlap {overlap:.1f}: "
-                      + " ".join(f"{100 * c:+6.2f}" for c in changes)
-                      + f"  worst {100 * worst:+.2f}  {'safe' if worst >= -0.003 else 'HARMS'}")
+                print(
+                    f"  {signal:<8} margin {margin:.3f} overlap {overlap:.1f}: "
+                    + " ".join(f"{100 * c:+6.2f}" for c in changes)
+                    + f"  worst {100 * worst:+.2f}  {'safe' if worst >= -0.003 else 'HARMS'}"
+                )
 
 
 def main() -> None:

@@ -71,8 +71,9 @@ def adapt(
         str | None,
         typer.Option(
             "--select",
-            help="The dev signal a step is chosen on: rare-cut (held-out pseudo queries without their "
-            "rare words), pseudo (as cut), or judged (--dev-retrieval's; its default).",
+            help="The dev signal a step is chosen on: word-drop (held-out pseudo queries with a third of "
+            "their words dropped; the default), rare-cut (without their rare words), pseudo (as cut), or "
+            "judged (--dev-retrieval's; its default).",
         ),
     ] = None,
     margin: Annotated[

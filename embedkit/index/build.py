@@ -109,6 +109,7 @@ def build_index(
     progress: bool = False,
     lexical: bool = True,  # a new index also gets a BM25 index of title + text (hybrid search)
     calibrate: bool = True,  # choose the fusion on pseudo queries (`embedkit.evaluation.calibrate`)
+    fusion: dict[str, Any] | None = None,  # a recorded calibration to keep as it is, instead of one made here
     passages: PassageSettings | str | None = None,  # split documents into passages (a new index)
     query_prefix: str | None = None,  # None: the model card's (a new index) or the index's (append)
     passage_prefix: str | None = None,
@@ -195,9 +196,9 @@ def build_index(
         index = placement.to_cpu(work) if placement else work
         # an index of passages is not calibrated (its pseudo queries would score passages, not the
         # documents search ranks): it fuses with the default (docs/hybrid.md)
-        due = calibrate and split is None
+        due = calibrate and fusion is None and split is None
         calibrated = _calibrated(old, tmp, index, encoder, settings, prefixes) if due else None
-        fusion = calibrated or (old.get("fusion") if old else None)
+        fusion = calibrated or fusion or (old.get("fusion") if old else None)
         stamp = now()
         meta = IndexMeta(
             model=str(recorded_model_path(encoder)),

@@ -15,10 +15,12 @@ from embedkit.training.adapt.queries import PseudoQuery
 from embedkit.training.adapt.signals import (
     SIGNALS,
     cut_rare_words,
+    drop_words,
     kept_step,
     rare_cut_queries,
     top_overlap,
     top_rows,
+    word_drop_queries,
 )
 
 PSEUDO, RARE, OVERLAP, JUDGED = (SIGNALS[k] for k in ("pseudo", "rare-cut", "base-overlap", "judged"))
@@ -47,6 +49,25 @@ def test_rare_cut_queries_keep_positions_of_the_queries_left():
     assert positions == [0, 2]
     assert [q.text for q in cut] == ["flow wing lift", "drag wing flow"]
     assert [(q.source, q.kind, q.positive) for q in cut] == [(0, "ict", "p0"), (2, "title", "p2")]
+
+
+def test_word_drop_removes_a_third_of_the_words_keeping_order():
+    text = "alpha bravo charlie delta echo foxtrot"
+    for seed in range(20):
+        kept = drop_words(text, seed).split()
+        # round(6 / 3) = 2 words go; the 4 left are a subsequence of the original, in order
+        assert len(kept) == 4
+        positions = [text.split().index(w) for w in kept]
+        assert positions == sorted(positions)
+        assert drop_words(text, seed) == drop_words(text, seed)  # seeded: the same every run
+    assert len({drop_words(text, seed) for seed in range(20)}) > 1  # the seed chooses which words
+    # 4 words lose 1. Dropping the stopword "the" leaves 3 content words: kept; dropping a content
+    # word leaves 2: too few, None
+    outcomes = {drop_words("the wing lift drag", seed) for seed in range(40)}
+    assert outcomes == {None, "wing lift drag"}
+    queries = [PseudoQuery("wing lift", 0, "ict", "p0"), PseudoQuery("wing lift drag flow", 1, "ict", "p1")]
+    dropped, positions = word_drop_queries(queries)
+    assert positions == [1] and dropped[0].source == 1
 
 
 def test_top_rows_and_overlap_against_a_hand_computed_case():

@@ -13,13 +13,19 @@ import numpy as np
 
 from embedkit.evaluation.pseudo_kinds import PseudoQuery, document_frequencies
 from embedkit.training.adapt.config import AdaptConfig
-from embedkit.training.adapt.signals import SIGNALS, rare_cut_queries, top_overlap, top_rows
+from embedkit.training.adapt.signals import (
+    SIGNALS,
+    rare_cut_queries,
+    top_overlap,
+    top_rows,
+    word_drop_queries,
+)
 from embedkit.training.adapt.student import StudentEmbedder, dev_ndcg
 
 
 class DevSet:
-    """Held-out pseudo queries (as cut and with rare words cut out), their documents' near-copies,
-    the base model's top 10 for each, and optionally a judged-query evaluator."""
+    """Held-out pseudo queries (as cut, with rare words cut out, with words dropped), their
+    documents' near-copies, the base model's top 10 for each, and optionally a judged-query evaluator."""
 
     def __init__(
         self,
@@ -32,6 +38,8 @@ class DevSet:
         self.queries, self.copies, self.config, self.judged = list(queries), list(copies), config, judged
         self.rare, positions = rare_cut_queries(self.queries, document_frequencies(texts), len(texts))
         self.rare_copies = [self.copies[i] for i in positions]
+        self.dropped, positions = word_drop_queries(self.queries)
+        self.dropped_copies = [self.copies[i] for i in positions]
         self.base_top: np.ndarray | None = None  # the base model's top 10 rows per query (`remember_base`)
 
     def remember_base(self, embed: StudentEmbedder, doc_vectors: np.ndarray) -> None:
@@ -43,6 +51,9 @@ class DevSet:
         scores = {
             SIGNALS["pseudo"]: dev_ndcg(embed, self.queries, self.copies, doc_vectors, self.config),
             SIGNALS["rare-cut"]: dev_ndcg(embed, self.rare, self.rare_copies, doc_vectors, self.config),
+            SIGNALS["word-drop"]: dev_ndcg(
+                embed, self.dropped, self.dropped_copies, doc_vectors, self.config
+            ),
         }
         if self.base_top is not None:
             scores[SIGNALS["base-overlap"]] = top_overlap(self._top(embed, doc_vectors), self.base_top)

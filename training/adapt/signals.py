@@ -9,6 +9,8 @@ weak. The signals, each a score of the student at a dev evaluation (higher is be
   relevant target (`student.dev_ndcg`), as before;
 - `rare-cut`: the same queries with their rare words removed (words found in fewer than
   `RARE_SHARE` of the documents): what is left must be matched by meaning, not by a shared rare term;
+- `word-drop`: the same queries with a third of their words dropped (seeded per query): a paraphrase
+  the cheap way, so that no single shared word carries the match;
 - `base-overlap`: the mean share of the base model's dense top 10 that the student's top 10 keeps, on
   the same queries: how far the student has moved from the base (1.0 at step 0);
 - `judged`: the user's judged queries' nDCG@10 (`--dev-retrieval`).
@@ -19,8 +21,11 @@ move with the student: it cannot tell steps apart that `pseudo` does not.)
 
 `kept_step` applies the rule: the best step by the selected signal is kept only when it gains at
 least `margin` over the base, and, for the label-free signals, when the student still keeps
-`min_base_overlap` of the base's top 10 (0 by default: recorded, not yet used). How to measure a
-rule against judged queries: `benchmarks/adapt_signals.py`; the state of that: docs/training.md.
+`min_base_overlap` of the base's top 10 (0 by default: the measured runs that gained moved as far
+from the base as those that lost, so the overlap cannot tell them apart). Measured against judged
+queries by `benchmarks/adapt_signals.py`: only `word-drop` rose more on the runs that gained than on
+those that lost, hence the default (`config.DEFAULT_SELECT`, `DEFAULT_MARGIN`; docs/training.md
+"Which step adapt keeps").
 """
 
 from __future__ import annotations
@@ -39,12 +44,14 @@ if TYPE_CHECKING:  # numpy is imported where it is used: the CLI reads SIGNALS w
 SIGNALS: dict[str, str] = {  # --select name -> the label its score is reported under
     "pseudo": "dev pseudo ndcg@10",
     "rare-cut": "dev rare-cut ndcg@10",
+    "word-drop": "dev word-drop ndcg@10",
     "base-overlap": "base overlap@10",
     "judged": "dev retrieval ndcg@10",
 }
-LABEL_FREE = ("pseudo", "rare-cut")  # the signals a step can be selected on without labels
+LABEL_FREE = ("pseudo", "rare-cut", "word-drop")  # the signals a step can be selected on without labels
 RARE_SHARE = 0.01  # a word in fewer than 1% of the documents is rare (Cranfield: under 14 of 1,400)
-MIN_WORDS_LEFT = 3  # a query left with fewer words after the cut is dropped from `rare-cut`
+MIN_WORDS_LEFT = 3  # a query left with fewer words after the cut is dropped from `rare-cut`, `word-drop`
+DROP_SHARE = 1 / 3  # share of a query's words `word-drop` removes
 
 
 def cut_rare_words(text: str, df: Counter[str], n_docs: int, share: float = RARE_SHARE) -> str | None:
@@ -68,6 +75,29 @@ def rare_cut_queries(
             cut.append(replace(query, text=text))
             positions.append(i)
     return cut, positions
+
+
+def drop_words(text: str, seed: int, share: float = DROP_SHARE) -> str | None:
+    """`text` with `share` of its whitespace-separated words dropped (which ones: seeded by `seed`),
+    or None when fewer than `MIN_WORDS_LEFT` words are left."""
+    import random
+
+    tokens = text.split()
+    n_drop = round(share * len(tokens))
+    dropped = set(random.Random(seed).sample(range(len(tokens)), n_drop))
+    kept = " ".join(t for i, t in enumerate(tokens) if i not in dropped)
+    return kept if len(words(kept)) >= MIN_WORDS_LEFT else None
+
+
+def word_drop_queries(queries: Sequence[PseudoQuery]) -> tuple[list[PseudoQuery], list[int]]:
+    """The queries that keep enough words with a third dropped (query i seeded by i), and their positions."""
+    dropped, positions = [], []
+    for i, query in enumerate(queries):
+        text = drop_words(query.text, seed=i)
+        if text is not None:
+            dropped.append(replace(query, text=text))
+            positions.append(i)
+    return dropped, positions
 
 
 def top_overlap(student_top: np.ndarray, base_top: np.ndarray) -> float:
@@ -121,8 +151,10 @@ __all__ = [
     "RARE_SHARE",
     "SIGNALS",
     "cut_rare_words",
+    "drop_words",
     "kept_step",
     "rare_cut_queries",
     "top_overlap",
     "top_rows",
+    "word_drop_queries",
 ]
