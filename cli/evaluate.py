@@ -12,7 +12,7 @@ from typing import Annotated
 import typer
 
 from embedkit.cli.common import fail, handle_errors
-from embedkit.cli.eval_output import (  # noqa: F401 (encoder_label: part of this module's surface)
+from embedkit.cli.eval_output import (
     _check_outputs,
     _interactive,
     _load,

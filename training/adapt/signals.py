@@ -32,7 +32,7 @@ from __future__ import annotations
 
 import math
 from collections import Counter
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import replace
 from typing import TYPE_CHECKING
 
@@ -54,27 +54,18 @@ MIN_WORDS_LEFT = 3  # a query left with fewer words after the cut is dropped fro
 DROP_SHARE = 1 / 3  # share of a query's words `word-drop` removes
 
 
+def _enough(text: str) -> str | None:
+    """`text`, or None when it holds fewer than `MIN_WORDS_LEFT` content words."""
+    return text if len(words(text)) >= MIN_WORDS_LEFT else None
+
+
 def cut_rare_words(text: str, df: Counter[str], n_docs: int, share: float = RARE_SHARE) -> str | None:
     """`text` without its rare words (in fewer than `share` of the `n_docs` documents), or None when
     fewer than `MIN_WORDS_LEFT` words are left. The cut is the fusion calibration's
     (`embedkit.evaluation.calibrate.without_rare_words`), with its threshold as a share."""
     from embedkit.evaluation.calibrate import without_rare_words
 
-    kept = without_rare_words(text, df, math.ceil(share * n_docs))
-    return kept if len(words(kept)) >= MIN_WORDS_LEFT else None
-
-
-def rare_cut_queries(
-    queries: Sequence[PseudoQuery], df: Counter[str], n_docs: int
-) -> tuple[list[PseudoQuery], list[int]]:
-    """The queries that keep enough words after the cut, and their positions in `queries`."""
-    cut, positions = [], []
-    for i, query in enumerate(queries):
-        text = cut_rare_words(query.text, df, n_docs)
-        if text is not None:
-            cut.append(replace(query, text=text))
-            positions.append(i)
-    return cut, positions
+    return _enough(without_rare_words(text, df, math.ceil(share * n_docs)))
 
 
 def drop_words(text: str, seed: int, share: float = DROP_SHARE) -> str | None:
@@ -83,21 +74,34 @@ def drop_words(text: str, seed: int, share: float = DROP_SHARE) -> str | None:
     import random
 
     tokens = text.split()
-    n_drop = round(share * len(tokens))
-    dropped = set(random.Random(seed).sample(range(len(tokens)), n_drop))
-    kept = " ".join(t for i, t in enumerate(tokens) if i not in dropped)
-    return kept if len(words(kept)) >= MIN_WORDS_LEFT else None
+    dropped = set(random.Random(seed).sample(range(len(tokens)), round(share * len(tokens))))
+    return _enough(" ".join(t for i, t in enumerate(tokens) if i not in dropped))
+
+
+def rewritten(
+    queries: Sequence[PseudoQuery], rewrite: Callable[[int, str], str | None]
+) -> tuple[list[PseudoQuery], list[int]]:
+    """Each query with its text rewritten by `rewrite(position, text)`, those it returns None for left
+    out; and the positions in `queries` of those kept."""
+    kept, positions = [], []
+    for i, query in enumerate(queries):
+        text = rewrite(i, query.text)
+        if text is not None:
+            kept.append(replace(query, text=text))
+            positions.append(i)
+    return kept, positions
+
+
+def rare_cut_queries(
+    queries: Sequence[PseudoQuery], df: Counter[str], n_docs: int
+) -> tuple[list[PseudoQuery], list[int]]:
+    """The queries that keep enough words after the cut, and their positions in `queries`."""
+    return rewritten(queries, lambda _, text: cut_rare_words(text, df, n_docs))
 
 
 def word_drop_queries(queries: Sequence[PseudoQuery]) -> tuple[list[PseudoQuery], list[int]]:
     """The queries that keep enough words with a third dropped (query i seeded by i), and their positions."""
-    dropped, positions = [], []
-    for i, query in enumerate(queries):
-        text = drop_words(query.text, seed=i)
-        if text is not None:
-            dropped.append(replace(query, text=text))
-            positions.append(i)
-    return dropped, positions
+    return rewritten(queries, lambda i, text: drop_words(text, seed=i))
 
 
 def top_overlap(student_top: np.ndarray, base_top: np.ndarray) -> float:
@@ -154,6 +158,7 @@ __all__ = [
     "drop_words",
     "kept_step",
     "rare_cut_queries",
+    "rewritten",
     "top_overlap",
     "top_rows",
     "word_drop_queries",
