@@ -1,13 +1,13 @@
 """Fusion calibration on pseudo queries against judged queries: does the index's own choice pick well?
 
 For Cranfield and msmarco-5k (../shared/data, judged test queries) and the bundled all-MiniLM-L6-v2:
-each candidate of `embedkit.index.calibration.CANDIDATES` (and BM25 alone) scored (nDCG@10 x 100)
+each candidate of `embedkit.evaluation.fusion_rule.CANDIDATES` (and BM25 alone) scored (nDCG@10 x 100)
 1. on the judged queries, over the whole collection, exact dense search and tantivy BM25, as
    `eval retrieval --mode hybrid --fusion F --alpha A` does;
-2. on the index's label-free pseudo queries (`embedkit.index.calibration.pseudo_task`: ict, title,
+2. on the index's label-free pseudo queries (`embedkit.evaluation.fusion_calibration.pseudo_task`: ict, title,
    terms; plus `ict-common`, the ict sentences without their rare words, a guard against the
    lexical bias of a sentence cut from its own document), as `embedkit calibrate` scores them;
-and the rule's choice (`embedkit.index.calibration.choose`) with its judged nDCG@10. docs/hybrid.md holds
+and the rule's choice (`embedkit.evaluation.fusion_rule.choose`) with its judged nDCG@10. docs/hybrid.md holds
 the tables.
 
     python benchmarks/calibration.py --cache /tmp/calibration-cache --seeds 0 1 --json calibration.json
@@ -25,7 +25,7 @@ import numpy as np
 
 from embedkit.data.beir import read_beir
 from embedkit.data.corpus import Document
-from embedkit.evaluation.calibrate import (
+from embedkit.evaluation.fusion_calibration import (
     DEPTH,
     CalibrationConfig,
     candidate_runs,
@@ -34,7 +34,7 @@ from embedkit.evaluation.calibrate import (
     score_task,
 )
 from embedkit.evaluation.runs import lexical_run
-from embedkit.index.calibration import choose
+from embedkit.evaluation.fusion_rule import choose
 from embedkit.index.lexical import LexicalIndex
 
 DATA = Path(__file__).resolve().parents[2] / "shared" / "data"
@@ -70,7 +70,7 @@ def judged(encoder, name: str, documents: list[Document], doc_vectors: np.ndarra
 
 def cost(encoder, cache: Path | None) -> None:
     """Seconds of `calibrate` (library defaults) on msmarco-5k's 5,000 passages and on them twice."""
-    from embedkit.evaluation.calibrate import calibrate
+    from embedkit.evaluation.fusion_calibration import calibrate
 
     data = read_beir(DATA / "msmarco-5k", "test")
     documents = [Document(i, d["text"], d["title"]) for i, d in data.corpus.items()]

@@ -3,7 +3,7 @@
 1. BEIR collections (test qrels), Cranfield (BM25-friendly) and msmarco-5k (the model is in-domain,
    BM25 far behind): documents embedded as title + " " + text (as the index build does), queries as
    their text; dense = exact cosine search; lexical = `embedkit.index.lexical` (tantivy BM25); both
-   sides `--depth` candidates; fused with `embedkit.index.fusion`. nDCG@10 and Recall@100 with
+   sides `--depth` candidates; fused with `embedkit.search.fusion`. nDCG@10 and Recall@100 with
    `embedkit.evaluation.metrics`.
 2. STS-B test, the DiffCSE retrieval protocol (`embedkit.evaluation.sts_retrieval`), leaving out the
    query's own row and, second, every row of the query's text: Recall@1/5/10 of the dense model,
@@ -29,7 +29,7 @@ import numpy as np
 from embedkit.data.beir import read_beir
 from embedkit.evaluation.metrics import evaluate_run
 from embedkit.evaluation.sts_retrieval import rank_rows, recall_from_rankings, sts_retrieval_task
-from embedkit.index.fusion import DEFAULT_ALPHA, DEFAULT_FUSION, PRF_DOCS, feedback_query, fuse
+from embedkit.search.fusion import DEFAULT_ALPHA, DEFAULT_FUSION, PRF_DOCS, feedback_query, fuse
 from embedkit.index.lexical import LexicalIndex
 
 DATA = Path(__file__).resolve().parents[2] / "shared" / "data"

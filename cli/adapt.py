@@ -166,7 +166,7 @@ def adapt(
         if finished and holds_model(index, model_for_index):
             typer.echo(f"{index} is already embedded with the adapted model")
             return
-        from embedkit.index.reembed import reembed_index
+        from embedkit.jobs.index_reembed import reembed_index
 
         report = reembed_index(index, model_for_index, device=device, progress=not quiet)
         typer.echo(

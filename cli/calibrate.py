@@ -16,7 +16,7 @@ from embedkit.cli.common import check_io, handle_errors
 from embedkit.cli.options import DeviceOption, PrecisionOption, WaitOption
 
 if TYPE_CHECKING:
-    from embedkit.index.calibration import Calibration
+    from embedkit.search.request import Calibration
 
 
 def register(app: typer.Typer) -> None:
@@ -39,7 +39,7 @@ def calibrate(
     wait: WaitOption = False,
 ) -> None:
     """Score dense, prf, zscore, minmax and rrf on pseudo queries of INDEX and record the rule's choice."""
-    from embedkit.index.calibration import Calibration  # noqa: F811 (the annotation's name, at run time)
+    from embedkit.search.request import Calibration  # noqa: F811 (the annotation's name, at run time)
 
     if show:
         from embedkit.index import read_index_meta
@@ -50,7 +50,7 @@ def calibrate(
             return
         _print(Calibration.from_json(record))
         return
-    from embedkit.evaluation.calibrate import CalibrationConfig, calibrate_index
+    from embedkit.evaluation.fusion_calibration import CalibrationConfig, calibrate_index
 
     check_io(indexes=[index_dir], wait=wait)
     config = CalibrationConfig(queries=queries, seed=seed)

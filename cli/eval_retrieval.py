@@ -241,14 +241,14 @@ def _search_default_mode(searched: Any, meta: dict[str, Any] | None, fusion: str
         return "hybrid"
     if not isinstance(searched, Path):  # an open (remote) index
         return searched.default_mode(fusion)
-    from embedkit.index.calibration import default_mode
     from embedkit.index.lexical import lexical_settings
+    from embedkit.search.request import default_mode
 
     return default_mode(meta, lexical_settings(meta.get("lexical")) is not None, fusion)
 
 
 def _fusion_label(fusion: str | None, alpha: float | None) -> str:
-    from embedkit.index.calibration import label
+    from embedkit.search.request import label
 
     if fusion in (None, "dense", "rrf"):
         return str(fusion)

@@ -21,7 +21,7 @@ from embedkit.cli.options import (
 )
 
 if TYPE_CHECKING:
-    from embedkit.index.build import IndexReport
+    from embedkit.index.build_report import IndexReport
 
 
 def register(app: typer.Typer) -> None:
@@ -159,7 +159,7 @@ def index(
     form either way.
     """
     from embedkit.errors import InputError
-    from embedkit.index import build_index
+    from embedkit.jobs.index_build import IndexOptions, build_index
     from embedkit.jobs.streaming import CorpusOptions
 
     if reindex_lexical:
@@ -175,27 +175,31 @@ def index(
     if upsert and not append:
         raise InputError("--upsert replaces documents of an existing index: use it with --append")
     options = CorpusOptions(column=column, id_column=id_column, chunk_size=chunk_size, batch_size=batch_size)
-    # the same for an index embedded here and one built from part files
-    building = {
-        "kind": kind,
-        "overwrite": overwrite,
-        "gpu": gpu,
-        "device": device,
-        "options": options,
-        "progress": sys.stderr.isatty(),
-        "lexical": lexical,
-    }
     if from_vectors is not None:
         if passages is not None or query_prefix is not None or passage_prefix is not None:
             raise InputError(
                 "--from-vectors indexes the parts' vectors as they are: drop --passages and the prefixes"
             )
-        _from_vectors(from_vectors, corpus, out, model, append, building, wait)
+        building = {"kind": kind, "overwrite": overwrite, "gpu": gpu, "device": device, "lexical": lexical}
+        _from_vectors(from_vectors, corpus, out, model, append, building | {"options": options}, wait)
         return
     check_io(inputs=[corpus, model], indexes=[out], wait=wait)
-    settings = {"append": append, "upsert": upsert, "precision": precision, "calibrate": calibrate}
-    embedding = {"passages": passages, "query_prefix": query_prefix, "passage_prefix": passage_prefix}
-    report = build_index(corpus, out, model, **settings, **embedding, **building)
+    settings = IndexOptions(
+        kind=kind,
+        append=append,
+        upsert=upsert,
+        overwrite=overwrite,
+        lexical=lexical,
+        calibrate=calibrate,
+        passages=passages,
+        query_prefix=query_prefix,
+        passage_prefix=passage_prefix,
+        device=device,
+        precision=precision,
+        gpu=gpu,
+        corpus=options,
+    )
+    report = build_index(corpus, out, model, settings, progress=sys.stderr.isatty())
     verb = "appended" if report.appended else "indexed"
     skipped = [
         f"{n:,} {what}"
@@ -224,12 +228,12 @@ def _from_vectors(
     wait: bool,
 ) -> None:
     from embedkit.errors import InputError
-    from embedkit.index import build_index_from_vectors
+    from embedkit.jobs.index_from_parts import build_index_from_vectors
 
     if append:
         raise InputError("--from-vectors builds a new index: drop --append (or --overwrite to replace one)")
     check_io(inputs=[corpus, model, folder], indexes=[out], wait=wait)
-    report = build_index_from_vectors(folder, corpus, out, model, **building)
+    report = build_index_from_vectors(folder, corpus, out, model, progress=sys.stderr.isatty(), **building)
     _print_built(report, f"indexed {report.added:,} vectors from {folder} ({report.device})")
 
 
@@ -257,9 +261,7 @@ def _print_built(report: IndexReport, what: str) -> None:
     console.print(f"{what} in {report.seconds:.1f} s: {report.path} now holds {report.count:,}")
     console.print(f"kind {report.kind}{f' ({params})' if params else ''}: {report.reason}")
     if report.calibrated is not None:
-        from embedkit.index.calibration import Calibration
-
-        console.print(Calibration.from_json(report.calibrated).describe(), markup=False)
+        console.print(report.calibrated.describe(), markup=False)
     if report.prefixes != "no prefixes":
         console.print(report.prefixes)
     if report.passages:

@@ -24,7 +24,7 @@ from embedkit.cli.options import (
 )
 
 if TYPE_CHECKING:
-    from embedkit.index import Hit
+    from embedkit.search.hits import Hit
 
 TEXT_WIDTH = 160  # characters of a document shown in the table
 
@@ -106,7 +106,8 @@ def search(
 
     from embedkit.console import make_console
     from embedkit.index.faiss_gpu import check_gpu_k
-    from embedkit.index.search import hit_record
+    from embedkit.search import pipeline
+    from embedkit.search.hits import hit_record
 
     check_search_choices(mode, fusion, alpha)  # before the index loads
     if where is not None:
@@ -114,18 +115,17 @@ def search(
 
         parse(where)  # a syntax error before the index and the model load
     texts = _queries(query, queries_file)
+    settings = {"mode": mode, "fusion": fusion, "alpha": alpha, "where": where, "passages": passages}
     with open_search_index(index_dir, collection, token, gpu=gpu, device=device) as index:
         check_gpu_k(k, index.faiss_device)
-        index.restriction(where)  # an unknown field or a wrong type: before the model loads
+        # an unknown field or a wrong type, a mode the index cannot run: before the model loads
+        request = index.request(k, snippets=True, **settings)
         encoder = index.encoder(model, device=device, precision=precision)
-        mode = mode or index.default_mode(fusion)
-        asked = fusion is not None or alpha is not None
-        fusion, alpha = index.default_fusion(fusion, alpha)  # the index's calibrated choice unless asked
         split = f" in {len(index):,} passages" if index.passages else ""
-        ranking = f"{mode} search"
-        if mode == "hybrid":
-            source = "" if asked else ", the index's default"
-            ranking = f"hybrid search ({fusion}, dense weight {alpha}{source})"
+        ranking = f"{request.mode} search"
+        if request.mode == "hybrid":
+            source = "" if fusion is not None or alpha is not None else ", the index's default"
+            ranking = f"hybrid search ({request.fusion}, dense weight {request.alpha}{source})"
         make_console(stderr=True).print(
             escape(
                 f"{index_dir}: {index.document_count:,} documents{split} ({index.kind}); {ranking}; "
@@ -137,23 +137,13 @@ def search(
             make_console(stderr=True).print(
                 escape(f"note: {index_dir} holds whole documents: no passages to show")
             )
-        results = index.search_text(
-            texts,
-            k=k,
-            encoder=encoder,
-            mode=mode,
-            fusion=fusion,
-            alpha=alpha,
-            snippets=True,
-            passages=passages,
-            where=where,
-        )
+        results = pipeline.search(index.store, texts, encoder, request, index.prefixes)
     for text, hits in zip(texts, results, strict=True):
-        if mode == "lexical" and not hits:
+        if request.mode == "lexical" and not hits:
             note = f"note: no lexical hits for {text!r}: no word of it is in the index (or all are stopwords)"
             make_console(stderr=True).print(escape(note))
     if as_json:
-        how = {"mode": mode, **({"fusion": fusion, "alpha": alpha} if mode == "hybrid" else {})}
+        how = request.record()
         for text, hits in zip(texts, results, strict=True):
             records = [hit_record(rank, h) for rank, h in enumerate(hits, 1)]
             typer.echo(json.dumps({"query": text, **how, "hits": records}, ensure_ascii=False))

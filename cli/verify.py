@@ -35,7 +35,7 @@ def verify(
         raise fail(f"{exc}{repair}", 1) from None
     typer.echo(f"verified {done.folder}: {done.files} files, {done.bytes:,} bytes, all match their checksums")
     from embedkit.index import read_index_meta
-    from embedkit.index.calibration import Calibration
+    from embedkit.search.request import Calibration
 
     record = read_index_meta(index_dir).get("fusion")  # what hybrid search uses by default
     typer.echo(Calibration.from_json(record).describe() if record else "fusion: not calibrated (prf 0.7)")

@@ -14,7 +14,7 @@ class ProgressBar:
 
     def __init__(
         self,
-        total: int,
+        total: int | None,  # None: unknown (a stream read once); the bar then counts up
         description: str,
         *,
         enabled: bool = True,

@@ -1,7 +1,8 @@
-"""A document as every reader yields it, and the counts kept while reading a corpus.
+"""A document as every reader yields it, a passage of one, and the counts kept while reading a corpus.
 
 Its own module so that the readers (`corpus`, `textfolder`) share it without importing each other;
-`embedkit.data.corpus` re-exports both names.
+`embedkit.data.corpus` re-exports `Document` and `ReadStats`. A `Passage` is what an index of
+passages holds at a row (`embedkit.index.passages` cuts them).
 """
 
 from __future__ import annotations
@@ -23,6 +24,39 @@ class Document:
     def full_text(self) -> str:
         """Title and text joined by a space, BEIR's convention for embedding a document."""
         return f"{self.title} {self.text}".strip() if self.title else self.text
+
+
+@dataclass
+class Passage:
+    """One passage of a document: the characters `start:end` of its text.
+
+    It reads like a `Document` where the embedder and the lexical side look (`title`, `text`,
+    `full_text`, `id`), so both index exactly the passage's words.
+    """
+
+    document: Document
+    number: int  # 0 for a document's first passage
+    start: int  # character offsets into document.text
+    end: int
+
+    @property
+    def id(self) -> str:
+        return self.document.id
+
+    @property
+    def title(self) -> str:
+        return self.document.title
+
+    @property
+    def text(self) -> str:
+        return self.document.text[self.start : self.end]
+
+    @property
+    def full_text(self) -> str:
+        return f"{self.title} {self.text}".strip() if self.title else self.text
+
+
+TextSpan = Document | Passage  # what an index row holds: a document, or a passage of one
 
 
 @dataclass

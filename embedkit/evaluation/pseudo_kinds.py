@@ -1,7 +1,7 @@
 """Label-free pseudo queries of three kinds, each with its known source document (no torch here).
 
 Shared by `embedkit adapt` (its training and dev queries, `embedkit.training.adapt_queries`) and by
-the fusion calibration of an index (`embedkit.index.calibration`), so both read one generator:
+the fusion calibration of an index (`embedkit.evaluation.fusion_calibration`), so both read one generator:
 
 - `ict`: a sentence of a document (inverse cloze, Lee et al. 2019, Sec. 5), always removed from the
   document's text it is matched against (`PseudoQuery.positive`), so the task is not exact overlap.

@@ -26,11 +26,11 @@ from embedkit.data.corpus import Document
 from embedkit.data.sentences import split_into_sentences
 from embedkit.encode.protocol import Encoder
 from embedkit.errors import InputError
+from embedkit.evaluation.memory_store import exact_search
 from embedkit.evaluation.metrics import evaluate_run, parse_metric
-from embedkit.evaluation.runs import exact_search
 
-PSEUDO_METRICS = ("ndcg@10", "mrr@10", "recall@10")  # the three; each query has one target
-MIN_SENTENCES = 3  # a query and at least two sentences of context left to find (the ">= 3")
+PSEUDO_METRICS = ("ndcg@10", "mrr@10", "recall@10")  # each query has one target: rank-based metrics
+MIN_SENTENCES = 3  # a query and at least two sentences of context left to find
 MIN_QUERY_WORDS = 5  # shorter sentences ("see fig. 2.") carry too little to be a query
 DEFAULT_QUERIES = 200  # the size of a typical judged test set (Cranfield has 225 queries)
 

@@ -1,10 +1,10 @@
 """Vectors to a searchable index folder: FAISS vectors, a SQLite document store, a tantivy BM25 side.
 
-`folder` knows the files and checks them, `kinds` the FAISS index kinds, `docstore` the documents,
-`lexical` the BM25 side, `fusion` hybrid ranking, `build` writes or appends to a folder atomically,
-`from_vectors` builds one from part files without embedding, `search` opens one for search,
-`passages` splits long documents and ranks them by their best passage, `hits` are the results.
-The names below load on first use, so that the CLI can read `fusion`'s defaults without faiss.
+`folder` knows the files and checks them, `kinds` the FAISS index kinds, `docstore` the documents
+(with its `deletions` and metadata `fields`), `lexical` the BM25 side, `where` metadata filters,
+`passages` splits long documents, `edits` deletes and compacts, `local_store` is a folder as the
+search pipeline reaches it (`embedkit.search`), `search` opens one for search (`SearchIndex`).
+The names below load on first use, so that importing the package loads no faiss.
 """
 
 from __future__ import annotations
@@ -13,15 +13,13 @@ from embedkit.lazy import lazy_exports
 
 # public name -> module that defines it
 _EXPORTS: dict[str, str] = {
-    "IndexReport": "embedkit.index.build",
-    "build_index": "embedkit.index.build",
+    "IndexReport": "embedkit.index.build_report",
     "rebuild_lexical": "embedkit.index.lexical_rebuild",
     "DOCS_FILE": "embedkit.index.folder",
     "INDEX_FILE": "embedkit.index.folder",
     "META_FILE": "embedkit.index.folder",
     "check_model_for": "embedkit.index.folder",
     "read_index_meta": "embedkit.index.folder",
-    "build_index_from_vectors": "embedkit.index.from_vectors",
     **{
         name: "embedkit.index.kinds"
         for name in (
@@ -38,9 +36,9 @@ _EXPORTS: dict[str, str] = {
             "new_faiss_index",
         )
     },
-    "Hit": "embedkit.index.hits",
+    "Hit": "embedkit.search.hits",
     "SearchIndex": "embedkit.index.search",
-    "hit_record": "embedkit.index.hits",
+    "hit_record": "embedkit.search.hits",
     "open_index_for": "embedkit.index.search",
 }
 

@@ -8,13 +8,7 @@ from __future__ import annotations
 
 from embedkit.data.fingerprint import CorpusFingerprint, combined, document_hash
 
-__all__ = [
-    "CorpusFingerprint",
-    "beir_corpus_fingerprint",
-    "combined",
-    "count_and_fingerprint",
-    "document_hash",
-]
+__all__ = ["CorpusFingerprint", "beir_corpus_fingerprint", "combined", "document_hash"]
 
 
 def beir_corpus_fingerprint(corpus: dict[str, dict[str, str]]) -> str:
@@ -25,18 +19,3 @@ def beir_corpus_fingerprint(corpus: dict[str, dict[str, str]]) -> str:
         if text.strip() or title.strip():
             fingerprint.add_fields(doc_id, title, text)
     return fingerprint.hex
-
-
-def count_and_fingerprint(corpus, options, stats=None) -> tuple[int, str]:
-    """`count_documents` and the corpus's fingerprint in one streaming pass (the blank documents
-    skipped are counted in `stats`, a `ReadStats`)."""
-    from embedkit.jobs.streaming import count_documents, read_corpus
-
-    fingerprint = CorpusFingerprint()
-    count = 0
-    for doc in read_corpus(corpus, options, stats):
-        fingerprint.add_fields(doc.id, doc.title, doc.text)
-        count += 1
-    if count == 0:
-        count_documents(corpus, options)  # its one error for an empty corpus
-    return count, fingerprint.hex

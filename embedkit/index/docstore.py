@@ -4,7 +4,7 @@ One table, `documents(row INTEGER PRIMARY KEY, id TEXT UNIQUE, title, text, meta
 vector's position in the FAISS index (FAISS returns int64 positions; this table turns them into
 document ids and texts), `metadata` is the corpus's extra fields as JSON. Search reads only the rows
 it returns, so the corpus is never loaded into memory. Document ids are unique: adding an id that
-is already present is an `InputError` (the whole build or append is then abandoned, see `build.py`).
+is already present is an `InputError` (and the whole build or append is abandoned).
 
 An index of passages (`embedkit.index.passages`) has one vector per passage: its store has a
 second table, `passages(row INTEGER PRIMARY KEY, document, start, end)`, where `row` is the
@@ -14,21 +14,19 @@ class is the one owner of the vector rows <-> document ids mapping, for both lay
 method taking or giving `rows` speaks of vector rows, and `rows_by_id` gives every row of a
 document (all its passages), which is what a delete must remove.
 
-An index built with a lexical side also holds a tantivy BM25 index (`embedkit.index.lexical`) in the
-folder `lexical/` beside the SQLite file. Every `add` and `remove` goes to both and `commit` commits
-both; they are written in a staging version folder that becomes live only when both are complete
-(`embedkit.storage.versioned`), so the two never drift apart.
+An index built with a lexical side also holds a tantivy BM25 index (`embedkit.index.lexical`) in
+`lexical/` beside the SQLite file. `add`, `remove` and `commit` go to both, in a staging version
+folder that becomes live only when both are complete (`embedkit.storage.versioned`).
 
 Rows are permanent keys: a deleted document's rows are never given to another document (a pushed
-collection keys its entities by row). `deleted(row, masked)` remembers them, `masked` = 1 while the
-vector is still in the FAISS file (an HNSW graph cannot lose nodes: `embedkit.index.rows`); the
-table is made by the first `remove`, so a store that never lost a document has none. In a store of
-passages these are vector (passage) rows, and a document goes with its last passage; only vector
-rows are permanent keys, a document number nothing refers to any more may be given again.
+collection keys its entities by row); the store's `deletions` (`embedkit.index.deletions`)
+remember them. In a store of passages these are vector (passage) rows, and a document goes with
+its last passage; only vector rows are permanent keys, a document number nothing refers to any
+more may be given again. Its `filters` (`embedkit.index.fields`) know the metadata fields and
+give the rows whose documents pass a filter.
 
-Earlier embedkit versions kept BM25 postings
-in tables of the SQLite file (`LEGACY_LEXICAL_TABLES`); such a store opens with `legacy_lexical`
-set, and `rebuild_lexical` gives it the tantivy side.
+Earlier embedkit versions kept BM25 postings in tables of the SQLite file (`LEGACY_LEXICAL_TABLES`);
+such a store opens with `legacy_lexical` set, and `embedkit.index.lexical_rebuild` gives it tantivy.
 """
 
 from __future__ import annotations
@@ -38,15 +36,12 @@ import sqlite3
 from collections import Counter
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any
 
-from embedkit.data.corpus import Document
+from embedkit.data.document import Document, Passage, TextSpan
 from embedkit.errors import InputError
-from embedkit.index.docstore_edits import _MAX_PARAMS, DeletionsAndFilters
-from embedkit.index.docstore_lexical import _REINDEX_BATCH, LEGACY_LEXICAL_TABLES, LexicalSide
-from embedkit.index.fields import note_fields
+from embedkit.index.deletions import Deletions
+from embedkit.index.fields import MetadataFilters
 from embedkit.index.lexical import LEXICAL_DIR, LexicalIndex, LexicalSettings
-from embedkit.index.passages import Passage
 
 _SCHEMA = """
 CREATE TABLE documents (
@@ -62,11 +57,13 @@ _PASSAGES_SCHEMA = (
     "start INTEGER NOT NULL, end INTEGER NOT NULL)",
     "CREATE INDEX passages_document ON passages(document)",
 )
-# SQLite caps the number of `?` parameters in one statement (32766 since 3.32); stay well below.
+MAX_PARAMS = 900  # SQLite's bound on the `?` of one statement is 999 in older builds
+READ_BATCH = 10_000  # documents read at once when walking the whole store
 # The BM25 postings of embedkit before its lexical side moved to tantivy.
+LEGACY_LEXICAL_TABLES = ("lexical_settings", "lexical_segments", "lexical_postings")
 
 
-class DocStore(LexicalSide, DeletionsAndFilters):
+class DocStore:
     """Rows <-> documents, backed by one SQLite file."""
 
     def __init__(
@@ -75,7 +72,7 @@ class DocStore(LexicalSide, DeletionsAndFilters):
         self._db = connection
         self.path = path
         self.lexical: LexicalIndex | None = None  # the BM25 side, when the index has one
-        self._fields: dict[str, set[str]] | None = None  # `metadata_fields`, read once
+        self.deletions = Deletions(connection, path)  # the rows deleted, and those still masked
         try:
             marks = ",".join("?" * len(LEGACY_LEXICAL_TABLES))
             query = f"SELECT COUNT(*) FROM sqlite_master WHERE type = 'table' AND name IN ({marks})"
@@ -86,6 +83,7 @@ class DocStore(LexicalSide, DeletionsAndFilters):
             self.lexical = LexicalIndex.open(self.lexical_dir, lexical)
         query = "SELECT COUNT(*) FROM sqlite_master WHERE type = 'table' AND name = 'passages'"
         self.has_passages = connection.execute(query).fetchone()[0] > 0
+        self.filters = MetadataFilters(connection, path, self.has_passages)
         self._next_document: int | None = None  # the next documents.row of a passage store
 
     @property
@@ -156,10 +154,7 @@ class DocStore(LexicalSide, DeletionsAndFilters):
     def next_row(self) -> int:
         """The vector row the next document (or passage) gets: one past the largest row ever given
         (deleted ones too); O(log n) on the primary keys."""
-        last = self._max_row(self._vectors)
-        if self.has_deleted():
-            last = max(last, self._max_row("deleted"))
-        return last + 1
+        return max(self._max_row(self._vectors), self.deletions.last_row()) + 1
 
     @property
     def _vectors(self) -> str:
@@ -214,8 +209,7 @@ class DocStore(LexicalSide, DeletionsAndFilters):
             )
             if spans:
                 self._db.executemany("INSERT INTO passages VALUES (?, ?, ?, ?)", spans)
-            note_fields(self._db, (doc.metadata for doc in whole))  # what `--where` may name
-            self._fields = None
+            self.filters.note(doc.metadata for doc in whole)  # what `--where` may name
             if self.lexical is not None:  # committed with the documents: both, or neither
                 self.lexical.add_rows(range(first_row, first_row + len(documents)), documents)
         except sqlite3.IntegrityError:
@@ -250,7 +244,7 @@ class DocStore(LexicalSide, DeletionsAndFilters):
         In a store of passages, the document each row's passage belongs to.
         """
         if self.has_passages:
-            found = {row: passage.document for row, passage in self._select_rows(rows).items()}
+            found = {row: passage.document for row, passage in self.held_at(rows).items()}  # type: ignore[union-attr]
         else:
             found = self._select("row", [int(r) for r in rows])
         return [found.get(int(r)) for r in rows]
@@ -259,22 +253,44 @@ class DocStore(LexicalSide, DeletionsAndFilters):
         """Row -> the passage stored there, for the rows that exist (a store of passages only)."""
         if not self.has_passages:
             raise InputError(f"{self.path} holds whole documents, not passages")
-        return self._select_rows(rows)
+        return self.held_at(rows)  # type: ignore[return-value]
 
-    def documents_of_rows(self, rows: Sequence[int]) -> dict[int, int]:
+    def document_numbers(self, rows: Sequence[int]) -> dict[int, int]:
         """Row -> the number of its document (`documents.row`): the same for all passages of one."""
         if not self.has_passages:  # the rows held (a deleted document's row has none)
             sql = "SELECT row FROM documents WHERE row IN ({})"
             return {int(r): int(r) for (r,) in self._query_in(sql, [int(r) for r in rows])}
         return dict(self._query_in("SELECT row, document FROM passages WHERE row IN ({})", rows))
 
-    def rows_of_documents(self, documents: Sequence[int]) -> list[int]:
-        """The vector rows of the documents numbered `documents` (`documents.row`), ascending: what a
-        filter on the documents table allows in FAISS and BM25 (the same rows without passages)."""
-        if not self.has_passages:
-            return sorted({int(d) for d in documents})
-        found = self._query_in("SELECT row FROM passages WHERE document IN ({})", [int(d) for d in documents])
-        return sorted(int(row) for (row,) in found)
+    def remove(self, rows: Sequence[int], masked: bool) -> None:
+        """Delete what the vector `rows` hold here and on the lexical side; remember the rows as
+        deleted (`masked`: their vectors stay in the FAISS file until it is compacted). In a store
+        of passages, a document goes once none of its passages is left. Not committed."""
+        wanted = sorted({int(r) for r in rows})
+        documents = sorted(set(self.document_numbers(wanted).values())) if self.has_passages else []
+        self._delete_in(self._vectors, wanted)
+        if documents:  # those of the passages' documents with no passage left
+            sql = "SELECT document FROM passages WHERE document IN ({})"
+            held = {doc for (doc,) in self._query_in(sql, documents)}
+            self._delete_in("documents", [doc for doc in documents if doc not in held])
+        self.deletions.record(wanted, masked)
+        if self.lexical is not None:
+            self.lexical.remove(wanted)
+
+    def _delete_in(self, table: str, rows: list[int]) -> None:
+        for start in range(0, len(rows), MAX_PARAMS):
+            part = rows[start : start + MAX_PARAMS]
+            self._db.execute(f"DELETE FROM {table} WHERE row IN ({','.join('?' * len(part))})", part)
+
+    def drop_legacy_lexical(self) -> None:
+        """Drop an earlier embedkit's BM25 tables from this file (before a tantivy side is built)."""
+        for table in LEGACY_LEXICAL_TABLES:
+            self._db.execute(f"DROP TABLE IF EXISTS {table}")
+        self.legacy_lexical = False
+
+    def vacuum(self) -> None:
+        """Rewrite the SQLite file without its free pages (after dropping tables)."""
+        self._db.execute("VACUUM")
 
     def rows_by_id(self, ids: Sequence[str]) -> dict[str, list[int]]:
         """Every vector row of each document in `ids` (all its passages), ascending; unknown ids left out."""
@@ -289,7 +305,7 @@ class DocStore(LexicalSide, DeletionsAndFilters):
             found.setdefault(doc_id, []).append(int(row))
         return found
 
-    def iter_documents(self, batch: int = _REINDEX_BATCH):  # -> Iterator[Document]
+    def iter_documents(self, batch: int = READ_BATCH):  # -> Iterator[Document]
         """Every document once, in the order they were added (whatever the rows of their passages)."""
         first = 0
         last = self._max_row("documents")
@@ -328,22 +344,22 @@ class DocStore(LexicalSide, DeletionsAndFilters):
         """`sql` with its `IN ({})` filled for `values`, in slices SQLite's parameter cap allows."""
         unique = list(dict.fromkeys(values))
         found: list[tuple] = []
-        for start in range(0, len(unique), _MAX_PARAMS):
-            part = unique[start : start + _MAX_PARAMS]
+        for start in range(0, len(unique), MAX_PARAMS):
+            part = unique[start : start + MAX_PARAMS]
             try:
                 found.extend(self._db.execute(sql.format(",".join("?" * len(part))), part).fetchall())
             except sqlite3.DatabaseError as exc:
                 raise InputError(f"corrupt document store {self.path}: {exc}") from None
         return found
 
-    def _select_rows(self, rows: Sequence[int]) -> dict[int, Any]:
+    def held_at(self, rows: Sequence[int]) -> dict[int, TextSpan]:
         """Row -> what the index holds there: the `Document`, or in a store of passages the `Passage`."""
         if not self.has_passages:
             return self._select("row", [int(r) for r in rows])
         sql = "SELECT row, document, start, end FROM passages WHERE row IN ({})"
         spans = self._query_in(sql, [int(r) for r in rows])
         documents = self._select("row", sorted({doc for _, doc, _, _ in spans}))
-        found: dict[int, Any] = {}
+        found: dict[int, TextSpan] = {}
         for row, doc, start, end in spans:
             # the passage's number is not stored: 0 marks the document's first row, enough for readers
             found[int(row)] = Passage(documents[doc], 0 if start == 0 else 1, int(start), int(end))

@@ -31,6 +31,7 @@ from embedkit.errors import InputError
 from embedkit.index.docstore import DocStore
 from embedkit.index.folder import DOCS_FILE, INDEX_FILE, META_FILE, index_files_dir, read_index_meta
 from embedkit.index.lexical import lexical_settings
+from embedkit.index.lexical_rebuild import fill_lexical
 from embedkit.index.meta import IndexMeta
 from embedkit.index.rows import compacted, remove_rows
 from embedkit.index.version_copy import copy_store, read_faiss_copy, write_faiss
@@ -95,7 +96,7 @@ def delete_documents(out: str | Path, ids: Sequence[str]) -> EditReport:
                 index, store, old["kind"], rows, old.get("corpus_fingerprint")
             )
             store.commit()
-            masked = len(store.masked_rows())
+            masked = len(store.deletions.masked_rows())
             lexical = store.lexical.settings.to_json() if store.lexical is not None else None
             documents = store.document_count() if store.has_passages else None
         finally:
@@ -118,20 +119,20 @@ def compact_index(out: str | Path) -> EditReport:
     old = read_index_meta(out)
     live = index_files_dir(out)
     with DocStore.open(live / DOCS_FILE) as store:
-        if not store.has_deleted():
+        if not store.deletions.any():
             count = store.document_count()
             return EditReport(out, old["kind"], count, 0, count, 0, _since(start))
     with new_version(out) as tmp:
         index = read_faiss_copy(out, tmp, old)
         store = _store_without_lexical(out, tmp)
         try:
-            masked = store.masked_rows()
+            masked = store.deletions.masked_rows()
             if len(masked):
                 index = compacted(index, old["kind"], old["params"], masked)
-            store.unmask()
+            store.deletions.unmask()
             lexical = None
             if old.get("lexical") is not None:  # an earlier embedkit's lexical side is upgraded too
-                lexical = store.enable_lexical(lexical_settings(old["lexical"])).to_json()
+                lexical = fill_lexical(store, lexical_settings(old["lexical"])).to_json()
             store.commit()
             count = store.document_count()  # documents (in an index of passages, not its vectors)
         finally:

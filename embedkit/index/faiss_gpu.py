@@ -15,7 +15,7 @@ from __future__ import annotations
 
 from embedkit.encode.devices import check_device
 from embedkit.errors import InputError
-from embedkit.index.kinds import _faiss
+from embedkit.index.kinds import faiss_module
 from embedkit.versions import LIBRARIES, installed_version
 
 GPU_EXTRA = "pip install 'embedkit[gpu]'"
@@ -28,7 +28,7 @@ SHARED_MEMORY_BYTES = 48 * 1024
 
 def faiss_gpu_count() -> int:
     """GPUs faiss can use here: 0 for a faiss built without GPU support (faiss-cpu)."""
-    faiss = _faiss()
+    faiss = faiss_module()
     if not hasattr(faiss, "StandardGpuResources"):
         return 0
     return int(faiss.get_num_gpus())
@@ -71,7 +71,7 @@ class GpuPlacement:
     def __init__(self, gpu: int = 0, asked: str = "--gpu") -> None:
         self.gpu = gpu
         self.asked = asked
-        self.resources = _faiss().StandardGpuResources()
+        self.resources = faiss_module().StandardGpuResources()
 
     @property
     def name(self) -> str:
@@ -83,7 +83,7 @@ class GpuPlacement:
                 f"faiss has no GPU HNSW index: {self.asked} builds and searches flat and ivf-pq indexes; "
                 "use this one with faiss on the CPU (--device auto or cpu, without --gpu)"
             )
-        faiss = _faiss()
+        faiss = faiss_module()
         options = faiss.GpuClonerOptions()
         # float16 storage would change a flat index's scores: only IVF-PQ's lookup tables, and only
         # where float32 ones cannot be had (m x 2^nbits above SHARED_MEMORY_BYTES / 4)
@@ -92,7 +92,7 @@ class GpuPlacement:
 
     @staticmethod
     def to_cpu(index):  # -> a faiss CPU index, the form that is saved
-        return _faiss().index_gpu_to_cpu(index)
+        return faiss_module().index_gpu_to_cpu(index)
 
 
 def placement_for(device: str = "cpu", gpu: bool = False) -> GpuPlacement | None:

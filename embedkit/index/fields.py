@@ -5,14 +5,21 @@ The types are `json_type`'s names (integer, real, text, true, false, null, array
 keeps them in the table `metadata_fields(name, type)`, updated as documents are added (never as
 they are deleted: a field no document holds any more only matches nothing), so reading them is
 instant; an older store's are found by one scan of its metadata (SQLite's `json_each`).
+`MetadataFilters` is a document store's part that keeps them and selects the rows a filter's SQL
+(`embedkit.index.where`) passes.
 """
 
 from __future__ import annotations
 
 import re
 import sqlite3
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
+from pathlib import Path
 from typing import Any
+
+import numpy as np
+
+from embedkit.errors import InputError
 
 # Text that begins as an ISO date (YYYY-MM-DD): what `--where` compares as a date.
 ISO_DATE_GLOB = "[0-9][0-9][0-9][0-9]-[0-1][0-9]-[0-3][0-9]*"
@@ -78,3 +85,39 @@ def scan_fields(db: sqlite3.Connection) -> dict[str, set[str]]:
     for name, kind in db.execute(query, (ISO_DATE_GLOB,)):
         found.setdefault(name, set()).add(kind)
     return found
+
+
+class MetadataFilters:
+    """A document store's metadata fields, and the rows whose documents pass a filter's SQL."""
+
+    def __init__(self, connection: sqlite3.Connection, path: Path, passages: bool) -> None:
+        self._db = connection
+        self.path = path
+        self.passages = passages  # rows are passages: a filter allows every passage of a document
+        self._fields: dict[str, set[str]] | None = None  # read once, forgotten as documents are added
+
+    def note(self, metadata: Iterable[dict[str, Any]]) -> None:
+        """Record the fields of documents being added (`note_fields`)."""
+        note_fields(self._db, metadata)
+        self._fields = None
+
+    def fields(self) -> dict[str, set[str]]:
+        """Each top-level metadata field and the types of its values."""
+        if self._fields is None:
+            try:
+                self._fields = read_fields(self._db)
+            except sqlite3.DatabaseError as exc:
+                raise InputError(f"corrupt document store {self.path}: {exc}") from None
+        return self._fields
+
+    def rows_matching(self, sql: str, params: Sequence[object]) -> np.ndarray:
+        """Vector rows whose documents satisfy the SQL condition `sql`, sorted; in a store of
+        passages every passage of each such document."""
+        query = f"SELECT row FROM documents WHERE {sql}"
+        if self.passages:
+            query = f"SELECT row FROM passages WHERE document IN ({query})"
+        try:
+            found = [r for (r,) in self._db.execute(f"{query} ORDER BY row", list(params))]
+        except sqlite3.DatabaseError as exc:
+            raise InputError(f"corrupt document store {self.path}: {exc}") from None
+        return np.asarray(found, dtype=np.int64)

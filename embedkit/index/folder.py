@@ -19,9 +19,9 @@ from typing import TYPE_CHECKING, Any
 
 from embedkit.encode.model_folder import ModelSpec, read_json, read_model_spec
 from embedkit.errors import InputError
-from embedkit.index.kinds import _faiss
+from embedkit.index.kinds import faiss_module
 from embedkit.index.meta import IndexMeta
-from embedkit.storage.versioned import current_dir, is_versioned, verify_checksums
+from embedkit.storage.versioned import current_dir, holds_no_version, is_versioned, verify_checksums
 
 if TYPE_CHECKING:
     from embedkit.encode.protocol import Encoder
@@ -45,6 +45,20 @@ def index_files_dir(path: str | Path) -> Path:
 def is_index_folder(path: Path) -> bool:
     """Whether `path` holds an index (versioned, or the older flat layout)."""
     return is_versioned(path) or (path / META_FILE).is_file()
+
+
+def check_new_target(out: Path, overwrite: bool) -> None:
+    """A new index goes to an absent or empty folder, or replaces an index with `overwrite`."""
+    if out.exists() and not out.is_dir():
+        raise InputError(f"--out {out} is a file; give a folder for the index")
+    if not out.is_dir() or holds_no_version(out):
+        return
+    if not is_index_folder(out):
+        raise InputError(f"--out {out} is a folder that is neither empty nor an index; choose another")
+    if not overwrite:
+        raise InputError(
+            f"{out} already holds an index: use --append to add to it, or --overwrite to replace it"
+        )
 
 
 def read_index_meta(path: str | Path) -> dict[str, Any]:
@@ -112,7 +126,7 @@ def read_faiss(path: Path, meta: dict[str, Any]):  # -> faiss.Index
     """Read `index.faiss`, checked against the metadata: a truncated or corrupt file is an `InputError`."""
     check_index_file(path, meta)
     try:
-        index = _faiss().read_index(str(path))
+        index = faiss_module().read_index(str(path))
     except RuntimeError as exc:
         raise InputError(f"corrupt index file {path}: {str(exc).strip().splitlines()[-1]}") from None
     if index.ntotal != int(meta["count"]) or index.d != int(meta["dim"]):

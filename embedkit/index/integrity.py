@@ -1,13 +1,11 @@
-"""Loading an index folder consistently, and refusing what a damaged index returns.
+"""Loading an index folder consistently, and verifying every byte of its files.
 
 `load_consistent` reads the live version; if that fails while a writer has switched versions in
 the meantime (the version read was replaced, or its files deleted), it reads the new one, so a
 reader racing an append gets the old or the new index and never a false "corrupt" error. A
 failure on a version that is still live is real, and raised.
 
-`check_scores`: vectors in an index are unit length, so every score is a cosine in [-1, 1] (an
-IVF-PQ index's approximate scores stray a little); a score beyond that, or NaN, can only come from
-a damaged index file, and is an error, not a result.
+What a damaged index returns at search is refused by `embedkit.index.local_store.check_scores`.
 
 `verify_index`: the full check of `embedkit verify`, every byte of every file against the
 checksums recorded when the version was published (a load checks them at a bounded cost:
@@ -19,12 +17,9 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, TypeVar
-
-import numpy as np
+from typing import TypeVar
 
 from embedkit.errors import InputError
-from embedkit.index.kinds import SCORE_OVERSHOOT
 from embedkit.storage.checksums import CHECKSUMS, read_checksums, verify_checksums
 
 T = TypeVar("T")
@@ -47,21 +42,6 @@ def load_consistent(path: Path, live: Callable[[Path], Path], read: Callable[[Pa
                     raise
                 raise InputError(f"cannot read the index {path}: {exc}") from None
     raise InputError(f"the index {path} kept changing while it was read: try again")
-
-
-def check_scores(scores: np.ndarray, rows: np.ndarray, meta: dict[str, Any], path: Path) -> None:
-    """An `InputError` when a normalized index returns a score that is not a cosine."""
-    if not meta.get("normalized", True) or scores.size == 0:
-        return
-    found = scores[rows >= 0]
-    bound = 1 + SCORE_OVERSHOOT.get(str(meta.get("kind")), 1.0)
-    if found.size and (not np.all(np.isfinite(found)) or float(np.max(np.abs(found))) > bound):
-        worst = float(np.max(np.abs(np.nan_to_num(found, nan=np.inf))))
-        raise InputError(
-            f"the index {path} returned a score of {worst:.3g}, impossible for unit vectors "
-            "(cosine in [-1, 1]): "
-            "its index file is corrupt; rebuild the index"
-        )
 
 
 @dataclass(frozen=True)

@@ -34,7 +34,7 @@ IVF_NPROBE = 16  # lists scanned per query: faiss wiki's usual starting point fo
 PQ_DIMS_PER_BYTE = 8  # 384-d float32 (1536 B) -> 48 B per vector, 32x smaller
 
 
-def _faiss():  # -> the faiss module, imported on first use
+def faiss_module():  # -> the faiss module, imported on first use
     try:
         import faiss
     except ImportError:
@@ -97,7 +97,7 @@ def index_params(kind: str, count: int, dim: int) -> dict[str, Any]:
 
 def new_faiss_index(kind: str, dim: int, params: dict[str, Any]):  # -> faiss.Index
     """An empty CPU index of `kind` for inner product over `dim`-d vectors."""
-    faiss = _faiss()
+    faiss = faiss_module()
     if kind == "flat":
         return faiss.IndexFlatIP(dim)
     if kind == "hnsw":

@@ -1,14 +1,22 @@
-"""Rebuilding an index's lexical (BM25) side from its own documents, without re-embedding."""
+"""Building an index's lexical (BM25) side from its own documents, without re-embedding.
+
+`fill_lexical` gives an open document store a new tantivy side filled from what it holds (a new
+build, `compact`, an upgraded copy of an earlier embedkit's index); `rebuild_lexical` does it
+for an index folder, as a new version (`embedkit index --reindex-lexical`).
+"""
 
 from __future__ import annotations
 
 import shutil
 import time
+from collections.abc import Callable
 from pathlib import Path
 
-from embedkit.index.build import IndexReport
-from embedkit.index.docstore import DocStore
+from embedkit.errors import InputError
+from embedkit.index.build_report import IndexReport
+from embedkit.index.docstore import READ_BATCH, DocStore
 from embedkit.index.folder import DOCS_FILE, INDEX_FILE, META_FILE, index_files_dir, read_index_meta
+from embedkit.index.lexical import LexicalIndex, LexicalSettings
 from embedkit.index.meta import IndexMeta
 from embedkit.progress import ProgressBar
 from embedkit.storage.atomic import write_json_atomic
@@ -32,7 +40,7 @@ def rebuild_lexical(out: str | Path, *, progress: bool = False) -> IndexReport:
         store = DocStore.open(tmp / DOCS_FILE, writable=True)
         try:
             with ProgressBar(store.next_row(), "lexical", enabled=progress, rate_unit="docs/s") as bar:
-                settings = store.enable_lexical(on_batch=bar.advance)
+                settings = fill_lexical(store, on_batch=bar.advance)
             store.commit()
             held = store.document_count()
             store.vacuum()  # the earlier embedkit's postings tables are dropped: give their pages back
@@ -53,3 +61,25 @@ def rebuild_lexical(out: str | Path, *, progress: bool = False) -> IndexReport:
         "cpu",
         appended=False,
     )
+
+
+def fill_lexical(
+    store: DocStore, settings: LexicalSettings | None = None, on_batch: Callable[[int], object] | None = None
+) -> LexicalSettings:
+    """Give `store` a new BM25 side, filled from the documents it holds; its `add` then keeps it in step.
+
+    Run in a staging folder (a new build, or a rebuild's copy): it drops the tables of an earlier
+    embedkit's lexical index from the store's file.
+    """
+    if store.lexical is not None or store.lexical_dir.exists():
+        raise InputError(f"{store.path.parent} already holds a lexical index")
+    store.drop_legacy_lexical()
+    lexical = store.lexical = LexicalIndex.create(store.lexical_dir, settings)  # closed with the store
+    stop = store.next_row()
+    for first in range(0, stop, READ_BATCH):  # vector rows ascending, with the gaps deletions left
+        rows = store.rows_between(first, first + READ_BATCH)
+        held = store.held_at(rows)  # a document, or a passage of one (its title + span)
+        lexical.add_rows(rows, [held[row] for row in rows])
+        if on_batch is not None and rows:
+            on_batch(len(rows))
+    return lexical.settings

@@ -8,6 +8,7 @@ traceback. Readers that index the metadata as a dict (`read_index_meta` in `fold
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import asdict, dataclass, field, fields, replace
 from datetime import datetime, timezone
 from pathlib import Path
@@ -45,7 +46,7 @@ class IndexMeta:
     created: str = ""
     updated: str = ""
     sources: list[dict[str, Any]] = field(default_factory=list)  # each build or append's corpus
-    fusion: dict[str, Any] | None = None  # the calibrated fusion (`embedkit.index.calibration`)
+    fusion: dict[str, Any] | None = None  # the calibrated fusion (`embedkit.search.request.Calibration`)
     passages: dict[str, Any] | None = None  # `embedkit.index.passages.PassageSettings`; None: whole documents
     documents: int | None = None  # documents held where they differ from `count` (passages); None: = count
     query_prefix: str = ""  # put before every query the model embeds (`embedkit.encode.prefixes`)
@@ -128,8 +129,11 @@ def _check(meta: dict[str, Any], path: Path) -> None:
         _int(meta, "max_seq_length", path, 1)
     if meta.get("documents") is not None:
         _int(meta, "documents", path, 0)
-    _record(meta, "fusion", path, "a calibration record", "embedkit.index.calibration", "Calibration")
-    _record(meta, "passages", path, "passage settings", "embedkit.index.passages", "PassageSettings")
+    from embedkit.index.passages import PassageSettings
+    from embedkit.search.request import Calibration
+
+    _record(meta, "fusion", path, "a calibration record", Calibration.from_json)
+    _record(meta, "passages", path, "passage settings", PassageSettings.from_json)
     if meta.get("lexical") is not None:
         from embedkit.index.lexical import LexicalSettings, is_current_format
 
@@ -142,13 +146,11 @@ def _check(meta: dict[str, Any], path: Path) -> None:
             raise _fail(path, "lexical", f"lexical settings or null ({exc})", meta["lexical"]) from None
 
 
-def _record(meta: dict[str, Any], key: str, path: Path, what: str, module: str, name: str) -> None:
-    """`meta[key]`, where set, must load as `module.name.from_json` (imported only then)."""
+def _record(meta: dict[str, Any], key: str, path: Path, what: str, load: Callable[[Any], object]) -> None:
+    """`meta[key]`, where set, must load as its record (`load`, a `from_json`)."""
     if meta.get(key) is None:
         return
-    import importlib
-
     try:
-        getattr(importlib.import_module(module), name).from_json(meta[key])
+        load(meta[key])
     except (InputError, TypeError) as exc:
         raise _fail(path, key, f"{what} or null ({exc})", meta[key]) from None

@@ -13,21 +13,19 @@ model's `max_seq_length` (all-MiniLM-L6-v2: 256); longer passages are truncated 
 
 Search ranks documents by their best passage: a document's dense score is the largest cosine of
 its passages, its BM25 score the largest of its passages', and hybrid fusion combines those
-document scores (`best_per_document`). The setting is recorded in the index metadata
+document scores (`embedkit.search.pipeline`). The setting is recorded in the index metadata
 (`PassageSettings.to_json`), so an append splits new documents the same way.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Iterator, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
+from embedkit.data.document import Document, Passage
 from embedkit.errors import InputError
-
-if TYPE_CHECKING:
-    from embedkit.data.corpus import Document
 
 
 @dataclass(frozen=True)
@@ -107,36 +105,6 @@ def token_windows(count: int, size: int, overlap: int) -> list[tuple[int, int]]:
     return windows
 
 
-@dataclass
-class Passage:
-    """One passage of a document: the characters `start:end` of its text.
-
-    It reads like a `Document` where the embedder and the lexical side look (`title`, `text`,
-    `full_text`, `id`), so both index exactly the passage's words.
-    """
-
-    document: Document
-    number: int  # 0 for a document's first passage
-    start: int  # character offsets into document.text
-    end: int
-
-    @property
-    def id(self) -> str:
-        return self.document.id
-
-    @property
-    def title(self) -> str:
-        return self.document.title
-
-    @property
-    def text(self) -> str:
-        return self.document.text[self.start : self.end]
-
-    @property
-    def full_text(self) -> str:
-        return f"{self.title} {self.text}".strip() if self.title else self.text
-
-
 class PassageSplitter:
     """Splits documents into passages with a model folder's tokenizer."""
 
@@ -172,61 +140,3 @@ class PassageSplitter:
                 chunk = []
         if chunk:
             yield from self.split(chunk)
-
-
-def best_per_document(
-    ranking: Iterable[tuple[int, float]], document_of: dict[int, int]
-) -> list[tuple[int, int, float]]:
-    """A ranking of passage rows, best first, as documents: (document, best row, its score), best first.
-
-    A document's score is its best passage's: the first of its rows in the ranking.
-    """
-    seen: dict[int, tuple[int, int, float]] = {}
-    for row, score in ranking:
-        doc = document_of.get(int(row))
-        if doc is not None and doc not in seen:
-            seen[doc] = (doc, int(row), float(score))
-    return list(seen.values())
-
-
-Rankings = list[list[tuple[int, float]]]  # each query's (row or document, score), best first
-
-
-def fetch_size(depth: int, vectors: int, documents: int) -> int:
-    """Rows to fetch for `depth` documents: twice the mean passages a document, times `depth`
-    (`rank_documents` fetches more where that falls short)."""
-    per_document = -(-vectors // max(1, documents))
-    return max(1, min(vectors, depth * per_document * 2))
-
-
-def rank_documents(
-    fetch: Callable[[int], Rankings],
-    depth: int,
-    size: int,
-    total: int,
-    documents_of_rows: Callable[[list[int]], dict[int, int]],
-    best: list[dict[int, int]] | None,
-    first: Rankings | None = None,
-) -> Rankings:
-    """Rankings of passage rows as rankings of documents by their best passage, `depth` each.
-
-    `fetch(n)` gives each query's best `n` rows (of `total`); `first` is its answer for `size`
-    when already fetched. Rows are fetched again, 4x as many, while a query's rows came from fewer
-    than `depth` documents and more rows exist. `best[q]` is set to each document's best row.
-    """
-    rankings = first if first is not None else fetch(size)
-    while True:
-        rows = sorted({row for ranking in rankings for row, _ in ranking if row >= 0})
-        document_of = documents_of_rows(rows)
-        collapsed = [best_per_document(ranking, document_of) for ranking in rankings]
-        short = any(
-            len(docs) < depth and len(ranking) >= size
-            for docs, ranking in zip(collapsed, rankings, strict=True)
-        )
-        if not short or size >= total:
-            break
-        size = min(total, size * 4)
-        rankings = fetch(size)
-    if best is not None:
-        best[:] = [{doc: row for doc, row, _ in docs[:depth]} for docs in collapsed]
-    return [[(doc, score) for doc, _, score in docs[:depth]] for docs in collapsed]

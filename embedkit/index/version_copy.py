@@ -12,8 +12,9 @@ from typing import Any
 
 from embedkit.index.docstore import DocStore
 from embedkit.index.folder import DOCS_FILE, INDEX_FILE, index_files_dir, read_faiss
-from embedkit.index.kinds import _faiss
+from embedkit.index.kinds import faiss_module
 from embedkit.index.lexical import LEXICAL_DIR, LexicalIndex, LexicalSettings, is_current_format
+from embedkit.index.lexical_rebuild import fill_lexical
 
 
 def read_faiss_copy(out: Path, tmp: Path, meta: dict[str, Any]):  # -> faiss.Index
@@ -35,7 +36,7 @@ def copy_store(out: Path, tmp: Path, meta: dict[str, Any]) -> DocStore:
         return DocStore.open(tmp / DOCS_FILE, writable=True)
     if not is_current_format(recorded):
         store = DocStore.open(tmp / DOCS_FILE, writable=True)
-        store.enable_lexical()
+        fill_lexical(store)
         return store
     settings = LexicalSettings.from_json(recorded)
     LexicalIndex.copy_folder(live / LEXICAL_DIR, tmp / LEXICAL_DIR)
@@ -44,5 +45,5 @@ def copy_store(out: Path, tmp: Path, meta: dict[str, Any]) -> DocStore:
 
 def write_faiss(index, path: Path) -> int:
     """Write a CPU index to `path`; its size in bytes (recorded, and checked on load)."""
-    _faiss().write_index(index, str(path))
+    faiss_module().write_index(index, str(path))
     return path.stat().st_size

@@ -322,11 +322,11 @@ def _comparisons(expr: Expr):  # -> Iterator[(field, op, value, position)]
 def rows_where(store: DocStore, text: str) -> np.ndarray:
     """The rows of the documents in `store` that pass the filter `text` (sorted int64)."""
     expr = parse(text)
-    fields = store.metadata_fields()
+    fields = store.filters.fields()
     check(expr, fields)
     params: list[object] = []
     sql = _sql(expr, fields, params)
-    return store.rows_where(sql, params)
+    return store.filters.rows_matching(sql, params)
 
 
 def json_path(field: str) -> str:

@@ -20,16 +20,22 @@ dimension, an ids file of another length, parts of two different models.
 
 from __future__ import annotations
 
+import io
 import json
 import re
 from dataclasses import asdict, dataclass, fields
+from itertools import islice
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
+from embedkit.data.fingerprint import CorpusFingerprint, combined
 from embedkit.data.input_files import check_input_file, open_input, read_input_text
+from embedkit.encode.model_folder import ModelSpec, read_model_spec
 from embedkit.errors import InputError
+from embedkit.jobs.streaming import CorpusOptions, read_corpus
+from embedkit.progress import ProgressBar
 
 PART_FORMAT = 1
 _NAME = re.compile(r"^part-(\d+)-of-(\d+)\.(npy|ids\.txt|json)$")
@@ -258,3 +264,75 @@ def _check_together(parts: list[Part], folder: Path) -> None:
         raise InputError(
             f"the parts in {folder} hold {row} vectors; their corpus has {first.total} documents"
         )
+
+
+# --- checks of a set of parts against their model and corpus ---------------------------------------
+
+
+def model_of_parts(parts: list[Part], model: str | Path | None) -> ModelSpec:
+    """The model the index records: `model`, else the parts' own; it must be the parts' model."""
+    first = parts[0].info
+    if model is None:
+        try:
+            spec = read_model_spec(first.model)
+        except InputError as exc:
+            raise InputError(
+                f"the parts' model {first.model} cannot be opened here ({exc}): pass --model with that model"
+            ) from None
+    else:
+        spec = read_model_spec(model)
+    if spec.dim != first.dim:
+        raise InputError(f"model {spec.path} gives {spec.dim}-d vectors; the parts hold {first.dim}-d")
+    from embedkit.encode.identity import check_same_model, model_identity
+
+    # the parts may hold int8 vectors: the model at either precision class may have embedded them
+    identities = [model_identity(spec, precision) for precision in ("fp32", "int8")]
+    match = next((i for i in identities if i.fingerprint == first.model_fingerprint), identities[0])
+    check_same_model(first.model_fingerprint, first.model, match.fingerprint, spec.path, "the parts", match)
+    return spec
+
+
+def check_corpus(parts: list[Part], corpus: str | Path, options: CorpusOptions, progress: bool) -> str:
+    """Read `corpus` against the parts' ids and fingerprints; the corpus's fingerprint."""
+    documents = read_corpus(corpus, options)
+    total = parts[0].info.total
+    row = 0
+    with ProgressBar(total, "checking", enabled=progress, rate_unit="docs/s", transient=True) as bar:
+        for part in parts:
+            fingerprint = CorpusFingerprint()
+            with open_input(part.ids, "ids file", gunzip=False) as raw:
+                ids = io.TextIOWrapper(raw, encoding="utf-8", newline="\n")
+                for line in islice(ids, part.info.count):
+                    doc = next(documents, None)
+                    if doc is None:
+                        raise InputError(
+                            f"{corpus} holds {row} documents; the parts were embedded from {total}"
+                        )
+                    expected = line.rstrip("\n")
+                    if str(doc.id) != expected:
+                        raise InputError(
+                            f"part {part.info.name}: row {row - part.info.start} has id {expected!r}, but "
+                            f"document {row + 1} of {corpus} is {doc.id!r}: not the corpus (or order) "
+                            "the parts were embedded from"
+                        )
+                    fingerprint.add_fields(doc.id, doc.title, doc.text)
+                    row += 1
+            if fingerprint.hex != part.info.corpus_fingerprint:
+                raise InputError(
+                    f"part {part.info.name}: the texts of its documents in {corpus} are not the ones it was "
+                    "embedded from (same ids, other texts): embed that part again"
+                )
+            bar.advance(part.info.count)
+    if next(documents, None) is not None:
+        raise InputError(f"{corpus} holds more documents than the {total} the parts were embedded from")
+    return combined(*(part.info.corpus_fingerprint for part in parts)) or ""
+
+
+def normalized(vectors: np.ndarray, part: Part) -> np.ndarray:
+    """Unit rows, float32, C order (as `build_index`'s encoder returns them)."""
+    out = np.array(vectors, dtype=np.float32, order="C")
+    if not np.all(np.isfinite(out)):
+        raise InputError(f"part {part.info.name}: {part.npy.name} holds NaN or infinite values")
+    norms = np.linalg.norm(out, axis=1, keepdims=True)
+    np.divide(out, norms, out=out, where=norms > 0)  # a zero row stays zero rather than NaN
+    return out

@@ -1,6 +1,6 @@
 """Sending an index (or the part files of `embed --shard`) to a search server: `embedkit push`.
 
-Vectors are the ones the index holds (`SearchIndex.vectors_of_rows`: exact for flat and HNSW,
+Vectors are the ones the index holds (`LocalStore.vectors_of_rows`: exact for flat and HNSW,
 decoded codes for IVF-PQ) or the parts hold (normalised as `index --from-vectors` does); nothing
 is embedded again. Documents go under their index row, in batches, upserted: a push killed half
 way is finished by pushing again (`--append` sends only the rows the collection lacks, checked a
@@ -54,9 +54,10 @@ def push_index(
     progress: bool = False,
 ) -> PushReport:
     """Push the index folder `index_dir` into `target`'s collection (created if absent)."""
-    from embedkit.index.search import SearchIndex
+    from embedkit.index.local_store import LocalStore
 
-    with SearchIndex.load(index_dir) as index:
+    index = LocalStore.open(index_dir)
+    try:
         meta = index.meta
         if index.passages or meta.get("query_prefix") or meta.get("passage_prefix"):
             raise InputError(
@@ -76,25 +77,32 @@ def push_index(
             index_format=meta.get("version"),
             source=str(index_dir),
             lexical={"analyzer": ANALYZER, **BM25},
-            metadata_fields={name: sorted(types) for name, types in index.store.metadata_fields().items()},
+            metadata_fields={name: sorted(types) for name, types in index.docs.filters.fields().items()},
         )
 
         def batches(wanted: list[int]) -> Iterator[Batch]:
-            found = index.store.by_rows(wanted)
-            yield wanted, found, index.vectors_of_rows(wanted)
+            found = index.docs.by_rows(wanted)
+            vectors = index.vectors_of_rows(wanted)
+            if vectors is None:
+                raise InputError(
+                    f"{index_dir}: its vectors cannot be read back; push an index saved on the CPU"
+                )
+            yield wanted, found, vectors
 
         def prefix(count: int) -> str:
             return _fingerprint(
                 doc
                 for first in range(0, count, batch_size)
-                for doc in index.store.by_rows(list(range(first, min(count, first + batch_size))))
+                for doc in index.docs.by_rows(list(range(first, min(count, first + batch_size))))
                 if doc is not None  # a deleted row
             )
 
-        stop = index.store.next_row()
-        rows = index.store.rows_between(0, stop)
+        stop = index.docs.next_row()
+        rows = index.docs.rows_between(0, stop)
         where = {"rows": rows, "stop": stop, "prefix": prefix}
         return _push(record, target, batches, append, dense_index, batch_size, progress, **where)
+    finally:
+        index.close()
 
 
 def push_vectors(
@@ -116,15 +124,14 @@ def push_vectors(
     """
     from embedkit.data.fingerprint import combined
     from embedkit.encode.default_onnx import recorded_model_path
-    from embedkit.index.from_vectors import _check_corpus, _model_for, _normalized
-    from embedkit.jobs.parts import read_parts
+    from embedkit.jobs.parts import check_corpus, model_of_parts, normalized, read_parts
     from embedkit.jobs.streaming import CorpusOptions, read_corpus
 
     options = options or CorpusOptions()
     parts = read_parts(parts_dir)
     first = parts[0].info
-    spec = _model_for(parts, model)
-    _check_corpus(parts, corpus, options, progress)
+    spec = model_of_parts(parts, model)
+    check_corpus(parts, corpus, options, progress)
     record = PushRecord(
         model=str(recorded_model_path(spec)),
         model_fingerprint=first.model_fingerprint,
@@ -148,7 +155,7 @@ def push_vectors(
                 rows = [start + offset + i for i in range(len(chunk)) if start + offset + i in keep]
                 if rows:
                     local = np.asarray(rows) - start
-                    yield rows, [chunk[r - start - offset] for r in rows], _normalized(vectors[local], part)
+                    yield rows, [chunk[r - start - offset] for r in rows], normalized(vectors[local], part)
             del vectors
 
     def prefix(count: int) -> str:

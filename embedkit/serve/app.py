@@ -38,7 +38,7 @@ from starlette.routing import Route
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from embedkit.errors import InputError
-from embedkit.index.search import hit_record
+from embedkit.search.hits import hit_record
 from embedkit.serve.batching import BatcherClosed, QueueFull, TooLarge
 from embedkit.serve.engine import Embedded, Engine, ServedModel
 from embedkit.serve.metrics import CONTENT_TYPE
@@ -208,16 +208,14 @@ async def search(request: Request) -> Response:
     body = await server.read_object(request)
     values = SEARCH.check(body, server.config)
     queries = [values["query"]] if "query" in values else values["queries"]
-    mode = values.get("mode")
-    fusion, alpha = values.get("fusion"), values.get("alpha")  # absent: the index's calibrated choice
-    where = values.get("where")
+    mode, where = values.get("mode"), values.get("where")
     try:
         answer = await server.engine.search(
             queries,
             values["k"],
-            mode,
-            fusion=fusion,
-            alpha=alpha,
+            mode=mode,
+            fusion=values.get("fusion"),  # absent: the index's calibrated choice
+            alpha=values.get("alpha"),
             snippets=values["snippets"],
             passages=values["passages"],
             where=where,
@@ -228,8 +226,7 @@ async def search(request: Request) -> Response:
         raise ApiError(400, message, param=param) from None
     except (QueueFull, TooLarge) as exc:
         raise queue_error(exc) from None
-    fusion, alpha = model.index.default_fusion(fusion, alpha)  # what the index that answered used
-    how = {"mode": answer.mode, **({"fusion": fusion, "alpha": alpha} if answer.mode == "hybrid" else {})}
+    how = answer.request.record()  # what the index that answered ran
     payload = {
         "object": "list",
         "model": model.name,

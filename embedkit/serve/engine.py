@@ -38,6 +38,7 @@ from embedkit.serve.sizing import INLINE_TOKENIZE_CHARS, MAX_ROWS, Sizing
 
 if TYPE_CHECKING:
     from embedkit import SearchIndex
+    from embedkit.search.request import SearchRequest
 
 log = logging.getLogger("embedkit.serve")
 
@@ -48,7 +49,7 @@ class Answer:
 
     hits: list[list[Any]]  # per query, `Hit`s best first
     truncated: int  # queries cut at the model's max length
-    mode: str  # the mode used: the one asked for, else the index's default
+    request: SearchRequest  # what was run: the mode, fusion and weight asked for, else the index's
     index_version: str | None  # the version folder answered from (None: an unversioned index)
 
 
@@ -302,22 +303,25 @@ class Engine:
             f"in flight, {shapes}{warmed}"
         )
 
-    async def search(self, queries: list[str], k: int, mode: str | None = None, **options: Any) -> Answer:
-        """Each query's hits (`SearchIndex.search_text`) from the live version of the index.
+    async def search(self, queries: list[str], k: int, **settings: Any) -> Answer:
+        """Each query's hits from the live version of the index, through the search pipeline
+        (`embedkit.search.pipeline`), as `embedkit search` runs it.
 
-        `mode` (dense, lexical, hybrid; None: the index's default) and `options` (fusion, alpha,
-        snippets) go to `search_text`, which refuses lexical and hybrid on an index without a
-        lexical side, and a bad fusion or weight (`InputError`).
+        `settings` (mode, fusion, alpha, where, snippets, passages; None: the index's default) make
+        the `SearchRequest`; a bad value, or lexical and hybrid on an index without a lexical side,
+        is an `InputError`.
         """
         assert self.model is not None and self.model.index is not None
         loop = asyncio.get_running_loop()
         encoder = BatchedEncoder(self, loop)
 
         def run() -> Answer:
+            from embedkit.search import pipeline
+
             index = self._live_index()
-            used = mode or index.default_mode(options.get("fusion"))
-            hits = index.search_text(queries, k, encoder=encoder, mode=used, **options)
-            return Answer(hits, encoder.truncated, used, index.version)
+            request = index.request(k, **settings)
+            hits = pipeline.search(index.store, queries, encoder, request, index.prefixes)
+            return Answer(hits, encoder.truncated, request, index.version)
 
         return await loop.run_in_executor(self._index_thread, run)
 
@@ -359,7 +363,7 @@ class Engine:
 
 
 class BatchedEncoder(EncoderBase):
-    """The served encoder as `search_text` sees it, except that `encode` goes through the batcher.
+    """The served encoder as the search pipeline sees it, except that `encode` goes through the batcher.
 
     Called on the index thread: it hands the texts to the event loop and waits for their vectors,
     so that search queries share batches with embedding requests.

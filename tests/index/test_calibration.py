@@ -17,9 +17,10 @@ from embedkit.cli.app import app
 from embedkit.data.corpus import Document
 from embedkit.encode.model_folder import model_fingerprint
 from embedkit.errors import InputError
-from embedkit.evaluation.calibrate import CalibrationConfig, calibrate_index, pseudo_task
+from embedkit.evaluation.fusion_calibration import CalibrationConfig, calibrate_index, pseudo_task
 from embedkit.index import SearchIndex, build_index
-from embedkit.index.calibration import CANDIDATES, LEXICAL, Calibration, choose, fusion_for, label
+from embedkit.evaluation.fusion_rule import CANDIDATES, LEXICAL, choose
+from embedkit.search.request import Calibration, fusion_for, label
 
 pytest.importorskip("faiss")
 runner = CliRunner()
@@ -203,7 +204,7 @@ def test_cold_search_reads_the_choice_and_never_computes_it(
     encoder = WordHashEncoder(tiny_bert)
     out = tmp_path / "idx"
     build_index(_write(tmp_path / "c.jsonl", _documents()), out, encoder, kind="flat")
-    import embedkit.evaluation.calibrate as calibrate_module
+    import embedkit.evaluation.fusion_calibration as calibrate_module
 
     def refuse(*args, **kwargs):
         raise AssertionError("calibration ran at search time")

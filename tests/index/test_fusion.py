@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 from embedkit.errors import InputError
-from embedkit.index.fusion import FusedHit, check_fusion, feedback_query, fuse, rrf, weighted
+from embedkit.search.fusion import FusedHit, check_fusion, feedback_query, fuse, rrf, weighted
 
 # One query. Dense ranks rows 10, 20, 30; lexical ranks 30, 40, 10.
 DENSE = [(10, 0.9), (20, 0.8), (30, 0.7)]

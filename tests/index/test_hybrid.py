@@ -15,7 +15,7 @@ from embedkit.cli.app import app
 from embedkit.data.corpus import Document
 from embedkit.errors import InputError
 from embedkit.index import SearchIndex, build_index
-from embedkit.index.fusion import fuse
+from embedkit.search.fusion import fuse
 from embedkit.index.lexical import LexicalIndex
 
 pytest.importorskip("faiss")

@@ -17,7 +17,7 @@ from typer.testing import CliRunner
 from embedkit.cli.app import app
 from embedkit.index import SearchIndex, build_index
 from embedkit.index.edits import compact_index, delete_documents
-from embedkit.index.fusion import fuse
+from embedkit.search.fusion import fuse
 
 pytest.importorskip("faiss")
 

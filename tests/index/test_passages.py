@@ -17,7 +17,7 @@ from tokenizers import Tokenizer
 from embedkit.encode.loading import load_encoder
 from embedkit.errors import InputError
 from embedkit.index import SearchIndex, build_index, hit_record, rebuild_lexical
-from embedkit.index.fusion import weighted
+from embedkit.search.fusion import weighted
 from embedkit.index.passages import PassageSettings, PassageSplitter, token_windows
 
 WORDS = ["wing", "flow", "air", "pressure", "boundary", "layer", "shock", "wave", "heat", "transfer"]

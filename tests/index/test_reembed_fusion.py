@@ -14,7 +14,7 @@ import pytest
 
 from embedkit.encode.loading import load_encoder
 from embedkit.index import SearchIndex, build_index
-from embedkit.index.calibration import Calibration
+from embedkit.search.request import Calibration
 from embedkit.index.folder import read_index_meta
 from embedkit.index.reembed import reembed_index
 
@@ -55,7 +55,7 @@ def other_model(tmp_path, tiny_bert):
 def test_reembed_keeps_the_recorded_fusion_and_calibrates_nothing(
     tmp_path, tiny_bert, other_model, corpus, monkeypatch
 ):
-    import embedkit.evaluation.calibrate as calibrate
+    import embedkit.evaluation.fusion_calibration as calibrate
 
     monkeypatch.setattr(calibrate, "calibrate_folder", lambda *a, **k: RECORD)
     build_index(corpus, tmp_path / "idx", tiny_bert)
@@ -77,7 +77,7 @@ def test_reembed_keeps_the_recorded_fusion_and_calibrates_nothing(
 def test_reembed_of_an_index_without_a_calibration_keeps_the_default(
     tmp_path, tiny_bert, other_model, corpus, monkeypatch
 ):
-    import embedkit.evaluation.calibrate as calibrate
+    import embedkit.evaluation.fusion_calibration as calibrate
 
     build_index(corpus, tmp_path / "idx", tiny_bert, calibrate=False)
     assert not read_index_meta(tmp_path / "idx").get("fusion")

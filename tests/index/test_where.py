@@ -21,7 +21,7 @@ from typer.testing import CliRunner
 from embedkit.cli.app import app
 from embedkit.errors import InputError
 from embedkit.index import SearchIndex, build_index
-from embedkit.index.fusion import fuse
+from embedkit.search.fusion import fuse
 from embedkit.index.where import parse
 
 pytest.importorskip("faiss")

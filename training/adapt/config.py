@@ -7,7 +7,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from embedkit.errors import InputError
-from embedkit.index.fusion import FUSION_METHODS
+from embedkit.search.fusion import FUSION_METHODS
 from embedkit.training.adapt.queries import QUERY_KINDS
 from embedkit.training.adapt.signals import LABEL_FREE
 from embedkit.training.config import PRECISIONS

@@ -62,8 +62,8 @@ def _enough(text: str) -> str | None:
 def cut_rare_words(text: str, df: Counter[str], n_docs: int, share: float = RARE_SHARE) -> str | None:
     """`text` without its rare words (in fewer than `share` of the `n_docs` documents), or None when
     fewer than `MIN_WORDS_LEFT` words are left. The cut is the fusion calibration's
-    (`embedkit.evaluation.calibrate.without_rare_words`), with its threshold as a share."""
-    from embedkit.evaluation.calibrate import without_rare_words
+    (`embedkit.evaluation.fusion_calibration.without_rare_words`), with its threshold as a share."""
+    from embedkit.evaluation.fusion_calibration import without_rare_words
 
     return _enough(without_rare_words(text, df, math.ceil(share * n_docs)))
 

@@ -64,16 +64,24 @@
     return item;
   }
 
-  async function searchColumn(mode, request, column) {
+  // The request of one column. Fusion and dense weight are sent only where chosen: otherwise the
+  // server uses the index's own (calibrated) fusion, as `embedkit search` does.
+  function searchBody(mode, request) {
     const body = { query: request.query, k: request.k, mode, snippets: true };
-    if (mode === "hybrid") Object.assign(body, { fusion: request.fusion, alpha: request.alpha });
+    if (mode === "hybrid" && request.fusion) body.fusion = request.fusion;
+    if (mode === "hybrid" && request.alpha !== null) body.alpha = request.alpha;
+    return body;
+  }
+
+  async function searchColumn(mode, request, column) {
+    const body = searchBody(mode, request);
     const began = performance.now();
     try {
       const data = await api("/search", body);
       const ms = performance.now() - began;
       const hits = data.results[0].hits;
       const facts = [`${hits.length} hits`, `${ms.toFixed(1)} ms`];
-      if (mode === "hybrid") facts.push(`fusion ${data.fusion || body.fusion}`, `dense weight ${data.alpha ?? body.alpha}`);
+      if (mode === "hybrid") facts.push(`fusion ${data.fusion}`, `dense weight ${data.alpha}`);
       column.querySelector(".facts").textContent = facts.join(" · ");
       const list = element("ol", "hits");
       hits.forEach((hit) => list.append(hitItem(hit)));
@@ -91,8 +99,8 @@
     const request = {
       query: $("query").value,
       k: Number($("k").value) || 10,
-      fusion: $("fusion").value,
-      alpha: Number($("alpha").value),
+      fusion: $("fusion").value,  // "": the index's
+      alpha: $("alpha").value === "" ? null : Number($("alpha").value),
     };
     const chosen = $("mode").value;
     const modes = chosen === "all" ? MODES : [chosen];

@@ -19,7 +19,6 @@ in its `sources`, and the model that made them, so that queries are embedded by 
 
 from __future__ import annotations
 
-import io
 import time
 from itertools import islice
 from pathlib import Path
@@ -27,15 +26,12 @@ from typing import Any
 
 import numpy as np
 
-from embedkit.data.fingerprint import CorpusFingerprint, combined
-from embedkit.data.input_files import open_input
 from embedkit.encode.default_onnx import recorded_model_path
-from embedkit.encode.model_folder import ModelSpec, read_model_spec
 from embedkit.errors import InputError, RunFailure
-from embedkit.index.build import IndexReport, check_new_target
+from embedkit.index.build_report import IndexReport
 from embedkit.index.docstore import DocStore
 from embedkit.index.faiss_gpu import placement_for
-from embedkit.index.folder import DOCS_FILE, INDEX_FILE, META_FILE, relative_model
+from embedkit.index.folder import DOCS_FILE, INDEX_FILE, META_FILE, check_new_target, relative_model
 from embedkit.index.kinds import (
     KINDS,
     choose_kind,
@@ -43,9 +39,10 @@ from embedkit.index.kinds import (
     ivf_training_rows,
     new_faiss_index,
 )
+from embedkit.index.lexical_rebuild import fill_lexical
 from embedkit.index.meta import IndexMeta, now
 from embedkit.index.version_copy import write_faiss
-from embedkit.jobs.parts import Part, read_parts
+from embedkit.jobs.parts import Part, check_corpus, model_of_parts, normalized, read_parts
 from embedkit.jobs.streaming import CorpusOptions, read_corpus
 from embedkit.progress import ProgressBar
 from embedkit.storage.atomic import write_json_atomic
@@ -81,18 +78,18 @@ def build_index_from_vectors(
         raise InputError(f"unknown index kind {kind!r}: use {', '.join(KINDS)}")
     parts = read_parts(folder)
     first = parts[0].info
-    spec = _model_for(parts, model)
+    spec = model_of_parts(parts, model)
     check_new_target(out, overwrite)
     total, dim = first.total, first.dim
     placement = placement_for(device, gpu)
     chosen, reason = choose_kind(kind, total, dim, gpu=placement is not None)
     params = index_params(chosen, total, dim)
-    fingerprint = _check_corpus(parts, corpus, options, progress)
+    fingerprint = check_corpus(parts, corpus, options, progress)
     start = time.perf_counter()
     with new_version(out) as tmp:
         store = DocStore.create(tmp / DOCS_FILE)
         if lexical:
-            store.enable_lexical()
+            fill_lexical(store)
         index = new_faiss_index(chosen, dim, params)
         work = placement.to_gpu(index, chosen) if placement else index
         try:
@@ -145,75 +142,6 @@ def build_index_from_vectors(
     )
 
 
-def _model_for(parts: list[Part], model: str | Path | None) -> ModelSpec:
-    """The model the index records: `model`, else the parts' own; it must be the parts' model."""
-    first = parts[0].info
-    if model is None:
-        try:
-            spec = read_model_spec(first.model)
-        except InputError as exc:
-            raise InputError(
-                f"the parts' model {first.model} cannot be opened here ({exc}): pass --model with that model"
-            ) from None
-    else:
-        spec = read_model_spec(model)
-    if spec.dim != first.dim:
-        raise InputError(f"model {spec.path} gives {spec.dim}-d vectors; the parts hold {first.dim}-d")
-    from embedkit.encode.identity import check_same_model, model_identity
-
-    # the parts may hold int8 vectors: the model at either precision class may have embedded them
-    identities = [model_identity(spec, precision) for precision in ("fp32", "int8")]
-    match = next((i for i in identities if i.fingerprint == first.model_fingerprint), identities[0])
-    check_same_model(first.model_fingerprint, first.model, match.fingerprint, spec.path, "the parts", match)
-    return spec
-
-
-def _check_corpus(parts: list[Part], corpus: str | Path, options: CorpusOptions, progress: bool) -> str:
-    """Read `corpus` against the parts' ids and fingerprints; the corpus's fingerprint."""
-    documents = read_corpus(corpus, options)
-    total = parts[0].info.total
-    row = 0
-    with ProgressBar(total, "checking", enabled=progress, rate_unit="docs/s", transient=True) as bar:
-        for part in parts:
-            fingerprint = CorpusFingerprint()
-            with open_input(part.ids, "ids file", gunzip=False) as raw:
-                ids = io.TextIOWrapper(raw, encoding="utf-8", newline="\n")
-                for line in islice(ids, part.info.count):
-                    doc = next(documents, None)
-                    if doc is None:
-                        raise InputError(
-                            f"{corpus} holds {row} documents; the parts were embedded from {total}"
-                        )
-                    expected = line.rstrip("\n")
-                    if str(doc.id) != expected:
-                        raise InputError(
-                            f"part {part.info.name}: row {row - part.info.start} has id {expected!r}, but "
-                            f"document {row + 1} of {corpus} is {doc.id!r}: not the corpus (or order) "
-                            "the parts were embedded from"
-                        )
-                    fingerprint.add_fields(doc.id, doc.title, doc.text)
-                    row += 1
-            if fingerprint.hex != part.info.corpus_fingerprint:
-                raise InputError(
-                    f"part {part.info.name}: the texts of its documents in {corpus} are not the ones it was "
-                    "embedded from (same ids, other texts): embed that part again"
-                )
-            bar.advance(part.info.count)
-    if next(documents, None) is not None:
-        raise InputError(f"{corpus} holds more documents than the {total} the parts were embedded from")
-    return combined(*(part.info.corpus_fingerprint for part in parts)) or ""
-
-
-def _normalized(vectors: np.ndarray, part: Part) -> np.ndarray:
-    """Unit rows, float32, C order (as `build_index`'s encoder returns them)."""
-    out = np.array(vectors, dtype=np.float32, order="C")
-    if not np.all(np.isfinite(out)):
-        raise InputError(f"part {part.info.name}: {part.npy.name} holds NaN or infinite values")
-    norms = np.linalg.norm(out, axis=1, keepdims=True)
-    np.divide(out, norms, out=out, where=norms > 0)  # a zero row stays zero rather than NaN
-    return out
-
-
 def _training_sample(parts: list[Part], total: int, nlist: int) -> np.ndarray:
     """The rows `ivf_training_rows` picks, gathered from the parts' memory maps and normalized.
 
@@ -232,7 +160,7 @@ def _training_sample(parts: list[Part], total: int, nlist: int) -> np.ndarray:
             local: Any = slice(None)
         else:
             local = rows[(rows >= start) & (rows < start + count)] - start
-        piece = _normalized(part.vectors()[local], part)
+        piece = normalized(part.vectors()[local], part)
         sample[filled : filled + len(piece)] = piece
         filled += len(piece)
     return sample
@@ -247,7 +175,7 @@ def _fill(index, store: DocStore, parts: list[Part], corpus, options: CorpusOpti
         for part in parts:
             vectors, ids = part.vectors(), part.read_ids()
             for offset in range(0, part.info.count, options.chunk_size):
-                block = _normalized(vectors[offset : offset + options.chunk_size], part)
+                block = normalized(vectors[offset : offset + options.chunk_size], part)
                 chunk = list(islice(documents, len(block)))
                 if [str(doc.id) for doc in chunk] != ids[offset : offset + len(block)]:
                     raise RunFailure(f"{corpus} changed while it was read: its ids no longer match the parts")

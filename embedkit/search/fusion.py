@@ -28,10 +28,10 @@ carries no ranking information and contributes 0 to every row, so the other side
   re-normalised; `feedback_query`) and the dense side is searched again with q'. The final
   ranking is that dense search: BM25 chooses what the query should look like, the model ranks.
   A query with no lexical hits keeps its dense ranking. It needs the documents' vectors and a
-  second dense search, so the callers (`SearchIndex.search_text`, the retrieval evaluator) run
-  it; `fuse` does the score fusions.
+  second dense search, so the search pipeline runs it (`embedkit.search.pipeline`); `fuse` does
+  the score fusions, and `feedback_query` the moved query.
 
-Default (an index without a calibration; `embedkit.index.calibration` records a choice per
+Default (an index without a calibration; `embedkit.evaluation.fusion_calibration` records a choice per
 index): `prf` with z-score alpha 0.7 (dense-heavier), 3 feedback documents, beta 0.5. Measured
 with the bundled model (`benchmarks/hybrid.py`, benchmarks/README.md), nDCG@10 against dense:
 Cranfield +4.2 (z-score 0.5 gave +6.6 there), msmarco-5k +1.3 (z-score 0.5: -1.8, because
@@ -85,15 +85,14 @@ def fuse(
 ) -> list[FusedHit]:
     """Fuse one query's two rankings with `method` (zscore, rrf or minmax); the best `k` rows.
 
-    `prf`'s first stage is `zscore`; its feedback and second search are the caller's (see above).
+    `prf` is no score fusion: its first stage is `zscore`, its feedback and second search the
+    pipeline's (see above).
     """
     if method == "rrf":
         return rrf(dense, lexical, k, rrf_k=rrf_k)
     if method in ("zscore", "minmax"):
         return weighted(dense, lexical, k, alpha=alpha, normalization=method)
-    if method == "prf":
-        raise InputError("prf needs the documents' vectors: search through SearchIndex.search_text")
-    raise InputError(f"unknown fusion method {method!r}: use {', '.join(FUSION_METHODS)}")
+    raise InputError(f"unknown score fusion {method!r}: use zscore, rrf or minmax")
 
 
 def check_fusion(method: str, alpha: float) -> None:

@@ -4,12 +4,15 @@ The pseudo queries are the kinds `embedkit adapt` makes (`embedkit.evaluation.ps
 sentence removed from its document, a title matched against its text, the salient terms of a
 document), each with its source document as the one relevant answer; `ict-common` adds the ict
 sentences without their rare words (`without_rare_words`). Each candidate of
-`embedkit.index.calibration.CANDIDATES` is scored (nDCG@10) on them, and `choose` picks.
+`embedkit.evaluation.fusion_rule.CANDIDATES` is searched by the search pipeline itself
+(`embedkit.search.pipeline`, over the sample held in memory: `embedkit.evaluation.memory_store`)
+and scored (nDCG@10) on them, and `choose` picks: what is calibrated is what `search` runs.
 
 The searched collection is a sample of at most `CalibrationConfig.documents` documents (the
 query sources among them), read back from the index with their stored vectors; only the query
 sources whose text lost the query are embedded again, so the cost is bounded whatever the size
-of the index. Deterministic given the seed.
+of the index. Deterministic given the seed. `calibrate_index` records a new calibration in an
+index (`embedkit calibrate`).
 """
 
 from __future__ import annotations
@@ -17,17 +20,19 @@ from __future__ import annotations
 import random
 import time
 from collections import Counter
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from embedkit.data.corpus import Document
+from embedkit.data.document import Document
 from embedkit.encode.prefixes import Prefixes, recorded_prefixes
-from embedkit.encode.protocol import Encoder
+from embedkit.encode.protocol import Encoder, EncoderBase
 from embedkit.errors import InputError
+from embedkit.evaluation.fusion_rule import CANDIDATES, COMMON, LEXICAL, choose
+from embedkit.evaluation.memory_store import MemoryStore
 from embedkit.evaluation.metrics import evaluate_run
 from embedkit.evaluation.pseudo_kinds import (
     QUERY_KINDS,
@@ -36,21 +41,17 @@ from embedkit.evaluation.pseudo_kinds import (
     make_pseudo_queries,
     words,
 )
-from embedkit.evaluation.runs import exact_search, feedback_run, fuse_runs, lexical_run
-from embedkit.index.calibration import (
-    CANDIDATES,
-    COMMON,
-    LEXICAL,
-    Calibration,
-    choose,
-    default_choice,
-    label,
-)
-from embedkit.index.fusion import DEFAULT_ALPHA
+from embedkit.evaluation.runs import Run, run_of_hits
+from embedkit.search import pipeline
+from embedkit.search.fusion import DEFAULT_ALPHA
+from embedkit.search.request import Calibration, SearchRequest, default_choice, label
 from embedkit.storage.locking import locked
 
-Run = dict[str, dict[str, float]]
-DEPTH = 100  # candidates per side before fusion, as `embedkit.index.search.FUSION_DEPTH`
+if TYPE_CHECKING:
+    from embedkit.search.store import SearchStore
+
+DEPTH = 100  # the single sides' runs, as deep as each side's candidates before fusion (FUSION_DEPTH)
+TOP = 10  # the fused runs: nDCG@10 reads no further
 
 
 @dataclass(frozen=True)
@@ -128,35 +129,51 @@ def without_rare_words(text: str, df: Counter[str], min_df: int) -> str:
 # --- scoring the candidates -----------------------------------------------------------------------
 
 
-def candidate_runs(
-    query_ids: list[str],
-    query_vectors: np.ndarray,
-    doc_ids: list[str],
-    doc_vectors: np.ndarray,
-    lexical: Run,
-    depth: int = DEPTH,
-) -> dict[str, Run]:
-    """Each candidate's run (and BM25's), by exact search over `doc_vectors`; `lexical` is BM25's run."""
-    dense = exact_search(query_vectors, doc_vectors, doc_ids, depth, query_ids)
-    row_of = {doc: row for row, doc in enumerate(doc_ids)}
-    runs: dict[str, Run] = {LEXICAL: lexical}
+def candidate_requests() -> dict[str, SearchRequest]:
+    """BM25 alone (`LEXICAL`) and each candidate of `CANDIDATES`, as search requests."""
+    requests = {LEXICAL: SearchRequest(DEPTH, mode="lexical")}
     for method, alpha in CANDIDATES:
-        name = label(method, alpha)
         if method == "dense":
-            runs[name] = dense
-        elif method == "prf":
-            runs[name] = feedback_run(  # the first ranking over both sides' DEPTH candidates, as search
-                dense,
-                lexical,
-                query_ids,
-                query_vectors,
-                lambda ids: doc_vectors[[row_of[i] for i in ids]],
-                lambda vectors, qids: exact_search(vectors, doc_vectors, doc_ids, 10, qids),
-                float(alpha),  # type: ignore[arg-type]
-            )
+            requests[label(method, alpha)] = SearchRequest(DEPTH, mode="dense")
         else:
-            runs[name] = fuse_runs(dense, lexical, 10, method, DEFAULT_ALPHA if alpha is None else alpha)
+            weight = DEFAULT_ALPHA if alpha is None else alpha
+            requests[label(method, alpha)] = SearchRequest(TOP, mode="hybrid", fusion=method, alpha=weight)
+    return {name: request.resolved({}, has_lexical=True) for name, request in requests.items()}
+
+
+def candidate_runs(
+    store: MemoryStore, texts: list[str], encoder: Encoder, prefixes: Prefixes
+) -> dict[str, Run]:
+    """Each candidate's run (and BM25's) of the pseudo queries `texts`, by the search pipeline."""
+    query_ids = [f"q{i}" for i in range(len(texts))]
+    encoder = _SameQueries(encoder)  # every candidate embeds the same queries: once
+    runs = {}
+    for name, request in candidate_requests().items():
+        model = encoder if request.mode != "lexical" else None
+        runs[name] = run_of_hits(query_ids, pipeline.search(store, texts, model, request, prefixes))
     return runs
+
+
+class _SameQueries(EncoderBase):
+    """An encoder that answers a repeated `encode` of the same texts from its last answer."""
+
+    def __init__(self, encoder: Encoder) -> None:
+        self.encoder = encoder
+        self._last: tuple[Any, np.ndarray] | None = None
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.encoder, name)  # dim, path, fingerprint, ...
+
+    def encode_texts(
+        self, texts: list[str], batch_size: int, normalize: bool | None, progress: bool
+    ) -> np.ndarray:
+        key = (tuple(texts), batch_size, normalize)
+        if self._last is None or self._last[0] != key:
+            vectors = self.encoder.encode(
+                texts, batch_size=batch_size, normalize=normalize, progress=progress
+            )
+            self._last = (key, vectors)
+        return self._last[1]
 
 
 def per_query_ndcg(runs: dict[str, Run], qrels: dict[str, dict[str, int]]) -> dict[str, dict[str, float]]:
@@ -175,27 +192,18 @@ def score_task(
     prefixes: Prefixes | None = None,  # the index's query and passage prefixes (none: no prefix)
 ) -> dict:
     """candidate -> kind -> nDCG@10 x 100 of the task; `vectors` are the sample's stored vectors."""
-    from embedkit.index.lexical import LexicalIndex
-
     prefixes = prefixes or Prefixes()
     doc_vectors = np.array(vectors, dtype=np.float32)
     if task.changed:  # the sources without their query's text, embedded as the index would
         texts = prefixes.passages([task.documents[row].full_text for row in task.changed])
         doc_vectors[task.changed] = encoder.encode(texts, normalize=True)
-    query_ids = [f"q{i}" for i in range(len(task.queries))]
-    texts = [q.text for q in task.queries]
-    query_vectors = encoder.encode(prefixes.queries(texts), normalize=True).reshape(len(texts), -1)
-    bm25 = LexicalIndex.create(None, lexical_settings)
+    store = MemoryStore(task.documents, doc_vectors, lexical_settings)
     try:
-        bm25.add(0, task.documents)
-        bm25.commit()
-        doc_ids = [d.id for d in task.documents]
-        lexical = lexical_run(bm25.search(texts, DEPTH), doc_ids, query_ids, DEPTH)
+        texts = [q.text for q in task.queries]
+        scores = per_query_ndcg(candidate_runs(store, texts, encoder, prefixes), task.qrels)
     finally:
-        bm25.close()
-    scores = per_query_ndcg(
-        candidate_runs(query_ids, query_vectors, doc_ids, doc_vectors, lexical), task.qrels
-    )
+        store.close()
+    query_ids = [f"q{i}" for i in range(len(task.queries))]
     kinds = sorted({q.kind for q in task.queries}, key=(*QUERY_KINDS, COMMON).index)
     table: dict[str, dict[str, float]] = {}
     for name, values in scores.items():
@@ -211,34 +219,38 @@ def score_task(
 
 
 def calibrate(
-    documents_of_rows: Callable[[list[int]], list[Document]],
-    vectors_of_rows: Callable[[list[int]], np.ndarray],
-    count: int,
+    store: SearchStore[Any],
+    rows: Sequence[int],
     encoder: Encoder,
     lexical_settings: Any = None,
     config: CalibrationConfig | None = None,
     prefixes: Prefixes | None = None,
 ) -> Calibration:
-    """Score the candidates on pseudo queries from a sample of the `count` rows; choose by the rule.
+    """Score the candidates on pseudo queries from a sample of the `store`'s `rows` (those held);
+    choose by the rule. The sample's documents and stored vectors are read from the store.
 
     Too few pseudo queries (one-sentence documents without titles, a tiny index) keep the default,
     with the reason recorded.
     """
     config = config or CalibrationConfig()
+    prefixes = prefixes or Prefixes()
     start = time.perf_counter()
-    rows = list(range(count))
+    count = len(rows)
+    sample = list(rows)
     if count > config.documents:
-        rows = sorted(random.Random(config.seed).sample(rows, config.documents))
-    documents = documents_of_rows(rows)
+        sample = sorted(random.Random(config.seed).sample(sample, config.documents))
+    held = store.held_at(sample)
+    documents = [held.get(r) or Document(f"row-{r}", "") for r in sample]  # type: ignore[misc]
     try:
-        task = pseudo_task(documents, config)
+        task = pseudo_task(documents, config)  # type: ignore[arg-type]
     except InputError:  # no document gives any pseudo query
-        task = PseudoTask([], documents, [])
+        task = PseudoTask([], documents, [])  # type: ignore[arg-type]
     if len(task.queries) < config.min_queries:
         method, alpha = default_choice()
         reason = f"{len(task.queries)} pseudo queries, fewer than {config.min_queries}: the default"
-        return Calibration(method, alpha, reason, documents=len(rows), count=count, seed=config.seed)
-    table = score_task(task, vectors_of_rows(rows), encoder, lexical_settings, prefixes)
+        return Calibration(method, alpha, reason, documents=len(sample), count=count, seed=config.seed)
+    vectors = pipeline.stored_vectors(store, sample, encoder, prefixes)
+    table = score_task(task, vectors, encoder, lexical_settings, prefixes)
     picked = choose(table)
     queries = {kind: sum(q.kind == kind for q in task.queries) for kind in config.kinds}
     return Calibration(
@@ -247,50 +259,31 @@ def calibrate(
         picked.reason,
         table=table,
         queries={k: n for k, n in queries.items() if n},
-        documents=len(rows),
+        documents=len(sample),
         count=count,
         seconds=round(time.perf_counter() - start, 2),
         seed=config.seed,
     )
 
 
-def calibrate_store(
-    store: Any,
-    index: Any,
-    encoder: Encoder,
-    settings: Any,
-    config: CalibrationConfig | None = None,
-    prefixes: Prefixes | None = None,
-) -> Calibration:
-    """`calibrate` over an open `DocStore`, its FAISS index and the lexical side's settings."""
-    from embedkit.index.search import SearchIndex
-
-    meta = {"dim": encoder.dim, **({"passage_prefix": prefixes.passage} if prefixes else {})}
-    opened = SearchIndex(Path(), meta, index, store)  # its vector read-back
-
-    def documents(rows: list[int]) -> list[Document]:
-        found = store.by_rows(rows)
-        return [d if d is not None else Document(f"row-{r}", "") for r, d in zip(rows, found, strict=True)]
-
-    vectors = lambda rows: opened.vectors_of_rows(rows, encoder)  # noqa: E731
-    return calibrate(documents, vectors, int(index.ntotal), encoder, settings, config, prefixes)
-
-
-def calibrate_folder(
+def calibrate_version(
     folder: Path,
-    index: Any,
+    vectors: Any,
+    meta: dict[str, Any],
     encoder: Encoder,
     settings: Any,
     config: CalibrationConfig | None = None,
-    prefixes: Prefixes | None = None,
 ) -> Calibration:
-    """`calibrate_store` on the version folder `folder` (being written) and its FAISS `index`."""
+    """`calibrate` over the version folder `folder` (being written: its documents) and its FAISS
+    index `vectors`; `meta` holds the index's dim, kind, params and prefixes."""
     from embedkit.index.docstore import DocStore
     from embedkit.index.folder import DOCS_FILE
+    from embedkit.index.local_store import LocalStore
 
-    store = DocStore.open(folder / DOCS_FILE)
+    store = LocalStore(meta, vectors, DocStore.open(folder / DOCS_FILE), folder)
     try:
-        return calibrate_store(store, index, encoder, settings, config, prefixes)
+        rows = store.docs.rows_between(0, store.docs.next_row())
+        return calibrate(store, rows, encoder, settings, config, recorded_prefixes(meta))
     finally:
         store.close()
 
@@ -333,14 +326,14 @@ def calibrate_index(
             f"the index {out} has no current lexical side, so no fusion to calibrate: add one with "
             f"`embedkit index --out {out} --reindex-lexical`"
         )
-    if hasattr(model, "encode"):  # an open encoder: it must run the index's model
-        encoder = model
-        if encoder.fingerprint != meta["model_fingerprint"] or encoder.dim != meta["dim"]:
-            raise InputError(
-                f"the encoder's model is not {meta['model']}, the model the index {out} was built with"
-            )
-    else:
+    if model is None or isinstance(model, (str, Path)):
         encoder = open_model_for(meta, model, device, precision)
+    elif model.fingerprint != meta["model_fingerprint"] or model.dim != meta["dim"]:
+        raise InputError(
+            f"the encoder's model is not {meta['model']}, the model the index {out} was built with"
+        )
+    else:
+        encoder = model
     if meta.get("passages"):
         raise InputError(
             f"the index {out} holds passages: it is not calibrated and searches with the default fusion "
@@ -349,8 +342,8 @@ def calibrate_index(
     live = index_files_dir(out)
     with new_version(out) as tmp:
         shutil.copytree(live, tmp, ignore=shutil.ignore_patterns(META_FILE, CHECKSUMS), dirs_exist_ok=True)
-        index = read_faiss(live / INDEX_FILE, meta)  # checked against the live version's checksums
-        calibration = calibrate_folder(tmp, index, encoder, settings, config, recorded_prefixes(meta))
+        vectors = read_faiss(live / INDEX_FILE, meta)  # checked against the live version's checksums
+        calibration = calibrate_version(tmp, vectors, meta, encoder, settings, config)
         record = IndexMeta.from_json(meta, tmp / META_FILE).updated_now(fusion=calibration.to_json())
         write_json_atomic(tmp / META_FILE, record.to_json())
     return calibration

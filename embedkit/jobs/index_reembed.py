@@ -16,17 +16,16 @@ from __future__ import annotations
 import json
 import tempfile
 from pathlib import Path
-from typing import TYPE_CHECKING
 
+from embedkit.data.fingerprint import CorpusFingerprint
 from embedkit.errors import EmbedkitError
-from embedkit.index.build import IndexReport, build_index
-from embedkit.index.corpus_fingerprint import count_and_fingerprint
-from embedkit.index.folder import read_index_meta
+from embedkit.index.build_report import IndexReport
+from embedkit.index.docstore import DocStore
+from embedkit.index.folder import DOCS_FILE, index_files_dir, read_index_meta
 from embedkit.index.passages import PassageSettings
-from embedkit.jobs.streaming import CorpusOptions
-
-if TYPE_CHECKING:
-    from embedkit.index.docstore import DocStore
+from embedkit.jobs.index_build import IndexOptions, build_index
+from embedkit.jobs.streaming import CorpusOptions, read_corpus
+from embedkit.search.request import Calibration
 
 _DUMP_ROWS = 10_000  # documents read from the store at a time
 
@@ -41,8 +40,6 @@ def reembed_index(
     (same fingerprint), so the new version names it as its source; otherwise the documents are
     written from the index's own store to a temporary JSON-lines file and embedded from there.
     """
-    from embedkit.index.search import SearchIndex
-
     path = Path(index)
     meta = read_index_meta(path)
     options = CorpusOptions()
@@ -50,24 +47,21 @@ def reembed_index(
         corpus = _recorded_corpus(meta, options)
         if corpus is None:
             corpus = Path(tmp) / "corpus.jsonl"
-            with SearchIndex.load(path) as opened:
-                _write_documents(opened.store, corpus)
-        return build_index(
-            corpus,
-            path,
-            model,
+            with DocStore.open(index_files_dir(path) / DOCS_FILE) as store:
+                _write_documents(store, corpus)
+        settings = IndexOptions(
             kind=str(meta["kind"]),
             overwrite=True,
-            options=options,
-            device=device,
-            progress=progress,
             lexical=meta.get("lexical") is not None,
+            calibrate=False,
             passages=PassageSettings.from_json(meta["passages"]) if meta.get("passages") else None,
             query_prefix=str(meta.get("query_prefix") or ""),
             passage_prefix=str(meta.get("passage_prefix") or ""),
-            calibrate=False,
-            fusion=meta.get("fusion"),
+            device=device,
+            corpus=options,
         )
+        fusion = Calibration.from_json(meta["fusion"]) if meta.get("fusion") else None
+        return build_index(corpus, path, model, settings, progress=progress, fusion=fusion)
 
 
 def _recorded_corpus(meta: dict, options: CorpusOptions) -> Path | None:
@@ -78,11 +72,13 @@ def _recorded_corpus(meta: dict, options: CorpusOptions) -> Path | None:
     source = Path(str(sources[0].get("corpus", "")))
     if not source.exists():
         return None
+    fingerprint = CorpusFingerprint()
     try:
-        _, fingerprint = count_and_fingerprint(source, options)
+        for doc in read_corpus(source, options):
+            fingerprint.add_fields(doc.id, doc.title, doc.text)
     except EmbedkitError:  # unreadable now, or read with other columns: the store's copy is the truth
         return None
-    return source if fingerprint == meta["corpus_fingerprint"] else None
+    return source if fingerprint.hex == meta["corpus_fingerprint"] else None
 
 
 def _write_documents(store: DocStore, out: Path) -> None:

@@ -1,0 +1,35 @@
+"""What a write of an index folder did: a build, an append, a rebuild from part files or of its BM25 side."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from embedkit.search.request import Calibration
+
+
+@dataclass(frozen=True)
+class IndexReport:
+    """What `build_index` (or `build_index_from_vectors`, `rebuild_lexical`) did."""
+
+    path: Path
+    kind: str
+    reason: str  # why this kind: auto's choice, "asked for", or the appended index's kind
+    params: dict[str, Any]
+    added: int
+    count: int  # documents in the index afterwards
+    seconds: float
+    truncated: int  # added documents cut at the model's max_seq_length
+    backend: str
+    device: str
+    appended: bool
+    blank: int = 0  # blank documents of the corpus, skipped (BEIR counts them: `eval` says n + blank)
+    faiss_device: str = "cpu"  # where faiss built the index: cpu or cuda:N (`embedkit.index.faiss_gpu`)
+    calibrated: Calibration | None = None  # the fusion calibration this build made (`IndexMeta.fusion`)
+    replaced: int = 0  # `upsert`: documents of the index that the corpus replaced
+    passages: int = 0  # passages added (their vectors), where the index holds passages
+    hidden_files: int = 0  # hidden files and folders of a folder of text files, left out
+    binary_files: int = 0  # binary files of such a folder, skipped
+    prefixes: str = "no prefixes"  # the query and passage prefixes the index embeds with

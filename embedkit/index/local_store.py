@@ -1,0 +1,251 @@
+"""An index folder as the search pipeline reaches it: FAISS, the SQLite documents, the tantivy BM25 side.
+
+`LocalStore` is the index folder's `embedkit.search.store.SearchStore`, composed of the three parts
+one version folder holds: the FAISS index (`vectors`), the document store (`docs`,
+`embedkit.index.docstore`) and its lexical side (`embedkit.index.lexical`). A metadata filter is
+compiled to the allowed rows (`embedkit.index.where`), kept for the last `FILTER_CACHE` expressions.
+
+Search among some rows (a metadata filter, or the rows not masked after a deletion) uses faiss's
+ID selectors (`SearchParameters(sel=...)`), so it returns `k` hits whenever `k` rows are allowed:
+flat search is exact; an HNSW or IVF search that finds fewer is repeated with a wider search
+(efSearch or nprobe x 4, up to the whole index), and an HNSW search that still falls short is
+answered by an exact search over the allowed rows.
+
+Vectors in an index are unit length, so every score is a cosine in [-1, 1] (an IVF-PQ index's
+approximate scores stray a little); a score beyond that, or NaN, can only come from a damaged
+index file, and is an `InputError`, not a result (`check_scores`).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from embedkit.data.document import TextSpan
+from embedkit.encode.batching import l2_normalize
+from embedkit.errors import InputError
+from embedkit.index.docstore import DocStore
+from embedkit.index.folder import (
+    DOCS_FILE,
+    INDEX_FILE,
+    META_FILE,
+    index_files_dir,
+    read_faiss,
+    read_index_meta,
+)
+from embedkit.index.integrity import load_consistent
+from embedkit.index.kinds import HNSW_EF_SEARCH, SCORE_OVERSHOOT, faiss_module
+from embedkit.index.lexical import lexical_settings
+from embedkit.index.rows import labels
+from embedkit.index.where import rows_where
+from embedkit.storage.versioned import verify_checksums
+
+Ranking = list[tuple[int, float]]
+FILTER_CACHE = 32  # metadata filters whose allowed rows a loaded index keeps (a server's repeats)
+WIDEN = 4  # efSearch / nprobe factor when a filtered search found too few
+
+
+class LocalStore:
+    """One version folder's FAISS index, documents and BM25 side, searched by row."""
+
+    makes_snippets = True  # the lexical side highlights its matches in a text
+
+    def __init__(
+        self, meta: dict[str, Any], vectors: Any, docs: DocStore, path: Path, folder: Path | None = None
+    ) -> None:
+        self.meta = meta
+        self.vectors = vectors  # the faiss.Index (on a GPU when the index was loaded there)
+        self.docs = docs
+        self.path = path  # the index folder, as errors name it
+        self.folder = folder or path  # the version folder the files were read from
+        self.dim = int(meta["dim"])
+        self.kind = str(meta["kind"])
+        self.masked = docs.deletions.masked_rows()  # deleted rows whose vectors are still in FAISS
+        self.passages = docs.has_passages
+        self.has_lexical = docs.lexical is not None
+        # documents held, where they differ from the vectors (a scan of the documents' keys, once)
+        self._documents = docs.document_count() if self.passages else None
+        self._filters: dict[str, np.ndarray] = {}  # filter text -> its allowed rows
+
+    @classmethod
+    def open(cls, path: str | Path) -> LocalStore:
+        """The live version of the index folder `path`. A load that overlaps an append reads the
+        old or the new version, never a mix of both."""
+        path = Path(path)
+        return load_consistent(path, index_files_dir, lambda folder: cls.read(folder, path))
+
+    @classmethod
+    def read(cls, folder: Path, path: Path) -> LocalStore:
+        """The version folder `folder` of the index `path`, its files checked (a missing, truncated
+        or corrupt file is an `InputError`)."""
+        verify_checksums(folder, required=(INDEX_FILE, DOCS_FILE, META_FILE))
+        meta = read_index_meta(folder)
+        vectors = read_faiss(folder / INDEX_FILE, meta)
+        docs = DocStore.open(folder / DOCS_FILE, lexical=lexical_settings(meta.get("lexical")))
+        # every vector is a document's, or a deleted document's that is masked (`embedkit.index.rows`)
+        held = docs.count() + len(docs.deletions.masked_rows()) if docs.deletions.any() else docs.next_row()
+        if held != vectors.ntotal:
+            docs.close()
+            raise InputError(f"{folder / DOCS_FILE} does not match {folder / INDEX_FILE}: rebuild the index")
+        return cls(meta, vectors, docs, path, folder)
+
+    def __len__(self) -> int:
+        """Vector rows held: the vectors less those of deleted documents still masked."""
+        return int(self.vectors.ntotal) - len(self.masked)
+
+    def close(self) -> None:
+        self.docs.close()
+
+    def document_count(self) -> int:
+        return self._documents if self._documents is not None else len(self)
+
+    def compile_filter(self, where: str) -> np.ndarray:
+        """The allowed vector rows of `where` (sorted; every passage of an allowed document)."""
+        if where not in self._filters:
+            if len(self._filters) >= FILTER_CACHE:
+                self._filters.pop(next(iter(self._filters)))
+            self._filters[where] = rows_where(self.docs, where)
+        return self._filters[where]
+
+    def reachable(self, allowed: np.ndarray | None) -> int:
+        return len(self) if allowed is None else min(len(self), len(allowed))
+
+    def search_dense(self, vectors: np.ndarray, k: int, allowed: np.ndarray | None) -> list[Ranking]:
+        scores, rows = self.dense_arrays(vectors, k, allowed)
+        return [
+            [(int(r), float(v)) for r, v in zip(row, vals, strict=True) if r >= 0]
+            for row, vals in zip(rows.tolist(), scores.tolist(), strict=True)
+        ]
+
+    def dense_arrays(
+        self, vectors: np.ndarray, k: int, allowed: np.ndarray | None
+    ) -> tuple[np.ndarray, np.ndarray]:
+        """faiss's (scores, rows), [q, min(k, len)] each, padded with rows -1 where fewer are allowed."""
+        queries = np.asarray(vectors, dtype=np.float32)
+        if queries.ndim == 1:
+            queries = queries[None, :]
+        if queries.ndim != 2 or queries.shape[1] != self.dim:
+            raise InputError(f"query vectors of shape {queries.shape}; this index holds {self.dim}-d vectors")
+        if k < 1:
+            raise InputError(f"k must be at least 1, got {k}")
+        k = max(1, min(k, len(self)))
+        if not len(queries) or not len(self) or (allowed is not None and not len(allowed)):
+            return np.empty((len(queries), 0), np.float32), np.empty((len(queries), 0), np.int64)
+        normalized = np.ascontiguousarray(l2_normalize(queries))
+        params = self.meta["params"]
+        scores, rows = search_rows(self.vectors, self.kind, normalized, k, allowed, self.masked, params)
+        check_scores(scores, rows, self.meta, self.path)
+        return scores, rows
+
+    def search_lexical(self, texts: Sequence[str], k: int, allowed: np.ndarray | None) -> list[Ranking]:
+        if self.docs.lexical is None:
+            raise InputError(f"{self.path} has no lexical index")
+        return self.docs.lexical.search(texts, k, allowed)
+
+    def vectors_of_rows(self, rows: Sequence[int]) -> np.ndarray | None:
+        """Read back from FAISS where the index can reconstruct them (flat and HNSW exactly, IVF-PQ
+        as its codes decode); None for a GPU index or one without a direct map to make."""
+        if not len(rows):
+            return np.empty((0, self.dim), dtype=np.float32)
+        wanted = np.asarray(rows, dtype=np.int64)
+        try:
+            return np.asarray(self.vectors.reconstruct_batch(wanted), dtype=np.float32)
+        except RuntimeError:  # an IVF index without its direct map, or a GPU index
+            pass
+        try:
+            ivf = faiss_module().extract_index_ivf(self.vectors)
+            if self.docs.deletions.any():  # labels with gaps: the array map needs 0..n-1
+                ivf.set_direct_map_type(faiss_module().DirectMap.Hashtable)
+            else:
+                ivf.make_direct_map()
+            return np.asarray(self.vectors.reconstruct_batch(wanted), dtype=np.float32)
+        except (RuntimeError, AttributeError):
+            return None
+
+    def held_at(self, rows: Sequence[int]) -> dict[int, TextSpan]:
+        return self.docs.held_at(rows)
+
+    def document_numbers(self, rows: Sequence[int]) -> dict[int, int]:
+        return self.docs.document_numbers(rows)
+
+    def snippets(self, query: str, texts: Sequence[str]) -> list[str | None]:
+        assert self.docs.lexical is not None, "snippets come from the lexical side"
+        return self.docs.lexical.snippets(query, texts)
+
+
+def check_scores(scores: np.ndarray, rows: np.ndarray, meta: dict[str, Any], path: Path) -> None:
+    """An `InputError` when a normalized index returns a score that is not a cosine."""
+    if not meta.get("normalized", True) or scores.size == 0:
+        return
+    found = scores[rows >= 0]
+    bound = 1 + SCORE_OVERSHOOT.get(str(meta.get("kind")), 1.0)
+    if found.size and (not np.all(np.isfinite(found)) or float(np.max(np.abs(found))) > bound):
+        worst = float(np.max(np.abs(np.nan_to_num(found, nan=np.inf))))
+        raise InputError(
+            f"the index {path} returned a score of {worst:.3g}, impossible for unit vectors "
+            "(cosine in [-1, 1]): its index file is corrupt; rebuild the index"
+        )
+
+
+def search_rows(
+    index,
+    kind: str,
+    queries: np.ndarray,
+    k: int,
+    allowed: np.ndarray | None,
+    masked: np.ndarray,
+    params: dict[str, Any],
+) -> tuple[np.ndarray, np.ndarray]:
+    """faiss's (scores, rows) [q, k] of normalised `queries`, among the `allowed` rows (sorted; None:
+    all) and never the `masked` ones; padded with row -1 only where fewer than `k` rows are allowed."""
+    if allowed is None and not len(masked):
+        return index.search(queries, k)
+    faiss = faiss_module()
+    if allowed is not None:
+        selector = faiss.IDSelectorBatch(np.ascontiguousarray(allowed, dtype=np.int64))
+        available = len(allowed)
+    else:
+        selector = faiss.IDSelectorNot(faiss.IDSelectorBatch(np.ascontiguousarray(masked)))
+        available = int(index.ntotal) - len(masked)
+    want = min(k, available)
+    width = int(params.get("ef_search", HNSW_EF_SEARCH)) if kind == "hnsw" else int(params.get("nprobe", 1))
+    limit = int(index.ntotal) if kind == "hnsw" else int(params.get("nlist", 1))
+    while True:
+        try:
+            scores, rows = index.search(queries, k, params=_parameters(kind, selector, width, k))
+        except RuntimeError as exc:  # a faiss build or device without ID selectors for this index
+            reason = str(exc).strip().splitlines()[-1]
+            raise InputError(f"this index cannot search among some rows (drop --gpu?): {reason}") from None
+        short = (rows >= 0).sum(axis=1) < want
+        if kind == "flat" or not short.any() or width >= limit:
+            break
+        width = min(limit, width * WIDEN)
+    if kind == "hnsw" and short.any():
+        rows_allowed = allowed if allowed is not None else np.setdiff1d(labels(index), masked)
+        exact_scores, exact_rows = _exact(index, queries[short], k, rows_allowed)
+        scores[short], rows[short] = exact_scores, exact_rows
+    return scores, rows
+
+
+def _parameters(kind: str, selector, width: int, k: int):  # -> faiss.SearchParameters
+    faiss = faiss_module()
+    if kind == "hnsw":
+        return faiss.SearchParametersHNSW(sel=selector, efSearch=max(width, k))
+    if kind == "ivf-pq":
+        return faiss.SearchParametersIVF(sel=selector, nprobe=width)
+    return faiss.SearchParameters(sel=selector)
+
+
+def _exact(index, queries: np.ndarray, k: int, rows: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Exact inner-product top-k over the stored vectors of `rows` (HNSW stores them unencoded)."""
+    vectors = np.asarray(index.reconstruct_batch(np.ascontiguousarray(rows, dtype=np.int64)), np.float32)
+    scores = queries @ vectors.T  # (q, len(rows))
+    top = np.argsort(-scores, axis=1, kind="stable")[:, :k]
+    found_scores = np.full((len(queries), k), -np.inf, dtype=np.float32)
+    found_rows = np.full((len(queries), k), -1, dtype=np.int64)
+    found_scores[:, : top.shape[1]] = np.take_along_axis(scores, top, axis=1)
+    found_rows[:, : top.shape[1]] = rows[top]
+    return found_scores, found_rows

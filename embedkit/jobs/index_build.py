@@ -1,0 +1,384 @@
+"""Building an index folder from a corpus, or appending a corpus to one (`embedkit index`).
+
+`build_index` is four steps, each a function below: `prepare` (every check that can fail before
+minutes of embedding, the model, the index appended to), `fill` (the corpus read once: documents,
+BM25 and vectors written, an upsert's replaced documents removed, the count and fingerprint
+kept as it streams), `calibrated` (the fusion chosen on pseudo queries from the new documents,
+`embedkit.evaluation.fusion_calibration`) and `record` (the metadata). Every write builds a
+complete version inside INDEX_DIR and makes it live in one rename (`embedkit.storage.versioned`);
+an append works on a copy. A crash at any point leaves the previous index intact, and one writer
+at a time holds the index (`embedkit.storage.locking`).
+
+Kinds: `flat` (exact), `hnsw` (graph, approximate, fast), `ivf-pq` (compressed, for corpora whose
+vectors do not fit in memory). `auto` picks flat under `AUTO_FLAT_MAX` vectors, HNSW above, and
+IVF-PQ when an HNSW index would take more than half of this machine's memory (or on the GPU,
+where faiss has no HNSW). A new index learns its size only as the corpus streams, so its vectors
+go to a file in the build folder first and into the chosen FAISS index once all are embedded.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+from embedkit.data.corpus import ReadStats, is_line_file
+from embedkit.data.fingerprint import CorpusFingerprint, combined
+from embedkit.encode.default_onnx import recorded_model_path
+from embedkit.encode.prefixes import Prefixes, check_recorded, recorded_prefixes, resolve_prefixes
+from embedkit.errors import InputError
+from embedkit.evaluation.fusion_calibration import calibrate_version
+from embedkit.evaluation.fusion_rule import needs_calibration
+from embedkit.index.build_report import IndexReport
+from embedkit.index.docstore import DocStore
+from embedkit.index.edits import remove_documents
+from embedkit.index.faiss_gpu import placement_for
+from embedkit.index.folder import (
+    DOCS_FILE,
+    INDEX_FILE,
+    META_FILE,
+    check_encoder_for,
+    check_index_file,
+    check_new_target,
+    index_files_dir,
+    open_model_for,
+    read_index_meta,
+    relative_model,
+)
+from embedkit.index.kinds import KINDS, choose_kind, index_params, new_faiss_index, train_ivf
+from embedkit.index.lexical_rebuild import fill_lexical
+from embedkit.index.meta import IndexMeta, now
+from embedkit.index.passages import PassageSettings, PassageSplitter, passage_settings
+from embedkit.index.rows import add_rows
+from embedkit.index.version_copy import copy_store, read_faiss_copy, write_faiss
+from embedkit.jobs.streaming import CorpusOptions, as_encoder, chunked, read_corpus
+from embedkit.progress import ProgressBar
+from embedkit.search.request import Calibration
+from embedkit.storage.atomic import write_json_atomic
+from embedkit.storage.locking import locked
+from embedkit.storage.versioned import new_version
+
+if TYPE_CHECKING:
+    from embedkit.encode.protocol import Encoder
+
+SPOOL = "vectors.tmp.f32"  # a new index's vectors, in the build folder until its kind is chosen
+
+
+@dataclass(frozen=True)
+class IndexOptions:
+    """How `build_index` builds or extends an index; the defaults are `embedkit index`'s."""
+
+    kind: str = "auto"  # auto, flat, hnsw or ivf-pq (`embedkit.index.kinds`)
+    append: bool = False  # add to the index in `out`
+    upsert: bool = False  # with `append`: documents whose ids the index holds replace them
+    overwrite: bool = False  # replace the index in `out`
+    lexical: bool = True  # a new index also gets a BM25 index of title + text (hybrid search)
+    calibrate: bool = True  # choose the fusion on pseudo queries (`embedkit.evaluation.fusion_calibration`)
+    passages: PassageSettings | str | None = None  # split documents into passages (a new index)
+    query_prefix: str | None = None  # None: the model card's (a new index) or the index's (append)
+    passage_prefix: str | None = None
+    device: str = "auto"  # where the model runs; cuda or cuda:N also puts faiss on that GPU
+    precision: str | None = None  # ONNX precision, likewise
+    gpu: bool = False  # build with faiss's GPU index on GPU 0 (saved in CPU form)
+    corpus: CorpusOptions = field(default_factory=CorpusOptions)  # columns, chunk and batch sizes
+
+
+@dataclass
+class Plan:
+    """What `prepare` settled before anything is embedded."""
+
+    corpus: str | Path
+    out: Path
+    options: IndexOptions
+    old: dict[str, Any] | None  # the appended index's metadata (None: a new index)
+    encoder: Encoder
+    prefixes: Prefixes
+    split: PassageSettings | None
+    placement: Any  # faiss on a GPU (`embedkit.index.faiss_gpu`), or None
+
+
+@dataclass
+class Filled:
+    """What `fill` wrote: the index (CPU), its store's facts, and what the corpus held."""
+
+    index: Any
+    kind: str
+    reason: str  # why this kind: auto's choice, "asked for", or the appended index's kind
+    params: dict[str, Any]
+    documents: int  # documents read from the corpus
+    vectors: int  # vectors added (passages, in an index of passages)
+    fingerprint: str | None  # the index's corpus fingerprint afterwards (None: unknown)
+    replaced: int  # `upsert`: documents of the index the corpus replaced
+    lexical: Any  # the lexical side's settings (None: no side)
+    masked: int  # vectors of deleted documents still in the FAISS file
+    held: int | None  # documents held, where they differ from the vectors (passages)
+    read: ReadStats
+
+
+@locked("out")
+def build_index(
+    corpus: str | Path,
+    out: str | Path,
+    model: Encoder | str | Path | None = None,
+    options: IndexOptions | None = None,
+    *,
+    progress: bool = False,
+    fusion: Calibration | None = None,  # a recorded calibration to keep as it is, instead of one made here
+) -> IndexReport:
+    """Embed `corpus` and build the index folder `out`, or with `options.append` add to it.
+
+    `model`: an open encoder or a model folder (None: the bundled model; with `append`, the index's
+    own model). A new index needs an absent or empty `out`, or `overwrite` to replace an index. An
+    append keeps the index's kind, model, passages and prefixes (another one given is an
+    `InputError`), and the BM25 side it has. Document ids must be unique: an id already present is
+    an `InputError`, unless `upsert`, where the index's document of that id (every row of it) is
+    deleted in the same new version (`embedkit.index.edits`). A `.txt` corpus appended numbers
+    its lines on from the largest numeric id the index holds.
+    """
+    plan = prepare(corpus, Path(out), model, options or IndexOptions())
+    start, truncated = time.perf_counter(), plan.encoder.truncated
+    with new_version(plan.out) as tmp:
+        filled = fill(plan, tmp, progress)
+        calibration = calibrated(plan, filled, tmp) if fusion is None else None
+        meta = record(plan, filled, tmp, calibration or fusion)
+    return IndexReport(
+        plan.out,
+        filled.kind,
+        filled.reason,
+        filled.params,
+        filled.documents,
+        meta.count - filled.masked if filled.held is None else filled.held,
+        time.perf_counter() - start,
+        plan.encoder.truncated - truncated,
+        plan.encoder.backend,
+        str(plan.encoder.device),
+        appended=plan.old is not None,
+        blank=filled.read.blank,
+        faiss_device=plan.placement.name if plan.placement else "cpu",
+        calibrated=calibration,
+        replaced=filled.replaced,
+        passages=filled.vectors if plan.split is not None else 0,
+        hidden_files=filled.read.hidden,
+        binary_files=filled.read.binary,
+        prefixes=plan.prefixes.describe(),
+    )
+
+
+def prepare(corpus: str | Path, out: Path, model: Encoder | str | Path | None, options: IndexOptions) -> Plan:
+    """Every check that can fail before the corpus is read, and the model opened (checked against
+    the index appended to)."""
+    if options.kind not in KINDS:
+        raise InputError(f"unknown index kind {options.kind!r}: use {', '.join(KINDS)}")
+    if options.upsert and not options.append:
+        raise InputError("--upsert replaces documents of an existing index: use it with --append")
+    old = read_index_meta(out) if options.append else None
+    if old is None:
+        check_new_target(out, options.overwrite)
+    elif options.kind not in ("auto", old["kind"]):
+        raise InputError(
+            f"--kind {options.kind} differs from the index's kind {old['kind']}; an append keeps it"
+        )
+    else:
+        check_index_file(index_files_dir(out) / INDEX_FILE, old)
+    placement = placement_for(options.device, options.gpu)
+    if old is not None and placement is not None and old["kind"] == "hnsw":
+        raise InputError(f"faiss has no GPU HNSW index: append to this index without {placement.asked}")
+    split = passage_settings(options.passages, old)
+    # line ids go on after the index's, not from 1 again; an upsert keeps them, to meet its lines
+    if old is not None and not options.upsert and is_line_file(corpus):
+        options = replace(options, corpus=replace(options.corpus, first_line_id=_largest_number_id(out)))
+    if old is not None and (model is None or isinstance(model, (str, Path))):
+        encoder = open_model_for(old, model, options.device, options.precision)
+    else:
+        encoder = as_encoder(model, options.device, options.precision)
+    if old is None:
+        prefixes = resolve_prefixes(encoder.path, options.query_prefix, options.passage_prefix)
+    else:
+        check_encoder_for(old, encoder, f"the index {out}")
+        prefixes = recorded_prefixes(old)
+        check_recorded(prefixes, options.query_prefix, options.passage_prefix, "index")
+    return Plan(corpus, out, options, old, encoder, prefixes, split, placement)
+
+
+def _largest_number_id(out: Path) -> int:
+    with DocStore.open(index_files_dir(out) / DOCS_FILE) as store:
+        return store.largest_number_id()
+
+
+def fill(plan: Plan, tmp: Path, progress: bool) -> Filled:
+    """Read the corpus once: each chunk's documents (or passages) stored with their BM25 entries
+    and embedded, an upsert's replaced documents removed first; then the vectors into FAISS."""
+    store, index = _opened(plan, tmp)
+    try:
+        writer = _VectorWriter(plan, index, tmp, store.next_row())
+        if not store.deletions.any() and writer.first_row != (index.ntotal if index is not None else 0):
+            raise InputError(
+                f"{store.path} holds {writer.first_row} documents but the index {index.ntotal} vectors"
+            )
+        tally = _Tally(plan.old)
+        documents = tally.counted(read_corpus(plan.corpus, plan.options.corpus, tally.read))
+        units = (
+            PassageSplitter(plan.encoder.path, plan.split).passages(documents) if plan.split else documents
+        )
+        corpus = plan.options.corpus
+        with ProgressBar(None, "indexing", enabled=progress, rate_unit="sent/s", transient=True) as bar:
+            for chunk in chunked(units, corpus.chunk_size):
+                if plan.options.upsert:
+                    tally.replace(store, writer, chunk)
+                texts = [plan.prefixes.passage + unit.full_text for unit in chunk]
+                vectors = plan.encoder.encode(texts, batch_size=corpus.batch_size, normalize=True)
+                store.add(writer.next_row, chunk)
+                writer.write(np.asarray(vectors, dtype=np.float32).reshape(len(chunk), -1))
+                bar.advance(len(chunk))
+        if not tally.count:
+            raise InputError(f"empty corpus: {plan.corpus} holds no documents")
+        kind, reason, params, index = writer.finish(tally.count)
+        store.commit()
+        lexical = store.lexical.settings if store.lexical is not None else None
+        masked, held = len(store.deletions.masked_rows()), store.document_count() if plan.split else None
+    finally:
+        store.close()
+    return Filled(
+        index, kind, reason, params, tally.count, writer.added, tally.fingerprint(),
+        tally.replaced, lexical, masked, held, tally.read,
+    )  # fmt: skip
+
+
+def _opened(plan: Plan, tmp: Path) -> tuple[DocStore, Any]:
+    """The version's document store, and its FAISS index for an append (a new one is made later)."""
+    if plan.old is None:
+        store = DocStore.create(tmp / DOCS_FILE, passages=plan.split is not None)
+        if plan.options.lexical:
+            fill_lexical(store)
+        return store, None
+    index, store = read_faiss_copy(plan.out, tmp, plan.old), copy_store(plan.out, tmp, plan.old)
+    return store, (plan.placement.to_gpu(index, plan.old["kind"]) if _appends_on_gpu(plan) else index)
+
+
+def _appends_on_gpu(plan: Plan) -> bool:
+    """An append adds on the GPU asked for, but an upsert removes vectors, which faiss's GPU
+    indexes cannot: it stays on the CPU."""
+    return plan.placement is not None and not plan.options.upsert
+
+
+class _Tally:
+    """The documents read: their count and fingerprint, and (upsert) those they replaced."""
+
+    def __init__(self, old: dict[str, Any] | None) -> None:
+        self.read = ReadStats()
+        self.count = 0
+        self.replaced = 0
+        self._new = CorpusFingerprint()
+        self._appending = old is not None
+        self._old = old.get("corpus_fingerprint") if old else None  # less the documents replaced
+
+    def counted(self, documents):  # -> Iterator[Document]
+        for doc in documents:
+            self._new.add_fields(doc.id, doc.title, doc.text)
+            self.count += 1
+            yield doc
+
+    def replace(self, store: DocStore, writer: _VectorWriter, chunk: list) -> None:
+        """Remove the index's documents (every row) whose ids `chunk` holds: those held before this
+        run; a repeated id within the corpus stays a duplicate (an `InputError` at `add`)."""
+        found = store.rows_by_id(list(dict.fromkeys(str(unit.id) for unit in chunk)))
+        earlier = {doc_id: [r for r in rows if r < writer.first_row] for doc_id, rows in found.items()}
+        rows = np.asarray(sorted(r for held in earlier.values() for r in held), dtype=np.int64)
+        if len(rows):
+            writer.index, self._old = remove_documents(writer.index, store, writer.kind, rows, self._old)
+            self.replaced += sum(1 for held in earlier.values() if held)
+
+    def fingerprint(self) -> str | None:
+        """The index's: this corpus's, added to the appended index's (None: that one is unknown)."""
+        return combined(self._old, self._new.hex) if self._appending else self._new.hex
+
+
+class _VectorWriter:
+    """Vectors into the appended index as they come, or for a new index into `SPOOL` until
+    `finish` knows how many there are (the kind and its parameters depend on it)."""
+
+    def __init__(self, plan: Plan, index: Any, tmp: Path, first_row: int) -> None:
+        self.plan, self.index, self.first_row, self.next_row = plan, index, first_row, first_row
+        self.kind = plan.old["kind"] if plan.old else ""
+        self.added = 0
+        self._spool_path = tmp / SPOOL
+        self._spool = self._spool_path.open("wb") if index is None else None
+
+    def write(self, vectors: np.ndarray) -> None:
+        if self._spool is not None:
+            self._spool.write(np.ascontiguousarray(vectors, dtype=np.float32).tobytes())
+        else:
+            add_rows(self.index, vectors, self.next_row)
+        self.next_row += len(vectors)
+        self.added += len(vectors)
+
+    def finish(self, documents: int) -> tuple[str, str, dict[str, Any], Any]:
+        """(kind, why, params, the CPU index) once every vector is written."""
+        plan, dim = self.plan, self.plan.encoder.dim
+        if self._spool is None:
+            index = plan.placement.to_cpu(self.index) if _appends_on_gpu(plan) else self.index
+            return self.kind, "the index's kind", dict(plan.old["params"]), index  # type: ignore[index]
+        self._spool.close()
+        kind, reason = choose_kind(plan.options.kind, self.added, dim, gpu=plan.placement is not None)
+        params = index_params(kind, self.added, dim)
+        index = new_faiss_index(kind, dim, params)
+        work = plan.placement.to_gpu(index, kind) if plan.placement else index
+        vectors = np.memmap(self._spool_path, dtype=np.float32, mode="r", shape=(self.added, dim))
+        chunk = plan.options.corpus.chunk_size
+        if not work.is_trained:
+            train_ivf(work, vectors, chunk)  # trained on a fixed-seed sample, then every vector added
+        else:
+            for start in range(0, self.added, chunk):
+                add_rows(work, np.ascontiguousarray(vectors[start : start + chunk]), start)
+        del vectors
+        self._spool_path.unlink()
+        return kind, reason, params, plan.placement.to_cpu(work) if plan.placement else work
+
+
+def calibrated(plan: Plan, filled: Filled, tmp: Path) -> Calibration | None:
+    """A new calibration where one is due: a new index, or one grown by half since its last; None
+    where none is due, or there is no lexical side to fuse. An index of passages is not
+    calibrated (its pseudo queries would score passages, not the documents search ranks)."""
+    if not plan.options.calibrate or plan.split is not None or filled.lexical is None:
+        return None
+    if not needs_calibration(plan.old or {}, int(filled.index.ntotal)):
+        return None
+    meta = {"dim": plan.encoder.dim, "kind": filled.kind, "params": filled.params}
+    meta |= {"query_prefix": plan.prefixes.query, "passage_prefix": plan.prefixes.passage}
+    return calibrate_version(tmp, filled.index, meta, plan.encoder, filled.lexical)
+
+
+def record(plan: Plan, filled: Filled, tmp: Path, fusion: Calibration | None) -> IndexMeta:
+    """The FAISS file and the metadata of the new version."""
+    old, encoder, stamp = plan.old or {}, plan.encoder, now()
+    source = {"corpus": str(plan.corpus), "added": filled.documents}
+    if plan.options.upsert:
+        source["replaced"] = filled.replaced
+    meta = IndexMeta(
+        model=str(recorded_model_path(encoder)),
+        model_relative=relative_model(recorded_model_path(encoder), plan.out),
+        model_fingerprint=encoder.fingerprint,
+        model_backend=encoder.backend,
+        dim=encoder.dim,
+        max_seq_length=encoder.max_seq_length,
+        kind=filled.kind,
+        kind_reason=old.get("kind_reason", filled.reason),
+        params=filled.params,
+        lexical=filled.lexical.to_json() if filled.lexical is not None else None,
+        count=int(filled.index.ntotal),  # vectors: documents, and (hnsw) deleted ones masked
+        corpus_fingerprint=filled.fingerprint,
+        index_bytes=write_faiss(filled.index, tmp / INDEX_FILE),
+        created=old.get("created", stamp),
+        updated=stamp,
+        sources=[*old.get("sources", []), source],
+        fusion=fusion.to_json() if fusion is not None else old.get("fusion"),
+        passages=plan.split.to_json() if plan.split is not None else None,
+        documents=filled.held,
+        query_prefix=plan.prefixes.query,
+        passage_prefix=plan.prefixes.passage,
+    )
+    write_json_atomic(tmp / META_FILE, meta.to_json())
+    return meta

@@ -1,0 +1,68 @@
+"""Search results: `Hit`, its JSON form (`hit_record`), and the documents a ranking's hits carry.
+
+`with_documents` gives the hits the search pipeline ranked (`embedkit.search.pipeline`) their ids
+and documents, and on request their best passage, from what their rows hold.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from embedkit.data.document import Document, Passage, TextSpan
+
+
+@dataclass(frozen=True)
+class Hit:
+    """One search result: the document's id, its score, its FAISS row, and each side's own score.
+
+    `score` is the ranking's score: the cosine similarity (dense), BM25 (lexical), or the fused
+    score (hybrid). `dense_score` and `lexical_score` are None where that side did not find it.
+    """
+
+    id: str
+    score: float
+    row: int
+    document: Document | None = None  # filled by `search_text`
+    dense_score: float | None = None
+    lexical_score: float | None = None
+    snippet: str | None = None  # the matched terms in <b>, HTML (`search_text(snippets=True)`)
+    passage: Passage | None = None  # the best passage, in an index of passages (`search_text(passages=True)`)
+
+
+def hit_record(rank: int, hit: Hit) -> dict[str, Any]:
+    """One hit as JSON, the same for `embedkit search --json` and the server's `/search`.
+
+    `dense_score` and `lexical_score` are always present (null where that side did not return the
+    hit); `snippet` where one was made; `passage` (its text, and its start and end characters in
+    `text`) where passages were asked for; `title`, `text` and `metadata` where the document is known.
+    """
+    record: dict[str, Any] = {"rank": rank, "id": hit.id, "score": float(hit.score)}
+    record["dense_score"] = None if hit.dense_score is None else float(hit.dense_score)
+    record["lexical_score"] = None if hit.lexical_score is None else float(hit.lexical_score)
+    if hit.snippet is not None:
+        record["snippet"] = hit.snippet
+    if hit.passage is not None:
+        record["passage"] = {"text": hit.passage.text, "start": hit.passage.start, "end": hit.passage.end}
+    if hit.document is not None:
+        record.update(title=hit.document.title, text=hit.document.text, metadata=hit.document.metadata or {})
+    return record
+
+
+def with_documents(
+    ranked: list[list[Hit]], held: dict[int, TextSpan], of_passages: bool, passages: bool
+) -> list[list[Hit]]:
+    """Each query's hits with `id` and `document` set from what their rows hold (`held`: row ->
+    document, or in an index of passages (`of_passages`) row -> passage), and their passage
+    where `passages` asks for it."""
+    results = []
+    for hits in ranked:
+        found = []
+        for h in hits:
+            unit = held[h.row]
+            document = unit.document if of_passages else unit  # type: ignore[union-attr]
+            passage = unit if of_passages and passages else None
+            found.append(replace(h, id=document.id, document=document, passage=passage))  # type: ignore[arg-type]
+        results.append(found)
+    return results
