@@ -33,8 +33,8 @@ from embedkit.evaluation.fusion_calibration import (
     pseudo_task,
     score_task,
 )
-from embedkit.evaluation.runs import lexical_run
 from embedkit.evaluation.fusion_rule import choose
+from embedkit.evaluation.runs import lexical_run
 from embedkit.index.lexical import LexicalIndex
 
 DATA = Path(__file__).resolve().parents[2] / "shared" / "data"

@@ -29,8 +29,8 @@ import numpy as np
 from embedkit.data.beir import read_beir
 from embedkit.evaluation.metrics import evaluate_run
 from embedkit.evaluation.sts_retrieval import rank_rows, recall_from_rankings, sts_retrieval_task
-from embedkit.search.fusion import DEFAULT_ALPHA, DEFAULT_FUSION, PRF_DOCS, feedback_query, fuse
 from embedkit.index.lexical import LexicalIndex
+from embedkit.search.fusion import DEFAULT_ALPHA, DEFAULT_FUSION, PRF_DOCS, feedback_query, fuse
 
 DATA = Path(__file__).resolve().parents[2] / "shared" / "data"
 COLLECTIONS = ("cranfield", "msmarco-5k")

@@ -34,11 +34,11 @@ from pathlib import Path
 import numpy as np
 from lexical import Doc, synthetic  # benchmarks/lexical.py: the same synthetic documents
 
-from embedkit import load_encoder
+from embedkit import build_index, load_encoder
 from embedkit.data.beir import read_beir
 from embedkit.encode.protocol import EncoderBase
-from embedkit.index.build import build_index
 from embedkit.index.search import SearchIndex
+from embedkit.jobs.index_build import IndexOptions
 
 CRANFIELD = Path(__file__).resolve().parents[2] / "shared" / "data" / "cranfield"
 MODES = {  # label -> search_text arguments
@@ -131,7 +131,7 @@ def run_size(n: int, docs: list[Doc], queries: list[str], real, embed_max: int, 
     for lexical in (False, True):
         target = folder / f"index-{n}-{'hybrid' if lexical else 'dense'}"
         start = time.perf_counter()
-        report = build_index(path, target, encoder, lexical=lexical)
+        report = build_index(path, target, encoder, IndexOptions(lexical=lexical))
         out[f"build_s_{'with' if lexical else 'without'}_lexical"] = round(time.perf_counter() - start, 2)
         out["kind"] = report.kind
     with SearchIndex.load(folder / f"index-{n}-hybrid") as index:

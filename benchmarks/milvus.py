@@ -39,13 +39,13 @@ from hybrid_latency import (  # benchmarks/hybrid_latency.py
 )
 from lexical import Doc, synthetic  # benchmarks/lexical.py
 
-from embedkit import load_encoder
+from embedkit import build_index, load_encoder
 from embedkit.data.beir import read_beir
-from embedkit.index.build import build_index
 from embedkit.index.search import SearchIndex
+from embedkit.jobs.index_build import IndexOptions
 from embedkit.remote.base import RemoteTarget
 from embedkit.remote.push import push_index
-from embedkit.remote.search import RemoteIndex
+from embedkit.remote.search import open_pushed
 
 
 class RandomEncoder(SentenceMeanEncoder):
@@ -67,18 +67,18 @@ def run(n: int, docs, queries: list[str], real, folder: Path) -> dict:
     encoder = RandomEncoder(real)
     out: dict = {"docs": n, "dim": encoder.dim}
     start = time.perf_counter()
-    build_index(corpus, folder / f"index-{n}", encoder, kind="flat")
+    build_index(corpus, folder / f"index-{n}", encoder, IndexOptions(kind="flat"))
     out["local_build_s"] = round(time.perf_counter() - start, 1)
     target = RemoteTarget.parse(str(folder / f"milvus-{n}.db"), "bench")
     report = push_index(folder / f"index-{n}", target, progress=sys.stderr.isatty())
     out["push_s"] = round(report.seconds, 1)
     out["push_docs_per_s"] = round(report.sent / report.seconds)
     vectors = {q: v for q, v in zip(queries, encoder.encode(queries, normalize=True), strict=True)}
-    with SearchIndex.load(folder / f"index-{n}") as local, RemoteIndex.open(target) as remote:
+    with SearchIndex.load(folder / f"index-{n}") as local, open_pushed(target) as remote:
         calls = {}
         for side, index in (("local", local), ("milvus", remote)):
             calls[f"{side}_dense"] = lambda q, index=index: index.search(vectors[q], 10)
-            calls[f"{side}_lexical"] = lambda q, index=index: index.store.search_lexical([q], 10)
+            calls[f"{side}_lexical"] = lambda q, index=index: index.store.search_lexical([q], 10, None)
             calls[f"{side}_hybrid_zscore"] = lambda q, index=index: index.search_text(
                 [q], k=10, encoder=encoder, mode="hybrid", fusion="zscore"
             )

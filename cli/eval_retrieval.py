@@ -133,7 +133,7 @@ def retrieval(
     elif collection is not None or token is not None:
         raise InputError("--collection and --token go with --index milvus://HOST:PORT or FILE.db")
     from embedkit.errors import InputError
-    from embedkit.index.search import SEARCH_MODES
+    from embedkit.search.request import SEARCH_MODES
 
     if mode is not None and mode not in (*SEARCH_MODES, "all"):
         raise InputError(f"unknown --mode {mode!r}: use {', '.join(SEARCH_MODES)} or all")

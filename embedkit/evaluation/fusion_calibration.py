@@ -169,9 +169,7 @@ class _SameQueries(EncoderBase):
     ) -> np.ndarray:
         key = (tuple(texts), batch_size, normalize)
         if self._last is None or self._last[0] != key:
-            vectors = self.encoder.encode(
-                texts, batch_size=batch_size, normalize=normalize, progress=progress
-            )
+            vectors = self.encoder.encode(texts, batch_size=batch_size, normalize=normalize)
             self._last = (key, vectors)
         return self._last[1]
 

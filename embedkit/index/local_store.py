@@ -24,7 +24,7 @@ from typing import Any
 
 import numpy as np
 
-from embedkit.data.document import TextSpan
+from embedkit.data.document import Document, TextSpan
 from embedkit.encode.batching import l2_normalize
 from embedkit.errors import InputError
 from embedkit.index.docstore import DocStore
@@ -170,6 +170,9 @@ class LocalStore:
 
     def document_numbers(self, rows: Sequence[int]) -> dict[int, int]:
         return self.docs.document_numbers(rows)
+
+    def documents_by_id(self, ids: Sequence[str]) -> list[Document | None]:
+        return self.docs.by_ids(ids)
 
     def snippets(self, query: str, texts: Sequence[str]) -> list[str | None]:
         assert self.docs.lexical is not None, "snippets come from the lexical side"

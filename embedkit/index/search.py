@@ -238,6 +238,13 @@ class SearchIndex:
             return stored
         return pipeline.embedded_rows(self.store, rows, self.checked(encoder), self.prefixes)
 
+    def documents_at(self, rows: Sequence[int]) -> list[Document | None]:
+        """The documents at `rows` (None where there is none), in the order asked; in an index of
+        passages, the document each row's passage belongs to."""
+        held = self.store.held_at(rows)
+        found = [held.get(r) for r in rows]
+        return [unit.document if self.passages and unit is not None else unit for unit in found]  # type: ignore[union-attr,misc]
+
     def get_documents(self, ids: Sequence[str]) -> list[Document | None]:
         """Stored documents by id (None for an unknown id), in the order asked."""
         return self.store.documents_by_id(ids)

@@ -101,9 +101,17 @@ class MilvusStore:
 
 
 def open_remote(uri: str, collection: str | None = None, token: str | None = None) -> SearchIndex:
-    """The collection `embedkit push` filled at a URI as the CLI takes it (`milvus://HOST:PORT` or
-    FILE.db), opened for search; a missing or foreign collection is an `InputError`."""
-    target = RemoteTarget.parse(uri, collection, token)
+    """`open_pushed` on a URI as the CLI takes it (`milvus://HOST:PORT` or FILE.db)."""
+    return open_pushed(RemoteTarget.parse(uri, collection, token))
+
+
+def open_pushed(target: RemoteTarget) -> SearchIndex:
+    """The collection `embedkit push` filled at `target`, opened for search; a missing or foreign
+    collection is an `InputError`.
+
+    >>> index = open_pushed(RemoteTarget.parse("milvus://db:19530", "cranfield"))  # doctest: +SKIP
+    >>> hits = index.search_text(["shock waves on a wing"], k=5, mode="hybrid")  # doctest: +SKIP
+    """
     opened = open_collection(target)
     try:
         if not opened.exists():

@@ -92,7 +92,7 @@ def fuse(
         return rrf(dense, lexical, k, rrf_k=rrf_k)
     if method in ("zscore", "minmax"):
         return weighted(dense, lexical, k, alpha=alpha, normalization=method)
-    raise InputError(f"unknown score fusion {method!r}: use zscore, rrf or minmax")
+    raise InputError(f"unknown fusion method {method!r} for `fuse`: use zscore, rrf or minmax")
 
 
 def check_fusion(method: str, alpha: float) -> None:

@@ -10,8 +10,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from embedkit.index.search import SEARCH_MODES
 from embedkit.search.fusion import FUSION_METHODS
+from embedkit.search.request import SEARCH_MODES
 from embedkit.serve.schemas import OPENAI_EMBEDDINGS, SEARCH, TEI_EMBED, Body
 from embedkit.serve.settings import ServeConfig
 

@@ -18,8 +18,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from embedkit.index.search import SEARCH_MODES
 from embedkit.search.fusion import DEFAULT_ALPHA, DEFAULT_FUSION, FUSION_METHODS
+from embedkit.search.request import SEARCH_MODES
 from embedkit.serve.settings import ServeConfig
 
 # Field kinds: what JSON a field takes.

@@ -13,6 +13,7 @@ from typer.testing import CliRunner
 
 from embedkit.cli.app import app
 from embedkit.evaluation.metrics import RETRIEVAL_METRICS
+from embedkit.jobs.index_build import IndexOptions
 
 runner = CliRunner()
 
@@ -100,10 +101,10 @@ def test_retrieval_with_an_index_checks_its_model(tiny_bert: Path, tmp_path: Pat
     pytest.importorskip("faiss")
     import shutil
 
-    from embedkit.index import build_index
+    from embedkit import build_index
 
     folder = write_beir(tmp_path / "beir")
-    build_index(folder, tmp_path / "index", tiny_bert, kind="flat", device="cpu")
+    build_index(folder, tmp_path / "index", tiny_bert, IndexOptions(kind="flat", device="cpu"))
     result = runner.invoke(app, ["eval", "retrieval", str(folder), "--index", str(tmp_path / "index")])
     assert result.exit_code == 0, result.output
     assert f"12 documents, {tmp_path / 'index'} search" in " ".join(result.output.split())
@@ -123,10 +124,10 @@ def test_retrieval_evaluates_what_search_does_by_default(tiny_bert: Path, tmp_pa
     pytest.importorskip("faiss")
     from runtime_helpers import set_recorded_fusion
 
-    from embedkit.index import build_index
+    from embedkit import build_index
 
     folder, index = write_beir(tmp_path / "beir"), tmp_path / "index"
-    build_index(folder, index, tiny_bert, kind="flat", device="cpu", calibrate=False)
+    build_index(folder, index, tiny_bert, IndexOptions(kind="flat", device="cpu", calibrate=False))
     set_recorded_fusion(index, {"method": "zscore", "alpha": 0.6, "reason": "set by the test"})
 
     def metrics(*extra: str) -> tuple[str, dict]:

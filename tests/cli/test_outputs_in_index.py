@@ -16,9 +16,10 @@ from eval_data import write_beir, write_sts
 from runtime_helpers import TableEncoder, write_jsonl
 from typer.testing import CliRunner
 
+from embedkit import build_index
 from embedkit.cli.app import app
 from embedkit.errors import InputError
-from embedkit.index import build_index
+from embedkit.jobs.index_build import IndexOptions
 from embedkit.storage.outputs import check_io
 
 runner = CliRunner()
@@ -31,7 +32,12 @@ def place(tmp_path_factory: pytest.TempPathFactory, tiny_bert: Path) -> dict[str
     vectors = np.random.default_rng(0).standard_normal((8, 32))
     corpus = write_jsonl(work / "corpus.jsonl", [f"d{i}" for i in range(8)], texts)
     index = work / "idx"
-    build_index(corpus, index, TableEncoder(tiny_bert, dict(zip(texts, vectors, strict=True))), kind="flat")
+    build_index(
+        corpus,
+        index,
+        TableEncoder(tiny_bert, dict(zip(texts, vectors, strict=True))),
+        IndexOptions(kind="flat"),
+    )
     live = index / (index / "CURRENT").read_text().strip()
     flat = work / "flat"
     flat.mkdir()

@@ -13,6 +13,7 @@ from runtime_helpers import TableEncoder
 
 from embedkit.data.corpus import ReadStats, read_documents
 from embedkit.errors import InputError
+from embedkit.jobs.index_build import IndexOptions
 
 
 def write(path, content):
@@ -89,11 +90,11 @@ def test_a_beir_folder_is_still_read_as_one(tmp_path):
 
 
 def test_a_folder_indexes_and_its_front_matter_is_metadata(notes, tmp_path, tiny_bert):
-    from embedkit.index import SearchIndex, build_index
+    from embedkit import SearchIndex, build_index
 
     docs = list(read_documents(notes))
     encoder = TableEncoder(tiny_bert, {d.full_text: [float(i + 1), 1.0] for i, d in enumerate(docs)})
-    report = build_index(notes, tmp_path / "idx", encoder, lexical=False)
+    report = build_index(notes, tmp_path / "idx", encoder, IndexOptions(lexical=False))
     assert (report.added, report.hidden_files, report.binary_files) == (5, 2, 2)
     with SearchIndex.load(tmp_path / "idx") as index:
         (post,) = index.get_documents(["posts/2021.md"])
@@ -101,7 +102,7 @@ def test_a_folder_indexes_and_its_front_matter_is_metadata(notes, tmp_path, tiny
 
 
 def test_txt_files_appended_number_their_lines_on(tmp_path, tiny_bert):
-    from embedkit.index import SearchIndex, build_index
+    from embedkit import SearchIndex, build_index
 
     first = write(tmp_path / "a.txt", "alpha\n\nbeta\n")  # line 2 is blank: skipped, its number too
     second = write(tmp_path / "b.txt", "gamma\ndelta\n")
@@ -109,7 +110,7 @@ def test_txt_files_appended_number_their_lines_on(tmp_path, tiny_bert):
     texts = ["alpha", "beta", "gamma", "delta"]
     encoder = TableEncoder(tiny_bert, {t: [float(i + 1), 1.0] for i, t in enumerate(texts)})
     build_index(first, tmp_path / "grown", encoder)
-    report = build_index(second, tmp_path / "grown", encoder, append=True)
+    report = build_index(second, tmp_path / "grown", encoder, IndexOptions(append=True))
     assert report.count == 4
     build_index(both, tmp_path / "rebuilt", encoder)
     with SearchIndex.load(tmp_path / "grown") as grown, SearchIndex.load(tmp_path / "rebuilt") as rebuilt:
@@ -121,8 +122,8 @@ def test_txt_files_appended_number_their_lines_on(tmp_path, tiny_bert):
         )
     # ids that are not numbers leave the count where it was; numbers after them go on from the largest
     jsonl = write(tmp_path / "c.jsonl", json.dumps({"id": "note-9", "text": "alpha"}) + "\n")
-    build_index(jsonl, tmp_path / "grown", encoder, append=True)
-    build_index(second, tmp_path / "grown", encoder, append=True)
+    build_index(jsonl, tmp_path / "grown", encoder, IndexOptions(append=True))
+    build_index(second, tmp_path / "grown", encoder, IndexOptions(append=True))
     with SearchIndex.load(tmp_path / "grown") as grown:
         assert [d.text for d in grown.get_documents(["6", "7", "note-9"])] == ["gamma", "delta", "alpha"]
 

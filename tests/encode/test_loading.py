@@ -12,6 +12,7 @@ import pytest
 
 from embedkit.encode.loading import Encoder, load_encoder
 from embedkit.errors import InputError
+from embedkit.jobs.index_build import IndexOptions
 
 
 @pytest.fixture(scope="module")
@@ -103,12 +104,12 @@ def test_missing_or_non_model_folder(tmp_path):
 def test_a_torch_built_index_is_searched_with_the_onnx_export(tiny_bert, tiny_onnx, tmp_path, sentences):
     from typer.testing import CliRunner
 
+    from embedkit import SearchIndex, build_index
     from embedkit.cli.app import app
-    from embedkit.index import SearchIndex, build_index
 
     corpus = tmp_path / "corpus.txt"
     corpus.write_text("\n".join(sentences) + "\n")
-    build_index(corpus, tmp_path / "idx", tiny_bert, device="cpu")
+    build_index(corpus, tmp_path / "idx", tiny_bert, IndexOptions(device="cpu"))
     result = CliRunner().invoke(
         app,
         ["search", str(tmp_path / "idx"), "a girl plays soccer", "--model", str(tiny_onnx), "--json"]

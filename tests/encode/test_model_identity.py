@@ -18,14 +18,15 @@ import numpy as np
 import pytest
 from runtime_helpers import write_jsonl
 
+from embedkit import SearchIndex, build_index
 from embedkit.encode.identity import FINGERPRINT_PREFIX, check_same_model
 from embedkit.encode.model_folder import model_fingerprint, read_model_spec, weights_fingerprint
 from embedkit.errors import InputError
-from embedkit.index import SearchIndex, build_index
 from embedkit.index.folder import check_model_for, index_files_dir
 
 torch = pytest.importorskip("torch")
 from embedkit.encode.torch_backend import TorchEncoder  # noqa: E402
+from embedkit.jobs.index_build import IndexOptions  # noqa: E402
 
 TEXTS = [
     "The Wing flow",
@@ -168,7 +169,7 @@ def variants(base: Path) -> dict[str, Path]:
 def index(base: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
     work = tmp_path_factory.mktemp("identity-index")
     corpus = write_jsonl(work / "corpus.jsonl", ["a", "b", "c"], TEXTS)
-    build_index(corpus, work / "idx", base, device="cpu")
+    build_index(corpus, work / "idx", base, IndexOptions(device="cpu"))
     return work / "idx"
 
 
@@ -196,7 +197,7 @@ def test_every_check_refuses_another_model_and_accepts_the_same(
     with SearchIndex.load(index) as loaded:
         meta = loaded.meta
         checks = {
-            "append": lambda: build_index(corpus, index, model, append=True, device="cpu"),
+            "append": lambda: build_index(corpus, index, model, IndexOptions(append=True, device="cpu")),
             "search --model / serve --index": lambda: check_model_for(meta, model),
             "search with an open encoder": lambda: loaded.check_encoder(TorchEncoder(model, device="cpu")),
         }

@@ -13,6 +13,7 @@ from eval_data import DOCS, QRELS, QUERIES, HashEncoder, write_beir, write_sts
 from embedkit.errors import InputError
 from embedkit.evaluation import RetrievalEvaluator, StsEvaluator, evaluate_retrieval, evaluate_sts
 from embedkit.evaluation.metrics import RETRIEVAL_METRICS
+from embedkit.jobs.index_build import IndexOptions
 
 
 @pytest.fixture(scope="module")
@@ -110,10 +111,10 @@ def test_evaluate_retrieval_function_and_bad_split(encoder, tmp_path: Path) -> N
 def test_retrieval_through_a_flat_index_matches_exact_search(tmp_path: Path) -> None:
     pytest.importorskip("faiss")
     encoder = HashEncoder()
-    from embedkit.index import SearchIndex, build_index
+    from embedkit import SearchIndex, build_index
 
     folder = write_beir(tmp_path / "beir")
-    build_index(folder, tmp_path / "index", encoder, kind="flat")
+    build_index(folder, tmp_path / "index", encoder, IndexOptions(kind="flat"))
     exact = RetrievalEvaluator(folder).evaluate(encoder)
     by_folder = RetrievalEvaluator(folder, index=tmp_path / "index").evaluate(encoder)
     with SearchIndex.load(tmp_path / "index") as index:

@@ -13,13 +13,14 @@ import pytest
 from runtime_helpers import set_recorded_fusion
 from typer.testing import CliRunner
 
+from embedkit import SearchIndex, build_index
 from embedkit.cli.app import app
 from embedkit.data.corpus import Document
 from embedkit.encode.model_folder import model_fingerprint
 from embedkit.errors import InputError
 from embedkit.evaluation.fusion_calibration import CalibrationConfig, calibrate_index, pseudo_task
-from embedkit.index import SearchIndex, build_index
 from embedkit.evaluation.fusion_rule import CANDIDATES, LEXICAL, choose
+from embedkit.jobs.index_build import IndexOptions
 from embedkit.search.request import Calibration, fusion_for, label
 
 pytest.importorskip("faiss")
@@ -130,7 +131,7 @@ def test_calibration_picks_what_a_brute_force_search_says_is_best(tmp_path: Path
     docs = _documents()
     encoder = WordHashEncoder(tiny_bert)
     out = tmp_path / "idx"
-    build_index(_write(tmp_path / "c.jsonl", docs), out, encoder, kind="flat", calibrate=False)
+    build_index(_write(tmp_path / "c.jsonl", docs), out, encoder, IndexOptions(kind="flat", calibrate=False))
     assert SearchIndex.load(out).meta.get("fusion") is None
     chosen = calibrate_index(out, encoder, config=CONFIG)
 
@@ -139,7 +140,9 @@ def test_calibration_picks_what_a_brute_force_search_says_is_best(tmp_path: Path
     task = pseudo_task([Document(d["_id"], d["text"], d["title"]) for d in docs], CONFIG)
     searched = [{"_id": d.id, "title": d.title, "text": d.text} for d in task.documents]
     reference = tmp_path / "reference"
-    build_index(_write(tmp_path / "r.jsonl", searched), reference, encoder, kind="flat", calibrate=False)
+    build_index(
+        _write(tmp_path / "r.jsonl", searched), reference, encoder, IndexOptions(kind="flat", calibrate=False)
+    )
     kinds = sorted({q.kind for q in task.queries})
     table: dict[str, dict[str, float]] = {}
     with SearchIndex.load(reference) as index:
@@ -172,7 +175,9 @@ def test_calibration_picks_what_a_brute_force_search_says_is_best(tmp_path: Path
 def test_search_uses_the_recorded_choice_and_flags_override(tmp_path: Path, tiny_bert: Path) -> None:
     encoder = WordHashEncoder(tiny_bert)
     out = tmp_path / "idx"
-    build_index(_write(tmp_path / "c.jsonl", _documents()), out, encoder, kind="flat", calibrate=False)
+    build_index(
+        _write(tmp_path / "c.jsonl", _documents()), out, encoder, IndexOptions(kind="flat", calibrate=False)
+    )
     meta_path = next(out.glob("v-*")) / "embedkit-index.json"
     queries = ["shock wave on a wing", "heat transfer in a laminar boundary layer", "flutter of a panel"]
     recorded = {"method": "zscore", "alpha": 0.6, "reason": "set by the test"}
@@ -203,7 +208,7 @@ def test_cold_search_reads_the_choice_and_never_computes_it(
 ) -> None:
     encoder = WordHashEncoder(tiny_bert)
     out = tmp_path / "idx"
-    build_index(_write(tmp_path / "c.jsonl", _documents()), out, encoder, kind="flat")
+    build_index(_write(tmp_path / "c.jsonl", _documents()), out, encoder, IndexOptions(kind="flat"))
     import embedkit.evaluation.fusion_calibration as calibrate_module
 
     def refuse(*args, **kwargs):
@@ -219,18 +224,24 @@ def test_append_recalibrates_once_the_index_grew_by_half(tmp_path: Path, tiny_be
     encoder = WordHashEncoder(tiny_bert)
     docs = _documents(60)
     out = tmp_path / "idx"
-    build_index(_write(tmp_path / "a.jsonl", docs[:30]), out, encoder, kind="flat")
+    build_index(_write(tmp_path / "a.jsonl", docs[:30]), out, encoder, IndexOptions(kind="flat"))
     first = SearchIndex.load(out).meta["fusion"]
-    build_index(_write(tmp_path / "b.jsonl", docs[30:40]), out, encoder, append=True)  # 40 < 1.5 x 30
+    build_index(
+        _write(tmp_path / "b.jsonl", docs[30:40]), out, encoder, IndexOptions(append=True)
+    )  # 40 < 1.5 x 30
     assert SearchIndex.load(out).meta["fusion"] == first
-    build_index(_write(tmp_path / "c.jsonl", docs[40:50]), out, encoder, append=True)  # 50 >= 45
+    build_index(
+        _write(tmp_path / "c.jsonl", docs[40:50]), out, encoder, IndexOptions(append=True)
+    )  # 50 >= 45
     assert SearchIndex.load(out).meta["fusion"]["count"] == 50
 
 
 def test_a_damaged_fusion_record_is_one_clear_error(tmp_path: Path, tiny_bert: Path) -> None:
     encoder = WordHashEncoder(tiny_bert)
     out = tmp_path / "idx"
-    build_index(_write(tmp_path / "c.jsonl", _documents(10)), out, encoder, kind="flat", calibrate=False)
+    build_index(
+        _write(tmp_path / "c.jsonl", _documents(10)), out, encoder, IndexOptions(kind="flat", calibrate=False)
+    )
     for bad in ({"method": "borda", "alpha": 0.5}, {"method": "zscore", "alpha": 2}, "zscore"):
         set_recorded_fusion(out, bad)
         with pytest.raises(InputError, match="'fusion' must be a calibration record"):
@@ -239,7 +250,12 @@ def test_a_damaged_fusion_record_is_one_clear_error(tmp_path: Path, tiny_bert: P
 
 def test_too_few_pseudo_queries_keep_the_default_and_say_why(tmp_path: Path, tiny_bert: Path) -> None:
     out = tmp_path / "idx"
-    build_index(_write(tmp_path / "c.jsonl", _documents(6)), out, WordHashEncoder(tiny_bert), kind="flat")
+    build_index(
+        _write(tmp_path / "c.jsonl", _documents(6)),
+        out,
+        WordHashEncoder(tiny_bert),
+        IndexOptions(kind="flat"),
+    )
     record = Calibration.from_json(SearchIndex.load(out).meta["fusion"])
     assert (record.method, record.alpha) == ("prf", 0.7)
     assert "fewer than 30" in record.reason
@@ -247,7 +263,12 @@ def test_too_few_pseudo_queries_keep_the_default_and_say_why(tmp_path: Path, tin
 
 def test_calibrate_and_verify_commands_show_the_choice(tmp_path: Path, tiny_bert: Path) -> None:
     out = tmp_path / "idx"
-    build_index(_write(tmp_path / "c.jsonl", _documents(10)), out, WordHashEncoder(tiny_bert), kind="flat")
+    build_index(
+        _write(tmp_path / "c.jsonl", _documents(10)),
+        out,
+        WordHashEncoder(tiny_bert),
+        IndexOptions(kind="flat"),
+    )
     record = {"method": "zscore", "alpha": 0.5, "reason": "set by the test", "queries": {"ict": 3}}
     set_recorded_fusion(out, record)
     result = runner.invoke(app, ["calibrate", str(out), "--show"])

@@ -20,12 +20,13 @@ import pytest
 from runtime_helpers import TableEncoder, brute_force
 from typer.testing import CliRunner
 
+from embedkit import SearchIndex, build_index
 from embedkit.cli.app import app
 from embedkit.data.corpus import Document
 from embedkit.errors import InputError
-from embedkit.index import SearchIndex, build_index
 from embedkit.index.edits import compact_index, delete_documents
 from embedkit.index.lexical import LexicalIndex
+from embedkit.jobs.index_build import IndexOptions
 from embedkit.storage.versioned import current_dir
 
 pytest.importorskip("faiss")
@@ -88,7 +89,7 @@ def built(request, tmp_path: Path, tiny_bert: Path):
     }
     encoder = _encoder(tiny_bert, [*docs.values(), *extra.values()])
     out = tmp_path / "idx"
-    build_index(_write(tmp_path / "c.jsonl", docs), out, encoder, kind=request.param)
+    build_index(_write(tmp_path / "c.jsonl", docs), out, encoder, IndexOptions(kind=request.param))
     return out, encoder, docs, extra, request.param
 
 
@@ -113,7 +114,7 @@ def test_delete_then_compact_give_the_answers_of_a_rebuilt_index(built, tmp_path
     compacted = compact_index(out)
     assert (compacted.rows, compacted.count, compacted.masked) == ((5 if kind == "hnsw" else 0), 35, 0)
     with SearchIndex.load(out) as index:
-        assert index.index.ntotal == 35 and not len(index.masked)
+        assert index.store.vectors.ntotal == 35 and not len(index.store.masked)
         dense = index.search_text(QUERIES, k=10, encoder=encoder, mode="dense")
         assert [[h.id for h in hits] for hits in dense] == _dense_reference(encoder, remaining, 10)
         _same(_lexical(index), _fresh_lexical(remaining))  # BM25 statistics of the remaining only
@@ -122,14 +123,18 @@ def test_delete_then_compact_give_the_answers_of_a_rebuilt_index(built, tmp_path
 
 def _fresh_fingerprint(tmp_path: Path, encoder: TableEncoder, docs: dict[str, str]) -> str:
     fresh = tmp_path / "fresh"
-    build_index(_write(tmp_path / "fresh.jsonl", docs), fresh, encoder, kind="flat", overwrite=True)
+    build_index(
+        _write(tmp_path / "fresh.jsonl", docs), fresh, encoder, IndexOptions(kind="flat", overwrite=True)
+    )
     with SearchIndex.load(fresh) as index:
         return index.meta["corpus_fingerprint"]
 
 
 def test_upsert_replaces_and_adds_as_a_rebuild_would(built, tmp_path: Path) -> None:
     out, encoder, docs, extra, kind = built
-    report = build_index(_write(tmp_path / "u.jsonl", extra), out, encoder, append=True, upsert=True)
+    report = build_index(
+        _write(tmp_path / "u.jsonl", extra), out, encoder, IndexOptions(append=True, upsert=True)
+    )
     assert (report.added, report.replaced, report.count) == (8, 2, 46)
     final = {**docs, **extra}
     with SearchIndex.load(out) as index:
@@ -143,15 +148,17 @@ def test_upsert_replaces_and_adds_as_a_rebuild_would(built, tmp_path: Path) -> N
         assert index.meta["corpus_fingerprint"] == _fresh_fingerprint(tmp_path, encoder, final)
     # without --upsert an id already present is still refused
     with pytest.raises(InputError, match="duplicate document id"):
-        build_index(_write(tmp_path / "again.jsonl", {"d3": extra["d3"]}), out, encoder, append=True)
+        build_index(
+            _write(tmp_path / "again.jsonl", {"d3": extra["d3"]}), out, encoder, IndexOptions(append=True)
+        )
 
 
 def test_rows_of_deleted_documents_are_never_given_again(built, tmp_path: Path) -> None:
     out, encoder, docs, extra, _ = built
     delete_documents(out, ["d38", "d39"])  # the last rows
-    build_index(_write(tmp_path / "u.jsonl", extra), out, encoder, append=True, upsert=True)
+    build_index(_write(tmp_path / "u.jsonl", extra), out, encoder, IndexOptions(append=True, upsert=True))
     with SearchIndex.load(out) as index:
-        rows = index.store.rows_by_id(list(extra))
+        rows = index.store.docs.rows_by_id(list(extra))
         assert min(r for held in rows.values() for r in held) == 40  # not 38: rows are permanent
         assert len(index) == 38 + 6  # two of the eight replace documents
 
@@ -237,13 +244,13 @@ def test_txt_upsert_meets_its_lines_and_append_numbers_on(tmp_path: Path, tiny_b
     """A .txt corpus appended numbers its lines after the index's; upserted, line n replaces id n."""
     first, out = tmp_path / "a.txt", tmp_path / "idx"
     first.write_text("shock wave\nheat transfer\n", encoding="utf-8")
-    build_index(first, out, tiny_bert, device="cpu")
+    build_index(first, out, tiny_bert, IndexOptions(device="cpu"))
     more = tmp_path / "b.txt"
     more.write_text("boundary layer\n", encoding="utf-8")
-    build_index(more, out, append=True, device="cpu")
+    build_index(more, out, options=IndexOptions(append=True, device="cpu"))
     changed = tmp_path / "c.txt"
     changed.write_text("mach number\n", encoding="utf-8")
-    report = build_index(changed, out, append=True, upsert=True, device="cpu")
+    report = build_index(changed, out, options=IndexOptions(append=True, upsert=True, device="cpu"))
     assert report.replaced == 1
     with SearchIndex.load(out) as index:
         docs = index.get_documents(["1", "2", "3", "4"])

@@ -17,9 +17,11 @@ from typer.testing import CliRunner
 
 from embedkit.cli.app import app
 from embedkit.errors import InputError
-from embedkit.index import INDEX_FILE, IVF_PQ_MIN_DOCS, SearchIndex, build_index, build_index_from_vectors
+from embedkit.index import INDEX_FILE, IVF_PQ_MIN_DOCS, SearchIndex
 from embedkit.index.faiss_gpu import GPU_MAX_K, faiss_gpu_for, needs_float16_tables
 from embedkit.index.folder import index_files_dir
+from embedkit.jobs.index_build import IndexOptions, build_index
+from embedkit.jobs.index_from_parts import build_index_from_vectors
 from embedkit.jobs.parts import Shard
 from embedkit.jobs.sharding import embed_shard
 from embedkit.jobs.streaming import CorpusOptions
@@ -86,10 +88,13 @@ def test_built_and_searched_on_the_gpu_as_on_the_cpu(tmp_path, tiny_bert, monkey
     docs, queries = data[:count], data[count:]
     corpus, encoder, ids = corpus_and_encoder(tmp_path, tiny_bert, docs)
     options = CorpusOptions(chunk_size=4096)
-    build_index(corpus, tmp_path / "cpu", encoder, kind=kind, options=options, lexical=False)
+    build_index(corpus, tmp_path / "cpu", encoder, IndexOptions(kind=kind, corpus=options, lexical=False))
     log = faiss_gpu_shim.install(monkeypatch)
     report = build_index(
-        corpus, tmp_path / "gpu", encoder, kind=kind, device="cuda", options=options, lexical=False
+        corpus,
+        tmp_path / "gpu",
+        encoder,
+        IndexOptions(kind=kind, device="cuda", corpus=options, lexical=False),
     )
     assert report.faiss_device == "cuda:0" and report.device == "cpu"  # the encoder stays where it is
     cpu_class = "IndexFlatIP" if kind == "flat" else "IndexIVFPQ"
@@ -117,10 +122,10 @@ def test_built_and_searched_on_the_gpu_as_on_the_cpu(tmp_path, tiny_bert, monkey
 def test_hnsw_has_no_gpu_index(tmp_path, tiny_bert, monkeypatch):
     docs = np.random.default_rng(1).standard_normal((30, DIM))
     corpus, encoder, _ = corpus_and_encoder(tmp_path, tiny_bert, docs)
-    build_index(corpus, tmp_path / "hnsw", encoder, kind="hnsw", lexical=False)
+    build_index(corpus, tmp_path / "hnsw", encoder, IndexOptions(kind="hnsw", lexical=False))
     log = faiss_gpu_shim.install(monkeypatch)
     with pytest.raises(InputError, match="no GPU HNSW"):
-        build_index(corpus, tmp_path / "other", encoder, kind="hnsw", device="cuda")
+        build_index(corpus, tmp_path / "other", encoder, IndexOptions(kind="hnsw", device="cuda"))
     with pytest.raises(
         InputError, match="faiss has no GPU HNSW index: --device cuda builds and searches flat"
     ):

@@ -11,10 +11,12 @@ import pytest
 from runtime_helpers import TableEncoder, brute_force, clustered, write_jsonl
 
 from embedkit.errors import InputError
-from embedkit.index import INDEX_FILE, META_FILE, SearchIndex, build_index, build_index_from_vectors
+from embedkit.index import INDEX_FILE, META_FILE, SearchIndex
 from embedkit.index.docstore import DocStore
 from embedkit.index.folder import index_files_dir
 from embedkit.index.lexical import LexicalSettings
+from embedkit.jobs.index_build import IndexOptions, build_index
+from embedkit.jobs.index_from_parts import build_index_from_vectors
 from embedkit.jobs.parts import Shard
 from embedkit.jobs.sharding import embed_shard
 from embedkit.jobs.streaming import CorpusOptions
@@ -71,7 +73,10 @@ def ivf_case(tmp_path_factory, tiny_bert):
         parts, corpus, folder / "from-parts", kind="ivf-pq", options=options
     )
     one_pass = build_index(
-        corpus, folder / "one-pass", encoder, kind="ivf-pq", options=CorpusOptions(chunk_size=4096)
+        corpus,
+        folder / "one-pass",
+        encoder,
+        IndexOptions(kind="ivf-pq", corpus=CorpusOptions(chunk_size=4096)),
     )
     return folder, docs, ids, from_parts, one_pass
 

@@ -120,8 +120,8 @@ def test_feedback_query_is_rocchio_by_hand() -> None:
 
 
 def test_prf_and_bad_settings_are_refused_where_they_cannot_run() -> None:
-    with pytest.raises(InputError, match="prf needs the documents' vectors"):
-        fuse(DENSE, LEXICAL, 3, "prf")
+    with pytest.raises(InputError, match="unknown fusion method 'prf' for `fuse`"):
+        fuse(DENSE, LEXICAL, 3, "prf")  # no score fusion: the search pipeline runs it
     check_fusion("prf", 0.7)
     with pytest.raises(InputError, match="unknown fusion method"):
         check_fusion("borda", 0.5)

@@ -14,8 +14,9 @@ import pytest
 from runtime_helpers import TableEncoder, write_jsonl
 
 from embedkit.errors import InputError
-from embedkit.index import INDEX_FILE, META_FILE, SearchIndex, build_index
+from embedkit.index import INDEX_FILE, META_FILE, SearchIndex
 from embedkit.index.folder import index_files_dir
+from embedkit.jobs.index_build import IndexOptions, build_index
 from embedkit.storage.checksums import STAMP, write_checksums
 from embedkit.storage.versioned import CHECKSUMS, MARKER
 
@@ -47,7 +48,7 @@ def base_index(tmp_path: Path, tiny_bert: Path, n: int = 100) -> Path:
 def ids_in(path: Path) -> set[str]:
     with SearchIndex.load(path) as index:
         rows = list(range(len(index)))
-        return set(index.store.ids_of_rows(rows).values())
+        return set(index.store.docs.ids_of_rows(rows).values())
 
 
 def wait_for(path: Path, process: subprocess.Popen, seconds: float = 120) -> None:
@@ -64,8 +65,16 @@ def wait_for(path: Path, process: subprocess.Popen, seconds: float = 120) -> Non
 def test_second_concurrent_append_fails_fast_and_nothing_is_lost(tmp_path, tiny_bert):
     out = base_index(tmp_path, tiny_bert)
     started = tmp_path / "first-started"
-    first = {"op": "append", "model": str(tiny_bert), "out": str(out), "prefix": "b", "n": 100, "seed": 1,
-             "sleep": 2.0, "started": str(started)}
+    first = {
+        "op": "append",
+        "model": str(tiny_bert),
+        "out": str(out),
+        "prefix": "b",
+        "n": 100,
+        "seed": 1,
+        "sleep": 2.0,
+        "started": str(started),
+    }
     process = run_worker(first, wait=False)
     wait_for(started, process)
     second = {"op": "append", "model": str(tiny_bert), "out": str(out), "prefix": "c", "n": 100, "seed": 2}
@@ -82,12 +91,27 @@ def test_second_concurrent_append_fails_fast_and_nothing_is_lost(tmp_path, tiny_
 def test_concurrent_append_with_wait_keeps_both(tmp_path, tiny_bert):
     out = base_index(tmp_path, tiny_bert)
     started = tmp_path / "first-started"
-    first = {"op": "append", "model": str(tiny_bert), "out": str(out), "prefix": "b", "n": 100, "seed": 1,
-             "sleep": 8.0, "started": str(started)}
+    first = {
+        "op": "append",
+        "model": str(tiny_bert),
+        "out": str(out),
+        "prefix": "b",
+        "n": 100,
+        "seed": 1,
+        "sleep": 8.0,
+        "started": str(started),
+    }
     process = run_worker(first, wait=False)
     wait_for(started, process)
-    second = {"op": "append", "model": str(tiny_bert), "out": str(out), "prefix": "c", "n": 100, "seed": 2,
-              "wait": True}
+    second = {
+        "op": "append",
+        "model": str(tiny_bert),
+        "out": str(out),
+        "prefix": "c",
+        "n": 100,
+        "seed": 2,
+        "wait": True,
+    }
     assert run_worker(second) == 0
     assert process.poll() is not None  # the second finished only after the first
     process.communicate(timeout=120)
@@ -99,8 +123,16 @@ def test_concurrent_append_with_wait_keeps_both(tmp_path, tiny_bert):
 def test_a_lock_left_by_a_killed_writer_is_stale(tmp_path, tiny_bert):
     out = base_index(tmp_path, tiny_bert)
     started = tmp_path / "started"
-    job = {"op": "append", "model": str(tiny_bert), "out": str(out), "prefix": "b", "n": 10, "seed": 1,
-           "sleep": 60.0, "started": str(started)}
+    job = {
+        "op": "append",
+        "model": str(tiny_bert),
+        "out": str(out),
+        "prefix": "b",
+        "n": 10,
+        "seed": 1,
+        "sleep": 60.0,
+        "started": str(started),
+    }
     process = run_worker(job, wait=False)
     wait_for(started, process)
     lock = out.parent / f".{out.name}.lock"
@@ -176,8 +208,15 @@ def test_an_old_flat_index_still_opens_and_appends(tmp_path, tiny_bert):
 def test_readers_never_fail_while_another_process_appends(tmp_path, tiny_bert):
     out = base_index(tmp_path, tiny_bert, n=20)
     stop = tmp_path / "stop"
-    job = {"op": "append-loop", "model": str(tiny_bert), "out": str(out), "prefix": "r", "n": 3,
-           "stop": str(stop), "scratch": str(tmp_path)}
+    job = {
+        "op": "append-loop",
+        "model": str(tiny_bert),
+        "out": str(out),
+        "prefix": "r",
+        "n": 3,
+        "stop": str(stop),
+        "scratch": str(tmp_path),
+    }
     writer = run_worker(job, wait=False)
     loads, errors, counts = 0, [], set()
     query = np.ones(DIM, dtype=np.float32)
@@ -187,7 +226,7 @@ def test_readers_never_fail_while_another_process_appends(tmp_path, tiny_bert):
             try:
                 with SearchIndex.load(out) as index:
                     count = len(index)
-                    ids = index.store.ids_of_rows(list(range(count)))
+                    ids = index.store.docs.ids_of_rows(list(range(count)))
                     index.search(query, k=3)
                 assert len(ids) == count and (count - 20) % 3 == 0  # whole appends only
                 counts.add(count)
@@ -302,7 +341,7 @@ def test_retrieval_with_an_index_of_another_corpus_is_refused(tmp_path, tiny_ber
     evaluator = RetrievalEvaluator(folders["right"], index=tmp_path / "idx")
     with pytest.raises(InputError, match="was not built from .*right's corpus"):
         evaluator.evaluate(encoder)
-    build_index(folders["right"] / "corpus.jsonl", tmp_path / "idx", encoder, overwrite=True)
+    build_index(folders["right"] / "corpus.jsonl", tmp_path / "idx", encoder, IndexOptions(overwrite=True))
     report = RetrievalEvaluator(folders["right"], index=tmp_path / "idx").evaluate(encoder)
     exact = RetrievalEvaluator(folders["right"]).evaluate(encoder)
     assert report.metrics == pytest.approx(exact.metrics)

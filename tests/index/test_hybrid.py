@@ -11,12 +11,13 @@ import pytest
 from runtime_helpers import TableEncoder, write_jsonl
 from typer.testing import CliRunner
 
+from embedkit import SearchIndex, build_index
 from embedkit.cli.app import app
 from embedkit.data.corpus import Document
 from embedkit.errors import InputError
-from embedkit.index import SearchIndex, build_index
-from embedkit.search.fusion import fuse
 from embedkit.index.lexical import LexicalIndex
+from embedkit.jobs.index_build import IndexOptions
+from embedkit.search.fusion import fuse
 
 pytest.importorskip("faiss")
 
@@ -50,8 +51,8 @@ def test_append_keeps_dense_and_lexical_in_step(tmp_path: Path, tiny_bert: Path)
     ids_b, texts_b, _ = _corpus("b", 12, 1)
     encoder = _encoder(tiny_bert, texts_a + texts_b)
     out = tmp_path / "idx"
-    build_index(write_jsonl(tmp_path / "a.jsonl", ids_a, texts_a), out, encoder, kind="flat")
-    build_index(write_jsonl(tmp_path / "b.jsonl", ids_b, texts_b), out, encoder, append=True)
+    build_index(write_jsonl(tmp_path / "a.jsonl", ids_a, texts_a), out, encoder, IndexOptions(kind="flat"))
+    build_index(write_jsonl(tmp_path / "b.jsonl", ids_b, texts_b), out, encoder, IndexOptions(append=True))
     expected = _reference_lexical(texts_a + texts_b, QUERIES + ["b7"], 10)
     with SearchIndex.load(out) as index:
         assert index.meta["lexical"]["k1"] == 1.2 and index.has_lexical
@@ -70,11 +71,11 @@ def test_hybrid_hits_are_the_fusion_of_both_sides(tmp_path: Path, tiny_bert: Pat
     ids, texts, _ = _corpus("a", 40, 0)
     encoder = _encoder(tiny_bert, texts)
     out = tmp_path / "idx"
-    build_index(write_jsonl(tmp_path / "a.jsonl", ids, texts), out, encoder, kind="flat")
+    build_index(write_jsonl(tmp_path / "a.jsonl", ids, texts), out, encoder, IndexOptions(kind="flat"))
     with SearchIndex.load(out) as index:
         hybrid = index.search_text(QUERIES, k=5, encoder=encoder, mode="hybrid", fusion="rrf")
-        scores, rows = index._search_rows(encoder.encode(QUERIES, normalize=True), 100)
-        lexical = index.store.search_lexical(QUERIES, 100)
+        scores, rows = index.store.dense_arrays(encoder.encode(QUERIES, normalize=True), 100, None)
+        lexical = index.store.search_lexical(QUERIES, 100, None)
     for q, hits in enumerate(hybrid):
         dense = [(int(r), float(s)) for r, s in zip(rows[q], scores[q], strict=True)]
         expected = fuse(dense, lexical[q], 5, method="rrf")
@@ -95,7 +96,7 @@ def test_any_query_text_returns_hits_and_never_an_sql_error(
     encoder = _encoder(tiny_bert, texts)
     encoder.table.setdefault(query, np.ones(16))
     out = tmp_path / "idx"
-    build_index(write_jsonl(tmp_path / "a.jsonl", ids, texts), out, encoder, kind="flat")
+    build_index(write_jsonl(tmp_path / "a.jsonl", ids, texts), out, encoder, IndexOptions(kind="flat"))
     with SearchIndex.load(out) as index:
         lexical = index.search_text([query], k=3, encoder=encoder, mode="lexical")[0]
         hybrid = index.search_text([query], k=3, encoder=encoder, mode="hybrid")[0]
@@ -115,7 +116,9 @@ def test_an_index_without_a_lexical_side_searches_dense_and_names_the_fix(
     ids, texts, _ = _corpus("a", 10, 0)
     encoder = _encoder(tiny_bert, texts)
     out = tmp_path / "idx"
-    build_index(write_jsonl(tmp_path / "a.jsonl", ids, texts), out, encoder, kind="flat", lexical=False)
+    build_index(
+        write_jsonl(tmp_path / "a.jsonl", ids, texts), out, encoder, IndexOptions(kind="flat", lexical=False)
+    )
     with SearchIndex.load(out) as index:
         assert index.meta["lexical"] is None and index.default_mode() == "dense"
         assert len(index.search_text(QUERIES[:1], k=3, encoder=encoder)[0]) == 3
@@ -124,7 +127,9 @@ def test_an_index_without_a_lexical_side_searches_dense_and_names_the_fix(
     # an append keeps the index as it is: still dense only
     more_ids, more_texts, _ = _corpus("b", 3, 1)
     encoder = _encoder(tiny_bert, texts + more_texts)
-    build_index(write_jsonl(tmp_path / "b.jsonl", more_ids, more_texts), out, encoder, append=True)
+    build_index(
+        write_jsonl(tmp_path / "b.jsonl", more_ids, more_texts), out, encoder, IndexOptions(append=True)
+    )
     with SearchIndex.load(out) as index:
         assert not index.has_lexical and len(index) == 13
 
@@ -154,11 +159,11 @@ def test_a_killed_append_leaves_both_sides_as_they_were(tmp_path: Path, tiny_ber
 
     out = base_index(tmp_path, tiny_bert, n=20)
     with SearchIndex.load(out) as index:
-        before = index.store.search_lexical(["a3", "b3", "text"], 10)
+        before = index.store.search_lexical(["a3", "b3", "text"], 10, None)
     job = {"op": "append", "model": str(tiny_bert), "out": str(out), "prefix": "b", "n": 10, "seed": 1}
     assert run_worker(job, env={"EMBEDKIT_FAULT_AT": "version-staged"}) == -9
     with SearchIndex.load(out) as index:
-        assert index.store.search_lexical(["a3", "b3", "text"], 10) == before
+        assert index.store.search_lexical(["a3", "b3", "text"], 10, None) == before
         assert before[1] == []  # the killed run's documents are in neither side
         assert len(index) == 20
 
@@ -193,7 +198,7 @@ def test_default_hybrid_is_dense_search_with_the_feedback_query(tmp_path: Path, 
     ids, texts, _ = _corpus("a", 40, 0)
     encoder = _encoder(tiny_bert, texts)
     out = tmp_path / "idx"
-    build_index(write_jsonl(tmp_path / "a.jsonl", ids, texts), out, encoder, kind="flat")
+    build_index(write_jsonl(tmp_path / "a.jsonl", ids, texts), out, encoder, IndexOptions(kind="flat"))
     docs = np.stack([encoder.table[t] for t in texts])
     docs /= np.linalg.norm(docs, axis=1, keepdims=True)
     lexical = _reference_lexical(texts, QUERIES, 100)

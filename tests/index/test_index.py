@@ -15,13 +15,13 @@ from embedkit.index import (
     INDEX_FILE,
     META_FILE,
     SearchIndex,
-    build_index,
     choose_kind,
     index_params,
     new_faiss_index,
     open_index_for,
 )
 from embedkit.index.folder import index_files_dir
+from embedkit.jobs.index_build import IndexOptions, build_index
 from embedkit.jobs.streaming import CorpusOptions
 from embedkit.storage.checksums import write_checksums
 
@@ -42,7 +42,7 @@ def test_flat_search_equals_brute_force(tmp_path, tiny_bert):
     rng = np.random.default_rng(0)
     docs, queries = rng.standard_normal((300, DIM)), rng.standard_normal((20, DIM)) * 3.0
     corpus, encoder, ids = corpus_and_encoder(tmp_path, tiny_bert, docs)
-    report = build_index(corpus, tmp_path / "idx", encoder, options=CorpusOptions(chunk_size=64))
+    report = build_index(corpus, tmp_path / "idx", encoder, IndexOptions(corpus=CorpusOptions(chunk_size=64)))
     assert (report.kind, report.count) == ("flat", 300)
     with SearchIndex.load(tmp_path / "idx") as index:
         scores, found = index.search(queries, k=10)
@@ -55,7 +55,7 @@ def test_round_trip_search_text_and_documents(tmp_path, tiny_bert):
     data = clustered(205, DIM, clusters=8, seed=1)
     docs, queries = data[:200], data[200:]
     corpus, encoder, ids = corpus_and_encoder(tmp_path, tiny_bert, docs, queries=queries)
-    build_index(corpus, tmp_path / "idx", encoder, kind="hnsw")
+    build_index(corpus, tmp_path / "idx", encoder, IndexOptions(kind="hnsw"))
     with SearchIndex.load(tmp_path / "idx") as first, SearchIndex.load(tmp_path / "idx") as second:
         assert first.kind == "hnsw" and len(first) == 200
         hits = first.search_text([f"query {j}" for j in range(5)], k=5, encoder=encoder)
@@ -81,7 +81,7 @@ def test_append_keeps_old_results_and_adds_new_ones(tmp_path, tiny_bert):
     build_index(corpus_a, tmp_path / "idx", enc_a)
     with SearchIndex.load(tmp_path / "idx") as index:
         before = index.search(old_docs, k=1)
-    report = build_index(corpus_b, tmp_path / "idx", enc_b, append=True)
+    report = build_index(corpus_b, tmp_path / "idx", enc_b, IndexOptions(append=True))
     assert (report.appended, report.added, report.count) == (True, 30, 80)
     with SearchIndex.load(tmp_path / "idx") as index:
         after_self = index.search(old_docs, k=1)
@@ -100,7 +100,7 @@ def test_a_duplicate_id_on_append_changes_nothing(tmp_path, tiny_bert):
     build_index(corpus, tmp_path / "idx", encoder)
     before = _tree(tmp_path / "idx")
     with pytest.raises(InputError, match="duplicate document id 'd0'"):
-        build_index(corpus, tmp_path / "idx", encoder, append=True)
+        build_index(corpus, tmp_path / "idx", encoder, IndexOptions(append=True))
     assert _tree(tmp_path / "idx") == before
     assert sorted(p.name for p in tmp_path.iterdir()) == ["d.jsonl", "idx"]  # no temporary folder left
 
@@ -115,11 +115,11 @@ def test_new_index_refuses_to_replace_silently(tmp_path, tiny_bert):
     build_index(corpus, tmp_path / "idx", encoder)
     with pytest.raises(InputError, match="already holds an index"):
         build_index(corpus, tmp_path / "idx", encoder)
-    assert build_index(corpus, tmp_path / "idx", encoder, overwrite=True).count == 5
+    assert build_index(corpus, tmp_path / "idx", encoder, IndexOptions(overwrite=True)).count == 5
     (tmp_path / "other").mkdir()
     (tmp_path / "other" / "notes.txt").write_text("keep me")
     with pytest.raises(InputError, match="neither empty nor an index"):
-        build_index(corpus, tmp_path / "other", encoder, overwrite=True)
+        build_index(corpus, tmp_path / "other", encoder, IndexOptions(overwrite=True))
     assert (tmp_path / "other" / "notes.txt").read_text() == "keep me"
 
 
@@ -139,7 +139,7 @@ def test_ivf_pq_trains_on_a_sample_and_finds_neighbours(tmp_path, tiny_bert):
     docs = clustered(n, DIM, clusters=50, seed=7)
     corpus, encoder, ids = corpus_and_encoder(tmp_path, tiny_bert, docs)
     options = CorpusOptions(chunk_size=4096)
-    report = build_index(corpus, tmp_path / "idx", encoder, kind="ivf-pq", options=options)
+    report = build_index(corpus, tmp_path / "idx", encoder, IndexOptions(kind="ivf-pq", corpus=options))
     assert report.kind == "ivf-pq" and report.params["m"] == DIM // 8
     assert not (tmp_path / "idx" / "vectors.tmp.npy").exists()
     with SearchIndex.load(tmp_path / "idx") as index:

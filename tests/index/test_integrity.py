@@ -12,9 +12,10 @@ from typer.testing import CliRunner
 
 from embedkit.cli.app import app
 from embedkit.errors import InputError
-from embedkit.index import INDEX_FILE, SearchIndex, build_index
+from embedkit.index import INDEX_FILE, SearchIndex
 from embedkit.index.folder import DOCS_FILE, index_files_dir
 from embedkit.index.integrity import verify_index
+from embedkit.jobs.index_build import IndexOptions, build_index
 from embedkit.storage import checksums
 from embedkit.storage.checksums import ChecksumMismatch
 
@@ -33,7 +34,12 @@ def small_index(tmp_path: Path, tiny_bert: Path, n: int = 60) -> Path:
     texts = [f"text of {i} about wings and flow {i * 7}" for i in ids]
     corpus = write_jsonl(tmp_path / "corpus.jsonl", ids, texts)
     out = tmp_path / "idx"
-    build_index(corpus, out, TableEncoder(tiny_bert, dict(zip(texts, vectors, strict=True))), kind="flat")
+    build_index(
+        corpus,
+        out,
+        TableEncoder(tiny_bert, dict(zip(texts, vectors, strict=True))),
+        IndexOptions(kind="flat"),
+    )
     return out
 
 

@@ -10,9 +10,10 @@ import pytest
 from runtime_helpers import write_jsonl
 
 from embedkit.errors import InputError
-from embedkit.index import build_index, read_index_meta
+from embedkit.index import read_index_meta
 from embedkit.index.folder import META_FILE, index_files_dir
 from embedkit.index.meta import IndexMeta
+from embedkit.jobs.index_build import build_index
 
 pytest.importorskip("faiss")
 

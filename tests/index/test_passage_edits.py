@@ -14,9 +14,10 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
+from embedkit import SearchIndex, build_index
 from embedkit.cli.app import app
-from embedkit.index import SearchIndex, build_index
 from embedkit.index.edits import compact_index, delete_documents
+from embedkit.jobs.index_build import IndexOptions
 from embedkit.search.fusion import fuse
 
 pytest.importorskip("faiss")
@@ -57,7 +58,9 @@ def _ranked(index: SearchIndex, mode: str, digits: int | None = 4, **options) ->
 def built(tmp_path: Path, tiny_bert: Path) -> tuple[Path, list[dict]]:
     docs = _documents()
     out = tmp_path / "idx"
-    build_index(_write(tmp_path / "c.jsonl", docs), out, tiny_bert, passages=SPLIT, device="cpu")
+    build_index(
+        _write(tmp_path / "c.jsonl", docs), out, tiny_bert, IndexOptions(passages=SPLIT, device="cpu")
+    )
     with SearchIndex.load(out) as index:
         assert len(index) > index.document_count == len(docs)  # several passages a document
     return out, docs
@@ -69,9 +72,11 @@ def test_delete_removes_every_passage_as_a_rebuilt_index(built, tmp_path: Path, 
     assert result.exit_code == 0, result.output
     kept = [d for d in docs if d["_id"] not in GONE]
     ref = tmp_path / "ref"
-    build_index(_write(tmp_path / "kept.jsonl", kept), ref, tiny_bert, passages=SPLIT, device="cpu")
+    build_index(
+        _write(tmp_path / "kept.jsonl", kept), ref, tiny_bert, IndexOptions(passages=SPLIT, device="cpu")
+    )
     with SearchIndex.load(out) as index, SearchIndex.load(ref) as rebuilt:
-        assert index.store.rows_by_id(GONE) == {}
+        assert index.store.docs.rows_by_id(GONE) == {}
         assert index.get_documents(GONE) == [None] * len(GONE)
         assert (len(index), index.document_count) == (len(rebuilt), rebuilt.document_count)
         assert _ranked(index, "dense") == _ranked(rebuilt, "dense")
@@ -88,10 +93,15 @@ def test_delete_removes_every_passage_as_a_rebuilt_index(built, tmp_path: Path, 
 def test_hnsw_delete_masks_every_passage(tmp_path: Path, tiny_bert: Path) -> None:
     docs = _documents()
     out = tmp_path / "idx"
-    build_index(_write(tmp_path / "c.jsonl", docs), out, tiny_bert, passages=SPLIT, kind="hnsw", device="cpu")
+    build_index(
+        _write(tmp_path / "c.jsonl", docs),
+        out,
+        tiny_bert,
+        IndexOptions(passages=SPLIT, kind="hnsw", device="cpu"),
+    )
     report = delete_documents(out, GONE)
     with SearchIndex.load(out) as index:
-        assert report.masked == len(index.masked) > len(GONE)  # every passage of each, masked
+        assert report.masked == len(index.store.masked) > len(GONE)  # every passage of each, masked
         assert index.document_count == len(docs) - len(GONE)
         for mode in ("dense", "lexical"):
             found = set().union(*_ranked(index, mode))
@@ -101,11 +111,18 @@ def test_hnsw_delete_masks_every_passage(tmp_path: Path, tiny_bert: Path) -> Non
 def test_upsert_replaces_every_passage_as_a_rebuilt_index(built, tmp_path: Path, tiny_bert: Path) -> None:
     out, docs = built
     changed = [{**docs[7], "text": "heat transfer " * 12}, {**docs[20], "text": "lift"}]
-    build_index(_write(tmp_path / "new.jsonl", changed), out, append=True, upsert=True, device="cpu")
+    build_index(
+        _write(tmp_path / "new.jsonl", changed),
+        out,
+        options=IndexOptions(append=True, upsert=True, device="cpu"),
+    )
     now = {d["_id"]: d for d in [*docs, *changed]}
     ref = tmp_path / "ref"
     build_index(
-        _write(tmp_path / "all.jsonl", list(now.values())), ref, tiny_bert, passages=SPLIT, device="cpu"
+        _write(tmp_path / "all.jsonl", list(now.values())),
+        ref,
+        tiny_bert,
+        IndexOptions(passages=SPLIT, device="cpu"),
     )
     compact_index(out)  # BM25 statistics as fresh
     with SearchIndex.load(out) as index, SearchIndex.load(ref) as rebuilt:
@@ -127,7 +144,9 @@ def test_where_filters_documents_of_a_passage_index(built) -> None:
     passing = {d["_id"] for d in docs if _passes(d)}
     assert 0 < len(passing) < len(docs)
     with SearchIndex.load(out) as index:
-        assert set(index.store.ids_of_rows(index.restriction(WHERE).tolist()).values()) == passing
+        assert (
+            set(index.store.docs.ids_of_rows(index.store.compile_filter(WHERE).tolist()).values()) == passing
+        )
         whole = {mode: _ranked(index, mode, None) for mode in ("dense", "lexical")}
         for mode, unfiltered in whole.items():
             want = [{d: round(s, 4) for d, s in q.items() if d in passing} for q in unfiltered]

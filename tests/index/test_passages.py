@@ -16,9 +16,10 @@ from tokenizers import Tokenizer
 
 from embedkit.encode.loading import load_encoder
 from embedkit.errors import InputError
-from embedkit.index import SearchIndex, build_index, hit_record, rebuild_lexical
-from embedkit.search.fusion import weighted
+from embedkit.index import SearchIndex, hit_record, rebuild_lexical
 from embedkit.index.passages import PassageSettings, PassageSplitter, token_windows
+from embedkit.jobs.index_build import IndexOptions, build_index
+from embedkit.search.fusion import weighted
 
 WORDS = ["wing", "flow", "air", "pressure", "boundary", "layer", "shock", "wave", "heat", "transfer"]
 WORDS += ["mach", "number", "speed", "body", "drag", "lift"]
@@ -90,7 +91,7 @@ def corpus(tmp_path_factory):
 def built(corpus, tiny_bert, tmp_path_factory):
     path, _ = corpus
     out = tmp_path_factory.mktemp("index") / "idx"
-    report = build_index(path, out, tiny_bert, passages=f"{SIZE}:{OVERLAP}", device="cpu")
+    report = build_index(path, out, tiny_bert, IndexOptions(passages=f"{SIZE}:{OVERLAP}", device="cpu"))
     return out, report
 
 
@@ -157,7 +158,7 @@ def test_lexical_and_hybrid_rank_by_the_best_passage(built, corpus, tiny_bert, t
         "".join(json.dumps({"_id": f"{d}#{j}", "text": t}) + "\n" for j, (d, t) in enumerate(passages)),
         encoding="utf-8",
     )
-    build_index(flat, tmp_path / "ref", tiny_bert, device="cpu")
+    build_index(flat, tmp_path / "ref", tiny_bert, IndexOptions(device="cpu"))
     encoder = load_encoder(tiny_bert, device="cpu")
     with SearchIndex.load(tmp_path / "ref") as ref, SearchIndex.load(out) as index:
         for mode in ("lexical", "dense"):
@@ -190,7 +191,7 @@ def test_snippet_and_passage_come_from_the_best_passage(tmp_path, tiny_bert):
     corpus = tmp_path / "c.jsonl"
     docs = [{"_id": "long", "text": f"{filler} guitar beach"}, {"_id": "other", "text": "cat dog"}]
     corpus.write_text("".join(json.dumps(d) + "\n" for d in docs), encoding="utf-8")
-    build_index(corpus, tmp_path / "idx", tiny_bert, passages="6:2", device="cpu")
+    build_index(corpus, tmp_path / "idx", tiny_bert, IndexOptions(passages="6:2", device="cpu"))
     with SearchIndex.load(tmp_path / "idx") as index:
         (hits,) = index.search_text("guitar beach", k=1, mode="lexical", snippets=True, passages=True)
     (hit,) = hits
@@ -207,16 +208,15 @@ def test_every_row_of_a_document_is_known_to_the_store(built, corpus, tiny_bert)
     _, docs = corpus
     passages = reference_passages(docs, tiny_bert)
     with SearchIndex.load(out) as index:
-        rows = index.store.rows_by_id([d["_id"] for d in docs] + ["missing"])
+        rows = index.store.docs.rows_by_id([d["_id"] for d in docs] + ["missing"])
         assert "missing" not in rows
         assert {d: len(r) for d, r in rows.items()} == {
             d["_id"]: sum(1 for p, _ in passages if p == d["_id"]) for d in docs
         }
         assert sorted(r for found in rows.values() for r in found) == list(range(len(passages)))
-        assert set(index.store.ids_of_rows(rows["d5"]).values()) == {"d5"}
-        (number,) = set(index.store.documents_of_rows(rows["d5"]).values())
-        assert index.store.rows_of_documents([number]) == rows["d5"]
-        assert [d.id for d in index.store.iter_documents()] == [d["_id"] for d in docs]
+        assert set(index.store.docs.ids_of_rows(rows["d5"]).values()) == {"d5"}
+        (number,) = set(index.store.docs.document_numbers(rows["d5"]).values())
+        assert [d.id for d in index.store.docs.iter_documents()] == [d["_id"] for d in docs]
 
 
 def test_append_splits_alike_and_equals_a_rebuilt_index(corpus, tiny_bert, tmp_path):
@@ -224,11 +224,17 @@ def test_append_splits_alike_and_equals_a_rebuilt_index(corpus, tiny_bert, tmp_p
     first, second = tmp_path / "a.jsonl", tmp_path / "b.jsonl"
     first.write_text("".join(json.dumps(d) + "\n" for d in docs[:25]), encoding="utf-8")
     second.write_text("".join(json.dumps(d) + "\n" for d in docs[25:]), encoding="utf-8")
-    build_index(first, tmp_path / "grown", tiny_bert, passages=f"{SIZE}:{OVERLAP}", device="cpu")
+    build_index(
+        first, tmp_path / "grown", tiny_bert, IndexOptions(passages=f"{SIZE}:{OVERLAP}", device="cpu")
+    )
     with pytest.raises(InputError, match="differs from the index's passages 8:3"):
-        build_index(second, tmp_path / "grown", append=True, passages="16:0", device="cpu")
-    build_index(second, tmp_path / "grown", append=True, device="cpu")  # the index's own setting
-    build_index(path, tmp_path / "whole", tiny_bert, passages=f"{SIZE}:{OVERLAP}", device="cpu")
+        build_index(
+            second, tmp_path / "grown", options=IndexOptions(append=True, passages="16:0", device="cpu")
+        )
+    build_index(
+        second, tmp_path / "grown", options=IndexOptions(append=True, device="cpu")
+    )  # the index's own setting
+    build_index(path, tmp_path / "whole", tiny_bert, IndexOptions(passages=f"{SIZE}:{OVERLAP}", device="cpu"))
     rebuild_lexical(tmp_path / "whole")  # the lexical side rebuilt from the store: the same passages
     with SearchIndex.load(tmp_path / "grown") as grown, SearchIndex.load(tmp_path / "whole") as whole:
         assert (

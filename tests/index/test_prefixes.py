@@ -13,10 +13,11 @@ import numpy as np
 import pytest
 from typer.testing import CliRunner
 
+from embedkit import SearchIndex, build_index
 from embedkit.encode.loading import load_encoder
 from embedkit.encode.prefixes import Prefixes, detect_prefixes, resolve_prefixes
 from embedkit.errors import InputError
-from embedkit.index import SearchIndex, build_index
+from embedkit.jobs.index_build import IndexOptions
 
 E5_CARD = 'Each input text should start with "query: " or "passage: ", even for non-English texts.\n'
 BGE_CARD = (
@@ -69,13 +70,19 @@ def corpus(tmp_path, texts, name="c.jsonl", first=0):
 
 def test_index_embeds_with_the_model_cards_prefixes_and_search_uses_them(tmp_path, tiny_bert):
     e5 = model_with(tmp_path, tiny_bert, "e5", card=E5_CARD)
-    report = build_index(corpus(tmp_path, DOCS[:2]), tmp_path / "idx", e5, device="cpu")
+    report = build_index(corpus(tmp_path, DOCS[:2]), tmp_path / "idx", e5, IndexOptions(device="cpu"))
     assert "'query: '" in report.prefixes and "README.md (e5)" in report.prefixes
     with pytest.raises(InputError, match="--passage-prefix 'p: ' differs from the index's 'passage: '"):
         build_index(
-            corpus(tmp_path, DOCS[2:], "b.jsonl", 2), tmp_path / "idx", append=True, passage_prefix="p: "
+            corpus(tmp_path, DOCS[2:], "b.jsonl", 2),
+            tmp_path / "idx",
+            options=IndexOptions(append=True, passage_prefix="p: "),
         )
-    build_index(corpus(tmp_path, DOCS[2:], "b.jsonl", 2), tmp_path / "idx", append=True, device="cpu")
+    build_index(
+        corpus(tmp_path, DOCS[2:], "b.jsonl", 2),
+        tmp_path / "idx",
+        options=IndexOptions(append=True, device="cpu"),
+    )
     encoder = load_encoder(e5, device="cpu")
     want_docs = encoder.encode([f"passage: {t}" for t in DOCS], normalize=True)  # by hand
     want_queries = encoder.encode([f"query: {q}" for q in QUERIES], normalize=True)
@@ -118,7 +125,12 @@ def test_eval_and_reembed_use_the_recorded_prefixes(tmp_path, tiny_bert):
     )
     (beir / "qrels" / "test.tsv").write_text("query-id\tcorpus-id\tscore\nq0\td0\t1\nq1\td1\t1\n")
     given = Prefixes("search: ", "doc: ", "given")
-    build_index(beir, tmp_path / "idx", tiny_bert, query_prefix=given.query, passage_prefix=given.passage)
+    build_index(
+        beir,
+        tmp_path / "idx",
+        tiny_bert,
+        IndexOptions(query_prefix=given.query, passage_prefix=given.passage),
+    )
     encoder = Recording(load_encoder(tiny_bert, device="cpu"))
     exact = RetrievalEvaluator(beir, prefixes=given).evaluate(encoder)
     assert encoder.seen == [f"search: {q}" for q in QUERIES] + [f"doc: {t}" for t in DOCS]

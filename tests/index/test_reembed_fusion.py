@@ -12,11 +12,12 @@ import shutil
 import numpy as np
 import pytest
 
+from embedkit import SearchIndex, build_index
 from embedkit.encode.loading import load_encoder
-from embedkit.index import SearchIndex, build_index
-from embedkit.search.request import Calibration
 from embedkit.index.folder import read_index_meta
 from embedkit.index.reembed import reembed_index
+from embedkit.jobs.index_build import IndexOptions
+from embedkit.search.request import Calibration
 
 DOCS = [
     f"{w} flow over the {v} wing at mach {i}"
@@ -79,7 +80,7 @@ def test_reembed_of_an_index_without_a_calibration_keeps_the_default(
 ):
     import embedkit.evaluation.fusion_calibration as calibrate
 
-    build_index(corpus, tmp_path / "idx", tiny_bert, calibrate=False)
+    build_index(corpus, tmp_path / "idx", tiny_bert, IndexOptions(calibrate=False))
     assert not read_index_meta(tmp_path / "idx").get("fusion")
     monkeypatch.setattr(calibrate, "calibrate_folder", lambda *a, **k: RECORD)  # would be recorded
     reembed_index(tmp_path / "idx", other_model, device="cpu")

@@ -17,9 +17,10 @@ import pytest
 from runtime_helpers import TableEncoder, write_jsonl
 from typer.testing import CliRunner
 
+from embedkit import SearchIndex, build_index
 from embedkit.cli.app import app
 from embedkit.errors import InputError
-from embedkit.index import SearchIndex, build_index
+from embedkit.jobs.index_build import IndexOptions
 from embedkit.storage.checksums import CHECKSUMS, STAMP, ChecksumMismatch, read_checksums
 from embedkit.storage.versioned import MARKER, POINTER, clean, new_version
 
@@ -186,7 +187,12 @@ def _index(tmp_path: Path, tiny_bert: Path) -> Path:
     texts = [f"text {i} about wings" for i in range(12)]
     corpus = write_jsonl(tmp_path / "corpus.jsonl", [f"d{i}" for i in range(12)], texts)
     out = tmp_path / "idx"
-    build_index(corpus, out, TableEncoder(tiny_bert, dict(zip(texts, vectors, strict=True))), kind="flat")
+    build_index(
+        corpus,
+        out,
+        TableEncoder(tiny_bert, dict(zip(texts, vectors, strict=True))),
+        IndexOptions(kind="flat"),
+    )
     return out
 
 

@@ -18,11 +18,12 @@ import pytest
 from runtime_helpers import TableEncoder, brute_force
 from typer.testing import CliRunner
 
+from embedkit import SearchIndex, build_index
 from embedkit.cli.app import app
 from embedkit.errors import InputError
-from embedkit.index import SearchIndex, build_index
-from embedkit.search.fusion import fuse
 from embedkit.index.where import parse
+from embedkit.jobs.index_build import IndexOptions
+from embedkit.search.fusion import fuse
 
 pytest.importorskip("faiss")
 pytest.importorskip("lark")
@@ -100,7 +101,7 @@ def filtered(request, tmp_path_factory: pytest.TempPathFactory, tiny_bert: Path)
             f.write(json.dumps({"_id": doc_id, "text": text, **meta}) + "\n")
     rng = np.random.default_rng(3)
     encoder = TableEncoder(tiny_bert, {t: rng.standard_normal(32) for t in [*texts, *QUERIES]})
-    build_index(corpus, folder / "idx", encoder, kind=request.param)
+    build_index(corpus, folder / "idx", encoder, IndexOptions(kind=request.param))
     index = SearchIndex.load(folder / "idx")
     yield index, encoder, ids, texts, metas
     index.close()
@@ -147,8 +148,8 @@ def test_filtered_dense_lexical_and_hybrid_equal_brute_force(filtered, expressio
 
 def test_filters_of_a_loaded_index_are_reused(filtered) -> None:
     index = filtered[0]
-    first = index.restriction("year >= 2015")
-    assert index.restriction("year >= 2015") is first  # computed once per expression
+    first = index.store.compile_filter("year >= 2015")
+    assert index.store.compile_filter("year >= 2015") is first  # computed once per expression
 
 
 @pytest.mark.parametrize(

@@ -20,7 +20,10 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from runtime_helpers import TableEncoder, write_jsonl  # noqa: E402
 
 from embedkit.errors import InputError  # noqa: E402
-from embedkit.index import build_index  # noqa: E402
+from embedkit.jobs.index_build import (
+    IndexOptions,
+    build_index,  # noqa: E402
+)
 from embedkit.jobs.streaming import CorpusOptions, embed_to_file  # noqa: E402
 from embedkit.storage.locking import wait_for_locks  # noqa: E402
 
@@ -43,8 +46,9 @@ def corpus(job, folder: Path, prefix: str):
     ids = [f"{prefix}{i}" for i in range(job["n"])]
     texts = [f"text of {i}" for i in ids]
     path = write_jsonl(folder / f"{prefix}.jsonl", ids, texts)
-    encoder = SlowEncoder(Path(job["model"]), dict(zip(texts, vectors, strict=True)),
-                          job.get("sleep", 0.0), job.get("started"))
+    encoder = SlowEncoder(
+        Path(job["model"]), dict(zip(texts, vectors, strict=True)), job.get("sleep", 0.0), job.get("started")
+    )
     return path, encoder
 
 
@@ -57,7 +61,7 @@ def main() -> int:
         with wait_for_locks(job.get("wait", False)):
             if job["op"] in ("append", "build"):
                 path, encoder = corpus(job, scratch, job["prefix"])
-                build_index(path, out, encoder, append=job["op"] == "append", options=options)
+                build_index(path, out, encoder, IndexOptions(append=job["op"] == "append", corpus=options))
             elif job["op"] == "embed":
                 path, encoder = corpus(job, scratch, job["prefix"])
                 embed_to_file(path, out, encoder, options=options)
@@ -65,7 +69,7 @@ def main() -> int:
                 round_ = 0
                 while not Path(job["stop"]).exists():
                     path, encoder = corpus({**job, "seed": round_}, scratch, f"{job['prefix']}{round_}-")
-                    build_index(path, out, encoder, append=True, options=options)
+                    build_index(path, out, encoder, IndexOptions(append=True, corpus=options))
                     round_ += 1
                 print(round_)
     except InputError as exc:

@@ -16,13 +16,14 @@ import pytest
 from runtime_helpers import TableEncoder, brute_force
 from typer.testing import CliRunner
 
+from embedkit import SearchIndex, build_index
 from embedkit.cli.app import app
 from embedkit.errors import InputError, RunFailure
-from embedkit.index import SearchIndex, build_index
+from embedkit.jobs.index_build import IndexOptions
 from embedkit.remote.base import RemoteTarget
 from embedkit.remote.milvus import MilvusCollection
 from embedkit.remote.push import push_index
-from embedkit.remote.search import RemoteIndex
+from embedkit.remote.search import open_pushed
 
 pytest.importorskip("faiss")
 pytest.importorskip("pymilvus")
@@ -55,7 +56,7 @@ def small(tmp_path: Path, tiny_bert: Path) -> tuple[Path, TableEncoder, list[str
     table = {t: rng.standard_normal(DIM) for t in [*full, *QUERIES]}
     encoder = TableEncoder(tiny_bert, table)
     out = tmp_path / "idx"
-    build_index(_write_corpus(tmp_path / "c.jsonl", ids, texts), out, encoder, kind="flat")
+    build_index(_write_corpus(tmp_path / "c.jsonl", ids, texts), out, encoder, IndexOptions(kind="flat"))
     return out, encoder, full
 
 
@@ -71,7 +72,7 @@ def test_pushed_index_gives_the_local_dense_top10_and_documents(tmp_path: Path, 
     vectors = encoder.encode(full, normalize=True)
     queries = encoder.encode(QUERIES, normalize=True)
     _, exact = brute_force(vectors, queries, 10)
-    with SearchIndex.load(out) as local, RemoteIndex.open(target) as remote:
+    with SearchIndex.load(out) as local, open_pushed(target) as remote:
         assert len(remote) == 60 and remote.dim == DIM
         here = local.search_text(QUERIES, k=10, encoder=encoder, mode="dense")
         there = remote.search_text(QUERIES, k=10, encoder=encoder, mode="dense")
@@ -100,7 +101,7 @@ def test_killed_then_repeated_pushes_leave_each_row_once(tmp_path: Path, small, 
         push_index(out, target, batch_size=20)
     monkeypatch.setattr(MilvusCollection, "upsert", real)
     with pytest.raises(InputError):  # the record says 0 rows complete; a search still opens
-        RemoteIndex.open(RemoteTarget.parse(target.uri, "other"))
+        open_pushed(RemoteTarget.parse(target.uri, "other"))
     resumed = push_index(out, target, append=True, batch_size=20)
     assert resumed.sent == 20  # rows 40..59 only
     again = push_index(out, target, batch_size=20)  # a plain push again: upserts, no copies
@@ -222,7 +223,7 @@ def test_eval_retrieval_on_a_pushed_index_gives_the_local_figures(tmp_path: Path
     from eval_data import write_beir
 
     folder = write_beir(tmp_path / "beir")
-    build_index(folder, tmp_path / "index", tiny_bert, kind="flat", device="cpu")
+    build_index(folder, tmp_path / "index", tiny_bert, IndexOptions(kind="flat", device="cpu"))
     db = str(tmp_path / "e.db")
     runner = CliRunner()
     assert runner.invoke(app, ["push", str(tmp_path / "index"), db, "-c", "beir"]).exit_code == 0
@@ -263,14 +264,14 @@ def test_part_files_push_straight_to_milvus(tmp_path: Path, tiny_bert: Path) -> 
     again = push_vectors(tmp_path / "parts", corpus, target, append=True, batch_size=7)
     assert (again.total, again.sent) == (90, 0)  # all there: nothing sent
     _, exact = brute_force(vectors, vectors[:5], 10)
-    with RemoteIndex.open(target) as remote:
+    with open_pushed(target) as remote:
         assert len(remote) == 90 and remote.meta["model_fingerprint"] == encoder.fingerprint
         _, found = remote.search(vectors[:5], k=10)
         assert found == [[ids[r] for r in row] for row in exact]
-        assert remote.store.by_rows([89])[0].text == "text of p89"
+        assert remote.documents_at([89])[0].text == "text of p89"
     hnsw = RemoteTarget.parse(db, "graph")
     push_vectors(tmp_path / "parts", corpus, hnsw, dense_index="HNSW")
-    with RemoteIndex.open(hnsw) as remote:  # 90 vectors: HNSW at ef 128 finds the exact top-10
+    with open_pushed(hnsw) as remote:  # 90 vectors: HNSW at ef 128 finds the exact top-10
         assert remote.search(vectors[:5], k=10)[1] == [[ids[r] for r in row] for row in exact]
     wrong = CliRunner().invoke(app, ["push", "--from-vectors", str(tmp_path / "parts"), db])
     assert wrong.exit_code == 2 and "--corpus" in wrong.output
@@ -289,7 +290,7 @@ def test_a_smaller_source_is_not_pushed_over_a_larger_collection(
         _write_corpus(tmp_path / "f.jsonl", ids, texts),
         fewer,
         TableEncoder(tiny_bert, {t: encoder.table[t] for t in full}),
-        kind="flat",
+        IndexOptions(kind="flat"),
     )
     with pytest.raises(InputError, match="holds rows this source never had"):
         push_index(fewer, target)

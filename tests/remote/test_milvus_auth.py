@@ -24,6 +24,7 @@ import pytest
 from typer.testing import CliRunner
 
 from embedkit.cli.app import app
+from embedkit.jobs.index_build import IndexOptions
 
 grpc = pytest.importorskip("grpc")
 pytest.importorskip("pymilvus")
@@ -80,10 +81,10 @@ def proxy(request) -> Iterator[tuple[str, RefusingProxy]]:
 def beir_and_index(tmp_path: Path, tiny_bert: Path) -> tuple[Path, Path]:
     from eval_data import write_beir
 
-    from embedkit.index import build_index
+    from embedkit import build_index
 
     beir = write_beir(tmp_path / "beir")
-    build_index(beir, tmp_path / "index", tiny_bert, kind="flat", device="cpu")
+    build_index(beir, tmp_path / "index", tiny_bert, IndexOptions(kind="flat", device="cpu"))
     return beir, tmp_path / "index"
 
 

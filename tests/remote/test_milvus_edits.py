@@ -16,13 +16,14 @@ import numpy as np
 import pytest
 from runtime_helpers import TableEncoder
 
+from embedkit import SearchIndex, build_index
 from embedkit.errors import InputError
-from embedkit.index import SearchIndex, build_index
 from embedkit.index.edits import delete_documents
 from embedkit.index.where import rows_where
+from embedkit.jobs.index_build import IndexOptions
 from embedkit.remote.base import RemoteTarget
 from embedkit.remote.push import push_index
-from embedkit.remote.search import RemoteIndex
+from embedkit.remote.search import open_pushed
 
 pytest.importorskip("faiss")
 pytest.importorskip("pymilvus")
@@ -69,13 +70,13 @@ def pushed(tmp_path: Path, tiny_bert: Path):
     texts = [r["text"] for r in first + updates] + QUERIES
     encoder = TableEncoder(tiny_bert, {t: rng.standard_normal(32) for t in texts})
     out = tmp_path / "idx"
-    build_index(_write(tmp_path / "c.jsonl", first), out, encoder, kind="flat")
+    build_index(_write(tmp_path / "c.jsonl", first), out, encoder, IndexOptions(kind="flat"))
     target = RemoteTarget.parse(str(tmp_path / "milvus.db"), "docs")
     push_index(out, target, batch_size=16)
     return out, encoder, target, tmp_path / "u.jsonl", updates
 
 
-def _same_dense(local: SearchIndex, remote: RemoteIndex, encoder, where: str | None = None) -> None:
+def _same_dense(local: SearchIndex, remote: SearchIndex, encoder, where: str | None = None) -> None:
     here = local.search_text(QUERIES, k=10, encoder=encoder, mode="dense", where=where)
     there = remote.search_text(QUERIES, k=10, encoder=encoder, mode="dense", where=where)
     for a, b in zip(here, there, strict=True):
@@ -87,11 +88,11 @@ def _same_dense(local: SearchIndex, remote: RemoteIndex, encoder, where: str | N
 def test_pushing_again_carries_deletions_and_updates(pushed, append: bool) -> None:
     out, encoder, target, corpus, updates = pushed
     delete_documents(out, ["d0", "d1", "d49"])
-    build_index(_write(corpus, updates), out, encoder, append=True, upsert=True)
+    build_index(_write(corpus, updates), out, encoder, IndexOptions(append=True, upsert=True))
     report = push_index(out, target, append=append, batch_size=16)
     assert report.total == 50 - 3 + 5
     assert report.sent == (9 if append else 52)  # 4 replaced (new rows) and 5 new, or everything
-    with SearchIndex.load(out) as local, RemoteIndex.open(target) as remote:
+    with SearchIndex.load(out) as local, open_pushed(target) as remote:
         assert len(remote) == len(local) == 52
         _same_dense(local, remote, encoder)
         assert remote.get_documents(["d0", "d1", "d49"]) == [None] * 3
@@ -103,10 +104,10 @@ def test_pushing_again_carries_deletions_and_updates(pushed, append: bool) -> No
 
 def test_filters_run_inside_milvus(pushed) -> None:
     out, encoder, target, _, _ = pushed
-    with SearchIndex.load(out) as local, RemoteIndex.open(target) as remote:
+    with SearchIndex.load(out) as local, open_pushed(target) as remote:
         for where in WHERE:
             _same_dense(local, remote, encoder, where)
-            allowed = {d.id for d in local.store.by_rows(rows_where(local.store, where).tolist())}
+            allowed = {d.id for d in local.documents_at(rows_where(local.store.docs, where).tolist())}
             for hits in remote.search_text(QUERIES, k=10, encoder=encoder, where=where):  # hybrid
                 assert hits and {h.id for h in hits} <= allowed
         with pytest.raises(InputError, match="unknown metadata field 'colour'"):

@@ -16,12 +16,13 @@ import numpy as np
 import pytest
 from runtime_helpers import TableEncoder
 
+from embedkit import SearchIndex, build_index
 from embedkit.data.corpus import Document
-from embedkit.index import SearchIndex, build_index
 from embedkit.index.lexical import LexicalIndex, LexicalSettings
+from embedkit.jobs.index_build import IndexOptions
 from embedkit.remote.base import RemoteTarget
 from embedkit.remote.push import push_index
-from embedkit.remote.search import RemoteIndex
+from embedkit.remote.search import open_pushed
 
 pytest.importorskip("faiss")
 pytest.importorskip("pymilvus")
@@ -38,14 +39,14 @@ def _index(tmp_path: Path, model: Path, records: list[dict], queries: list[str])
     rng = np.random.default_rng(1)
     full = [f"{r['title']} {r['text']}".strip() if r.get("title") else r["text"] for r in records]
     encoder = TableEncoder(model, {t: rng.standard_normal(32) for t in [*full, *queries]})
-    build_index(corpus, tmp_path / "idx", encoder, kind="flat")
+    build_index(corpus, tmp_path / "idx", encoder, IndexOptions(kind="flat"))
     return tmp_path / "idx", encoder
 
 
-def _pushed(tmp_path: Path, out: Path) -> RemoteIndex:
+def _pushed(tmp_path: Path, out: Path) -> SearchIndex:
     target = RemoteTarget.parse(str(tmp_path / "m.db"), "docs")
     push_index(out, target, batch_size=500)
-    return RemoteIndex.open(target)
+    return open_pushed(target)
 
 
 def test_bm25_matches_the_local_side_where_stemming_changes_nothing(tmp_path: Path, tiny_bert: Path) -> None:

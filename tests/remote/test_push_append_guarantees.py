@@ -18,9 +18,10 @@ import pytest
 from runtime_helpers import TableEncoder
 from typer.testing import CliRunner
 
+from embedkit import build_index
 from embedkit.cli.app import app
 from embedkit.errors import RunFailure
-from embedkit.index import build_index
+from embedkit.jobs.index_build import IndexOptions
 from embedkit.remote.base import RemoteTarget
 from embedkit.remote.milvus import MilvusCollection
 from embedkit.remote.push import push_index
@@ -49,7 +50,7 @@ def _build(
     work: Path, name: str, encoder: TableEncoder, prefix: str, count: int, append: bool = False
 ) -> Path:
     corpus = _corpus(work / f"{name}-{prefix}{count}.jsonl", prefix, 60 if append else 0, count)
-    build_index(corpus, work / name, encoder, kind="flat", append=append)
+    build_index(corpus, work / name, encoder, IndexOptions(kind="flat", append=append))
     return work / name
 
 

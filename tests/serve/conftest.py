@@ -8,6 +8,8 @@ from pathlib import Path
 import pytest
 from serve_helpers import CORPUS
 
+from embedkit.jobs.index_build import IndexOptions
+
 
 @pytest.fixture(scope="session")
 def tiny_onnx(tiny_bert: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
@@ -28,7 +30,7 @@ def tiny_index(tiny_onnx: Path, tmp_path_factory: pytest.TempPathFactory) -> Pat
     folder = tmp_path_factory.mktemp("serve-index")
     corpus = folder / "corpus.jsonl"
     corpus.write_text("".join(json.dumps(record) + "\n" for record in CORPUS), encoding="utf-8")
-    return build_index(corpus, folder / "index", model=tiny_onnx, device="cpu").path
+    return build_index(corpus, folder / "index", model=tiny_onnx, options=IndexOptions(device="cpu")).path
 
 
 @pytest.fixture(scope="session")

@@ -14,6 +14,7 @@ pytest.importorskip("httpx")
 
 from starlette.testclient import TestClient  # noqa: E402
 
+from embedkit.jobs.index_build import IndexOptions
 from embedkit.serve.app import create_app  # noqa: E402
 from embedkit.serve.engine import Engine  # noqa: E402
 from embedkit.serve.settings import ServeConfig  # noqa: E402
@@ -92,7 +93,7 @@ def test_the_server_follows_appends_and_outlives_the_old_version(
 
         extra = tmp_path / "more.jsonl"
         extra.write_text(json.dumps(new_doc) + "\n", encoding="utf-8")
-        build_index(extra, index_copy, append=True, device="cpu")
+        build_index(extra, index_copy, options=IndexOptions(append=True, device="cpu"))
 
         after = client.post("/search", json={"query": "zebra stripes", "mode": "lexical"}).json()
         assert [h["id"] for h in after["results"][0]["hits"]] == ["z9"]
@@ -102,7 +103,7 @@ def test_the_server_follows_appends_and_outlives_the_old_version(
         # A second append (which, as `clean` would, deletes all but the live version and the one
         # before it): the version the server started on is gone, and it does not need it.
         extra.write_text(json.dumps({**new_doc, "_id": "z10"}) + "\n", encoding="utf-8")
-        build_index(extra, index_copy, append=True, device="cpu")
+        build_index(extra, index_copy, options=IndexOptions(append=True, device="cpu"))
         clean(index_copy)
         assert not (index_copy / "v-000001").exists()
         again = client.post("/search", json={"query": "zebra stripes", "mode": "lexical"}).json()
@@ -120,7 +121,9 @@ def test_a_version_built_with_another_model_is_not_swapped_in(
         ready(client)
         corpus = tmp_path / "c.jsonl"
         corpus.write_text(json.dumps({"_id": "q1", "text": "another model"}) + "\n", encoding="utf-8")
-        build_index(corpus, index_copy, model=tiny_bert_no_types, overwrite=True, device="cpu")
+        build_index(
+            corpus, index_copy, model=tiny_bert_no_types, options=IndexOptions(overwrite=True, device="cpu")
+        )
         answer = client.post("/search", json={"query": "wing", "mode": "dense"})
         assert answer.status_code == 200 and answer.json()["index_version"] == "v-000001"
 
@@ -163,7 +166,12 @@ def test_search_of_an_index_of_passages_with_a_query_prefix(tiny_onnx: Path, tmp
         "heat transfer at mach five",
     ]
     corpus.write_text("".join(json.dumps({"_id": f"d{i}", "text": t}) + "\n" for i, t in enumerate(texts)))
-    build_index(corpus, tmp_path / "index", model=tiny_onnx, device="cpu", passages="8:2", query_prefix="q: ")
+    build_index(
+        corpus,
+        tmp_path / "index",
+        model=tiny_onnx,
+        options=IndexOptions(device="cpu", passages="8:2", query_prefix="q: "),
+    )
     query = "shock wave"
     with SearchIndex.load(tmp_path / "index") as index:
         encoder = load_encoder(tiny_onnx, device="cpu")

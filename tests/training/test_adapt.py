@@ -186,7 +186,7 @@ def _vectors(index: Path) -> tuple[list[str], np.ndarray]:
 
     with SearchIndex.load(index) as opened:
         rows = list(range(len(opened)))
-        ids = [d.id for d in opened.store.by_rows(rows)]
+        ids = [d.id for d in opened.documents_at(rows)]
         return ids, opened.vectors_of_rows(rows)
 
 

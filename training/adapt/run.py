@@ -165,7 +165,7 @@ def _adapt(
     # 2. Pseudo queries; the dev share is held out by document.
     if index.passages:  # the mining pairs each document with one vector
         raise InputError(f"adapt works on an index of whole documents; {index.path} holds passages")
-    documents = [d for d in index.store.by_rows(range(len(index))) if d is not None]
+    documents = [d for d in index.documents_at(range(len(index))) if d is not None]
     if len(documents) != len(index) or len(documents) < 3:
         raise InputError(f"the index {index.path} needs at least 3 documents in rows 0..n-1 to adapt on")
     train_queries, dev_queries = split_queries(
