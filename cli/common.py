@@ -28,9 +28,14 @@ def check_io(
 ) -> None:
     """Every command's first step: outputs writable, none of them an input or inside an index
     (`indexes`: the index folders the command writes); `--wait` for busy ones."""
+    from embedkit.index.layout import check_not_in_index
     from embedkit.storage.locking import set_waiting
     from embedkit.storage.outputs import check_io as check
 
+    for index in indexes:
+        check_not_in_index(index, may_be_index=True)
+    for output in (*files, *folders):
+        check_not_in_index(output)
     check(inputs, files, folders, indexes)
     set_waiting(wait)
 

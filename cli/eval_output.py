@@ -8,7 +8,7 @@ from pathlib import Path
 from typing import Any
 
 
-def _load(model: str | None, device: str, precision: str | None) -> Any:
+def load_model(model: str | None, device: str, precision: str | None) -> Any:
     from embedkit.encode.loading import load_encoder
 
     return load_encoder(model, device=device, precision=precision)
@@ -29,7 +29,7 @@ def encoder_label(encoder: Any) -> str:
     return f"{name} ({encoder.backend}, {encoder.device})"
 
 
-def _model_info(encoder: Any) -> dict[str, Any]:
+def model_record(encoder: Any) -> dict[str, Any]:
     path = getattr(encoder, "path", None)
     return {
         "model": str(path) if path else None,
@@ -39,13 +39,13 @@ def _model_info(encoder: Any) -> dict[str, Any]:
     }
 
 
-def _write_json(path: Path, data: dict[str, Any]) -> None:
+def write_json(path: Path, data: dict[str, Any]) -> None:
     from embedkit.storage.atomic import write_json_atomic
 
     write_json_atomic(path, data)
 
 
-def _check_outputs(inputs: list[Any], *paths: Path | None) -> None:
+def check_outputs(inputs: list[Any], *paths: Path | None) -> None:
     """Fail before the work, not after it, when an output cannot be written or is an input."""
     from embedkit.cli.common import check_io
     from embedkit.errors import InputError
@@ -56,11 +56,11 @@ def _check_outputs(inputs: list[Any], *paths: Path | None) -> None:
     check_io(inputs=inputs, files=paths)
 
 
-def _interactive() -> bool:
+def interactive() -> bool:
     return sys.stdout.isatty()
 
 
-def _print(renderable: Any) -> None:
+def print_out(renderable: Any) -> None:
     from rich.table import Table
 
     from embedkit.console import make_console, print_table

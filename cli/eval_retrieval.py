@@ -11,13 +11,13 @@ import typer
 
 from embedkit.cli.common import check_search_choices, handle_errors
 from embedkit.cli.eval_output import (
-    _check_outputs,
-    _interactive,
-    _load,
-    _model_info,
-    _print,
-    _write_json,
+    check_outputs,
     encoder_label,
+    interactive,
+    load_model,
+    model_record,
+    print_out,
+    write_json,
 )
 from embedkit.cli.options import (
     AlphaOption,
@@ -113,7 +113,7 @@ def retrieval(
     from embedkit.evaluation import RetrievalEvaluator
 
     check_search_choices(None, fusion, alpha)
-    _check_outputs([beir_dir, index, model], json_path, per_query, plot)
+    check_outputs([beir_dir, index, model], json_path, per_query, plot)
     if plot is not None:
         from embedkit.extras import require_extra
 
@@ -147,7 +147,7 @@ def retrieval(
             index=searched,
             ignore_identical_ids=ignore_identical_ids,
             batch_size=batch_size,
-            progress=_interactive(),
+            progress=interactive(),
             mode=m,
             fusion=fusion,
             alpha=alpha,
@@ -155,7 +155,7 @@ def retrieval(
         for m in modes
     }
     if meta is None:
-        encoder = _load(model, device, precision)
+        encoder = load_model(model, device, precision)
     else:
         from embedkit.index.folder import open_model_for
 
@@ -191,14 +191,14 @@ def retrieval(
         table.add_column(m if m != "hybrid" else used, justify="right")
     for name in report.metrics:
         table.add_row(name, *(f"{reports[m].metrics[name]:.4f}" for m in modes))
-    _print(table)
-    _print(f"{report.queries} judged queries, {report.documents} documents, {report.search} search")
+    print_out(table)
+    print_out(f"{report.queries} judged queries, {report.documents} documents, {report.search} search")
     if plot is not None:
         from embedkit.report.plots import plot_modes
 
         name = beir_dir.name or str(beir_dir)
         plot_modes({name: {m: reports[m].metrics["ndcg@10"] for m in modes}}, "ndcg@10", plot)
-        _print(f"wrote {plot}")
+        print_out(f"wrote {plot}")
     if per_query is not None:
         from embedkit.storage.atomic import write_text_atomic
 
@@ -212,11 +212,11 @@ def retrieval(
         metrics: dict[str, Any] = (
             report.metrics if len(modes) == 1 else {m: reports[m].metrics for m in modes}
         )
-        _write_json(
+        write_json(
             json_path,
             {
                 "task": "retrieval",
-                **_model_info(encoder),
+                **model_record(encoder),
                 "dataset": str(beir_dir),
                 "split": split,
                 "search": report.search,

@@ -13,13 +13,13 @@ import typer
 
 from embedkit.cli.common import fail, handle_errors
 from embedkit.cli.eval_output import (
-    _check_outputs,
-    _interactive,
-    _load,
-    _model_info,
-    _print,
-    _write_json,
+    check_outputs,
     encoder_label,
+    interactive,
+    load_model,
+    model_record,
+    print_out,
+    write_json,
 )
 from embedkit.cli.options import (
     BatchOption,
@@ -55,9 +55,9 @@ def sts(
     """Spearman x 100 of cosine similarity against gold scores, per file and the mean (SentEval's "all")."""
     from embedkit.evaluation import STS_METRIC, StsEvaluator
 
-    _check_outputs([*files, model], json_path)
-    evaluator = StsEvaluator(files, batch_size=batch_size, progress=_interactive())
-    encoder = _load(model, device, precision)
+    check_outputs([*files, model], json_path)
+    evaluator = StsEvaluator(files, batch_size=batch_size, progress=interactive())
+    encoder = load_model(model, device, precision)
     results = evaluator.evaluate(encoder)
     mean = sum(r.spearman_cosine for r in results) / len(results)
     undefined = [r.name for r in results if math.isnan(r.spearman_cosine)]
@@ -73,7 +73,7 @@ def sts(
         table.add_row(r.name, str(r.pairs), shown)
     if len(results) > 1 and not undefined:
         table.add_row("mean", str(sum(r.pairs for r in results)), f"{mean:.2f}", style="bold")
-    _print(table)
+    print_out(table)
     if undefined:  # a mean without them would not be comparable with other runs' means
         raise fail(
             f"Spearman is undefined for {', '.join(undefined)}: the model gives every pair the same "
@@ -85,9 +85,9 @@ def sts(
             {"path": str(r.path), "name": r.name, "pairs": r.pairs, STS_METRIC: r.spearman_cosine}
             for r in results
         ]
-        _write_json(
+        write_json(
             json_path,
-            {"task": "sts", **_model_info(encoder), "metrics": {STS_METRIC: mean}, "files": files_out},
+            {"task": "sts", **model_record(encoder), "metrics": {STS_METRIC: mean}, "files": files_out},
         )
 
 
@@ -127,9 +127,9 @@ def sts_retrieval(
     """
     from embedkit.evaluation.sts_retrieval import evaluate_sts_retrieval, sts_retrieval_task
 
-    _check_outputs([file, model], json_path)
+    check_outputs([file, model], json_path)
     task = sts_retrieval_task(file)  # bad input fails before the model loads
-    encoder = _load(model, device, precision)
+    encoder = load_model(model, device, precision)
     scores = evaluate_sts_retrieval(encoder, file, batch_size=batch_size, exclude=exclude)
 
     from rich.table import Table
@@ -141,13 +141,13 @@ def sts_retrieval(
     table.add_row(encoder_label(encoder), *(f"{v:.2f}" for v in scores.values()), style="bold")
     for name, published in PUBLISHED_STS_RETRIEVAL.items():
         table.add_row(f"{name}, published", *(f"{v:.2f}" for v in published))
-    _print(table)
+    print_out(table)
     if json_path is not None:
-        _write_json(
+        write_json(
             json_path,
             {
                 "task": "sts-retrieval",
-                **_model_info(encoder),
+                **model_record(encoder),
                 "dataset": str(file),
                 "queries": len(task.queries),
                 "sentences": len(task.sentences),

@@ -19,14 +19,8 @@ from typing import Any, NoReturn
 import numpy as np
 
 from embedkit import __version__
-from embedkit.encode.identity import TOKENIZER_FILES, export_record
-from embedkit.encode.model_folder import (
-    ModelSpec,
-    model_fingerprint,
-    read_json,
-    read_model_spec,
-    resolve_model_path,
-)
+from embedkit.encode.identity import TOKENIZER_FILES, export_record, model_fingerprint
+from embedkit.encode.model_folder import ModelSpec, read_json, read_model_spec, resolve_model_path
 from embedkit.encode.onnx_backend import OnnxEncoder
 from embedkit.encode.ort_import import import_onnxruntime
 from embedkit.encode.precisions import PRECISION_FILES
@@ -41,9 +35,9 @@ from embedkit.export.parity import (
     read_calibration,
     row_cosines,
 )
+from embedkit.index.layout import check_not_in_index
 from embedkit.storage.atomic import atomic_dir, scratch_dir, write_json_atomic
 from embedkit.storage.locking import locked
-from embedkit.storage.outputs import check_not_in_index
 
 # The tracer's opsets (14 to 20) export and run. Measured with onnxruntime 1.32: 14 to 17 fuse
 # fully (6 Attention on MiniLM-L6); from 18 the optimizer fuses no Attention (only LayerNorm).

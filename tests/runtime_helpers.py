@@ -9,7 +9,7 @@ from pathlib import Path
 
 import numpy as np
 
-from embedkit.encode.model_folder import model_fingerprint
+from embedkit.encode.identity import model_fingerprint
 
 
 class TableEncoder:

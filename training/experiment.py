@@ -35,7 +35,8 @@ from typing import Any
 from embedkit.data.corpus import load_sentences, read_documents
 from embedkit.encode.caching import CachingEncoder
 from embedkit.encode.devices import torch_device
-from embedkit.encode.model_folder import model_fingerprint, read_json, read_model_spec
+from embedkit.encode.identity import model_fingerprint
+from embedkit.encode.model_folder import read_json, read_model_spec
 from embedkit.encode.torch_backend import TorchEncoder
 from embedkit.errors import InputError
 from embedkit.evaluation import RetrievalEvaluator, StsEvaluator

@@ -29,7 +29,8 @@ import torch
 
 from embedkit.data.corpus import CorpusStats
 from embedkit.encode.batching import TokenBatcher
-from embedkit.encode.model_folder import model_fingerprint, read_model_spec
+from embedkit.encode.identity import model_fingerprint
+from embedkit.encode.model_folder import read_model_spec
 from embedkit.errors import InputError, RunFailure
 from embedkit.storage.locking import write_lock
 from embedkit.training import aux_stage1, distributed, step_speed

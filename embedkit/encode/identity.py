@@ -32,10 +32,16 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from embedkit.encode.model_folder import (
+    ModelSpec,
+    fingerprint_files,
+    read_json,
+    read_model_spec,
+    weights_fingerprint,
+)
 from embedkit.errors import InputError
 
 if TYPE_CHECKING:
-    from embedkit.encode.model_folder import ModelSpec
     from embedkit.encode.st_modules import SentenceModules
 
 FINGERPRINT_PREFIX = "id-"
@@ -97,16 +103,12 @@ def pipeline_of(modules: SentenceModules) -> dict[str, Any]:
 
 def config_fingerprint(path: Path) -> str:
     """`config.json`'s content as the model reads it: key order, spacing and bookkeeping ignored."""
-    from embedkit.encode.model_folder import read_json
-
     config = read_json(path) if path.is_file() else {}
     kept = {k: v for k, v in config.items() if k not in _BOOKKEEPING and not k.startswith("_")}
     return hashlib.sha256(json.dumps(kept, sort_keys=True).encode()).hexdigest()[:16]
 
 
 def tokenizer_fingerprint(folder: Path) -> str:
-    from embedkit.encode.model_folder import fingerprint_files
-
     files = [folder / name for name in TOKENIZER_FILES if (folder / name).is_file()]
     return fingerprint_files(files) if files else "none"
 
@@ -127,7 +129,6 @@ def export_record(spec: ModelSpec, export_dir: Path) -> dict[str, Any]:
 def torch_identity(
     spec: ModelSpec, pooling: str | None = None, max_seq_length: int | None = None
 ) -> ModelIdentity:
-    from embedkit.encode.model_folder import weights_fingerprint
     from embedkit.encode.st_modules import read_st_modules
 
     modules = spec.modules if spec.modules is not None else read_st_modules(spec.path, 0)
@@ -232,8 +233,6 @@ def check_same_model(
 
 
 def _read_recorded(path: str | Path | None) -> ModelSpec | None:
-    from embedkit.encode.model_folder import read_model_spec
-
     if path is None:
         return None
     try:
@@ -248,7 +247,6 @@ def _weights_of(spec: ModelSpec) -> str:
         return (
             str(record.get("weights")) if isinstance(record, dict) else str(spec.metadata.get("fingerprint"))
         )
-    from embedkit.encode.model_folder import weights_fingerprint
 
     return weights_fingerprint(spec.path)
 
@@ -262,3 +260,13 @@ def _what_differs(recorded: str, recorded_model: str | Path | None, candidate: M
     if theirs.fingerprint != recorded:
         return ""  # the recorded folder changed since: nothing to name against it
     return f"it differs in {' and '.join(theirs.differences(candidate))}; "
+
+
+def model_fingerprint(model: str | Path | ModelSpec | None) -> str:
+    """The fingerprint of a model's full identity at its default precision: what indexes record
+    and check (`model_fingerprint` in `embedkit-index.json`).
+
+    An exported ONNX folder records its torch source's parts, so an index built with either form of
+    the same model accepts the other.
+    """
+    return model_identity(read_model_spec(model)).fingerprint

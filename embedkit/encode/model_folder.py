@@ -16,7 +16,6 @@ from __future__ import annotations
 import hashlib
 import importlib.util
 from dataclasses import dataclass, field
-from functools import cached_property
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -25,7 +24,6 @@ from embedkit.encode.json_file import read_json
 from embedkit.errors import InputError
 
 if TYPE_CHECKING:
-    from embedkit.encode.identity import ModelIdentity
     from embedkit.encode.st_modules import SentenceModules
 
 DEFAULT_BASE_MODEL = "all-MiniLM-L6-v2"
@@ -76,19 +74,6 @@ class ModelSpec:
     # A torch folder's sentence-transformers pipeline (pooling, Dense, Normalize); None for ONNX,
     # whose graph holds it.
     modules: SentenceModules | None = field(default=None, compare=False)
-
-    @cached_property
-    def identity(self) -> ModelIdentity:
-        """Everything that changes this model's vectors (`embedkit.encode.identity`), at its default
-        precision; computed once per spec."""
-        from embedkit.encode.identity import model_identity
-
-        return model_identity(self)
-
-    @property
-    def fingerprint(self) -> str:
-        """The fingerprint of `identity`: what indexes record and check (`model_fingerprint`)."""
-        return self.identity.fingerprint
 
 
 def read_model_spec(model: str | Path | ModelSpec | None) -> ModelSpec:
@@ -208,15 +193,6 @@ def fingerprint_files(paths: list[Path]) -> str:
             for block in iter(lambda: fh.read(1 << 20), b""):
                 digest.update(block)
     return digest.hexdigest()[:16]
-
-
-def model_fingerprint(model: str | Path | ModelSpec | None) -> str:
-    """The fingerprint of a model's full identity at its default precision (`embedkit.encode.identity`).
-
-    An exported ONNX folder records its torch source's parts, so an index built with either form of
-    the same model accepts the other.
-    """
-    return read_model_spec(model).fingerprint
 
 
 def weights_fingerprint(path: Path) -> str:

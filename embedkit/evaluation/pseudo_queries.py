@@ -41,7 +41,10 @@ def normalize_text(text: str) -> str:
 
 
 @dataclass(frozen=True)
-class PseudoQuery:
+class HeldOutQuery:
+    """A sentence cut from a held-out document, searched for that document (`eval pseudo`; the
+    label-free kinds of `adapt` and the calibration are `embedkit.evaluation.pseudo_kinds`)."""
+
     id: str
     text: str  # the sentence, as it appears in the corpus
     doc_id: str  # the document it was cut from: the one relevant target
@@ -51,7 +54,7 @@ class PseudoQuery:
 class PseudoQuerySet:
     """Queries, the searched corpus (held-out documents without their query) and the judgments."""
 
-    queries: list[PseudoQuery]
+    queries: list[HeldOutQuery]
     corpus: dict[str, str]  # doc id -> searched text; held-out documents lack their query sentence
     seed: int
     eligible_documents: int  # documents that could have given a query
@@ -157,11 +160,11 @@ def build_pseudo_queries(
     chosen = rng.sample(candidates, min(n_queries, len(candidates)))
     position = {doc_id: i for i, doc_id in enumerate(split)}
     chosen.sort(key=lambda item: position[item[0]])  # queries in corpus order, whatever the draw
-    queries: list[PseudoQuery] = []
+    queries: list[HeldOutQuery] = []
     for number, (doc_id, usable) in enumerate(chosen):
         sentences = split[doc_id]
         index = rng.choice(usable)
-        queries.append(PseudoQuery(id=f"pq{number}", text=sentences[index], doc_id=doc_id))
+        queries.append(HeldOutQuery(id=f"pq{number}", text=sentences[index], doc_id=doc_id))
         corpus[doc_id] = " ".join(s for i, s in enumerate(sentences) if i != index)
     return PseudoQuerySet(queries=queries, corpus=corpus, seed=seed, eligible_documents=len(candidates))
 

@@ -1,4 +1,4 @@
-"""The index folder on disk: its file names, its metadata, and the checks made before it is used.
+"""The index folder on disk: its metadata, its model, and the checks made before it is used.
 
 INDEX_DIR holds
 - `index.faiss`: L2-normalized vectors, inner product (= cosine similarity), always in CPU form;
@@ -20,45 +20,42 @@ from typing import TYPE_CHECKING, Any
 from embedkit.encode.model_folder import ModelSpec, read_json, read_model_spec
 from embedkit.errors import InputError
 from embedkit.index.kinds import faiss_module
+from embedkit.index.layout import (
+    DOCS_FILE,
+    INDEX_FILE,
+    META_FILE,
+    check_new_target,
+    check_not_in_index,
+    index_files_dir,
+    is_index_folder,
+)
 from embedkit.index.meta import IndexMeta
-from embedkit.storage.versioned import current_dir, holds_no_version, is_versioned, verify_checksums
+from embedkit.storage.versioned import is_versioned, verify_checksums
 
 if TYPE_CHECKING:
     from embedkit.encode.protocol import Encoder
 
-META_FILE = "embedkit-index.json"
-INDEX_FILE = "index.faiss"
-DOCS_FILE = "docs.sqlite"
+__all__ = [  # the layout's names, read from here by the rest of the package too
+    "DOCS_FILE",
+    "INDEX_FILE",
+    "META_FILE",
+    "check_encoder_for",
+    "check_index_file",
+    "check_model_for",
+    "check_new_target",
+    "check_not_in_index",
+    "index_files_dir",
+    "is_index_folder",
+    "locate_model",
+    "open_model_for",
+    "read_faiss",
+    "read_index_meta",
+    "relative_model",
+]
+
 
 
 # --- the folder ----------------------------------------------------------------------------------
-
-
-def index_files_dir(path: str | Path) -> Path:
-    """The folder that holds an index's files: its live version, or `path` itself (older layout)."""
-    path = Path(path)
-    if not path.is_dir():
-        raise InputError(f"index folder not found: {path}")
-    return current_dir(path)
-
-
-def is_index_folder(path: Path) -> bool:
-    """Whether `path` holds an index (versioned, or the older flat layout)."""
-    return is_versioned(path) or (path / META_FILE).is_file()
-
-
-def check_new_target(out: Path, overwrite: bool) -> None:
-    """A new index goes to an absent or empty folder, or replaces an index with `overwrite`."""
-    if out.exists() and not out.is_dir():
-        raise InputError(f"--out {out} is a file; give a folder for the index")
-    if not out.is_dir() or holds_no_version(out):
-        return
-    if not is_index_folder(out):
-        raise InputError(f"--out {out} is a folder that is neither empty nor an index; choose another")
-    if not overwrite:
-        raise InputError(
-            f"{out} already holds an index: use --append to add to it, or --overwrite to replace it"
-        )
 
 
 def read_index_meta(path: str | Path) -> dict[str, Any]:

@@ -25,11 +25,11 @@ import numpy as np
 
 from embedkit.encode.identity import check_same_model
 from embedkit.errors import InputError, RunFailure
+from embedkit.index.layout import check_not_in_index
 from embedkit.index.meta import now
 from embedkit.progress import ProgressBar
 from embedkit.remote.base import PushRecord, RemoteCollection, RemoteTarget, open_collection
 from embedkit.remote.milvus import ANALYZER, BM25
-from embedkit.storage.outputs import check_not_in_index
 
 PUSH_BATCH = 1000  # documents per upsert request: ~2 MB at 384 dims, far below Milvus's 64 MiB cap
 

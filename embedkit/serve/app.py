@@ -39,7 +39,7 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from embedkit.errors import InputError
 from embedkit.search.hits import hit_record
-from embedkit.serve.batching import BatcherClosed, QueueFull, TooLarge
+from embedkit.serve.dynamic_batcher import BatcherClosed, QueueFull, TooLarge
 from embedkit.serve.engine import Embedded, Engine, ServedModel
 from embedkit.serve.metrics import CONTENT_TYPE
 from embedkit.serve.page import PATHS, ApiHelpers, extra_routes

@@ -31,7 +31,7 @@ import numpy as np
 from embedkit.encode.batching import Batch, l2_normalize, pad_encodings
 from embedkit.encode.protocol import EncoderBase
 from embedkit.errors import InputError
-from embedkit.serve.batching import DynamicBatcher, length_groups
+from embedkit.serve.dynamic_batcher import DynamicBatcher, length_groups
 from embedkit.serve.metrics import Metrics
 from embedkit.serve.settings import ServeConfig
 from embedkit.serve.sizing import INLINE_TOKENIZE_CHARS, MAX_ROWS, Sizing

@@ -14,7 +14,7 @@ import bisect
 import math
 from collections.abc import Callable
 
-from embedkit.serve.batching import BatchStats
+from embedkit.serve.dynamic_batcher import BatchStats
 
 CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
 LATENCY_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.075, 0.1, 0.25, 0.5, 0.75, 1.0, 2.5, 5.0, 7.5, 10.0)

@@ -75,7 +75,7 @@ def apply_umask(path: Path) -> None:
         os.chmod(path, (0o777 if executable else 0o666) & ~mask)
 
 
-def _pid_alive(pid: int) -> bool:
+def pid_alive(pid: int) -> bool:
     if pid <= 0:
         return False
     try:
@@ -102,7 +102,7 @@ def sweep_leftovers(target: str | os.PathLike[str]) -> list[Path]:
     removed: list[Path] = []
     for entry in parent.iterdir():
         match = temp.match(entry.name) or aside.match(entry.name)
-        if match is None or _pid_alive(int(match.group(1))):
+        if match is None or pid_alive(int(match.group(1))):
             continue
         if aside.match(entry.name) and not target.exists() and not target.is_symlink():
             os.replace(entry, target)  # killed between the two renames: the old folder comes back
@@ -230,7 +230,7 @@ def scratch_dir(prefix: str) -> contextlib.AbstractContextManager[str]:
     with contextlib.suppress(OSError):
         for entry in base.iterdir():
             match = pattern.match(entry.name)
-            if match and not _pid_alive(int(match.group(1))):
+            if match and not pid_alive(int(match.group(1))):
                 shutil.rmtree(entry, ignore_errors=True)
     return tempfile.TemporaryDirectory(prefix=f"{prefix}{os.getpid()}-")
 

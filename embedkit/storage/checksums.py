@@ -28,6 +28,7 @@ from pathlib import Path
 
 from embedkit.errors import InputError
 from embedkit.storage.atomic import write_json_atomic
+from embedkit.storage.version_names import is_version_folder
 
 CHECKSUMS = "checksums.json"
 # Written with checksums.json, listed in it: this folder's checksums were recorded, so a folder
@@ -137,8 +138,6 @@ def write_checksums(folder: Path) -> dict[str, dict[str, object]]:
 def expects_checksums(folder: Path) -> bool:
     """Whether `folder` was written with checksums: it holds the stamp, or it is a version folder
     (`v-N` of a versioned folder: versions and checksums came in one release, so none lacks them)."""
-    from embedkit.storage.versioned import is_version_folder  # it imports this module
-
     return (folder / STAMP).is_file() or is_version_folder(folder)
 
 

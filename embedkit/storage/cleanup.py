@@ -13,7 +13,7 @@ import tempfile
 from pathlib import Path
 
 from embedkit.errors import InputError
-from embedkit.storage.atomic import _pid_alive, recover_files, sweep_leftovers
+from embedkit.storage.atomic import pid_alive, recover_files, sweep_leftovers
 from embedkit.storage.versioned import clean as clean_versions
 
 SCRATCH_PREFIXES = ("embedkit-export-", "embedkit-onnx-scratch-")
@@ -81,7 +81,7 @@ def _dead_scratch() -> list[Path]:
         for prefix in SCRATCH_PREFIXES:
             rest = entry.name[len(prefix):] if entry.name.startswith(prefix) else ""
             pid = rest.split("-", 1)[0]
-            if pid.isdigit() and not _pid_alive(int(pid)):
+            if pid.isdigit() and not pid_alive(int(pid)):
                 shutil.rmtree(entry, ignore_errors=True)
                 removed.append(entry)
     return removed

@@ -18,7 +18,8 @@ from embedkit.errors import InputError
 PathLike = str | os.PathLike[str] | None
 
 
-def _resolved(path: PathLike) -> Path | None:
+def resolved(path: PathLike) -> Path | None:
+    """`path` absolute, symlinks followed (None stays None)."""
     if path is None:
         return None
     return Path(os.path.abspath(Path(path).expanduser())).resolve(strict=False)
@@ -57,7 +58,7 @@ def _writable(folder: Path) -> bool:
 
 def check_writable(path: PathLike, *, folder: bool = False) -> None:
     """An `InputError` unless `path` can be created or replaced (its folder, and a folder output itself)."""
-    target = _resolved(path)
+    target = resolved(path)
     if target is None:
         return
     existing = _nearest_existing(target.parent)
@@ -69,56 +70,22 @@ def check_writable(path: PathLike, *, folder: bool = False) -> None:
         raise InputError(f"cannot write {path}: no write permission in {target}")
 
 
-def is_index_folder(path: Path) -> bool:
-    """Whether `path` is an embedkit index folder: a versioned folder (marker or pointer), or an
-    index of the older flat layout (its metadata file at the top)."""
-    from embedkit.index.folder import META_FILE  # the index's own name for it
-    from embedkit.storage.versioned import MARKER, POINTER
-
-    return path.is_dir() and any((path / name).exists() for name in (MARKER, POINTER, META_FILE))
-
-
-def check_not_in_index(given: PathLike, *, may_be_index: bool = False) -> None:
-    """An `InputError` when the output `given` resolves (symlinks followed) to a path inside an
-    existing index folder, or to one itself unless `may_be_index` (the index command's own --out).
-
-    An index deletes what is inside it (old versions, the flat layout's files): a model, an
-    embedding or a report written there would be lost on the next append, and anything that
-    recorded it (an index recording an adapted model) left broken.
-    """
-    output = _resolved(given)
-    if output is None:
-        return
-    folders = [output.parent, *output.parent.parents] if may_be_index else [output, *output.parents]
-    for folder in folders:
-        if is_index_folder(folder):
-            where = "an index folder" if folder == output else f"the index folder {folder}"
-            raise InputError(
-                f"the output {given} is {'' if folder == output else 'inside '}{where}: "
-                "an index deletes what lives in it; choose a path outside it"
-            )
-
-
 def check_io(
     inputs: Iterable[PathLike] = (),
     files: Iterable[PathLike] = (),
     folders: Iterable[PathLike] = (),
     indexes: Iterable[PathLike] = (),
 ) -> None:
-    """Refuse outputs that would overwrite an input, live in an index folder, or cannot be written.
+    """Refuse outputs that would overwrite an input or cannot be written (that none lies inside an
+    index folder is `embedkit.index.folder.check_not_in_index`'s).
 
-    `files` and `folders` are outputs; `indexes` are index folders the command writes (they may be
-    an index already, but not lie inside another).
+    `files` and `folders` are outputs; `indexes` are index folders the command writes.
     """
-    sources = [p for p in (_resolved(i) for i in inputs) if p is not None and p.exists()]
+    sources = [p for p in (resolved(i) for i in inputs) if p is not None and p.exists()]
     outputs = [(p, False) for p in files if p is not None] + [(p, True) for p in folders if p is not None]
     indexes = [p for p in indexes if p is not None]
-    for given in indexes:
-        check_not_in_index(given, may_be_index=True)
-    for given, _ in outputs:
-        check_not_in_index(given)
     for given, folder in [*outputs, *((p, True) for p in indexes)]:
-        output = _resolved(given)
+        output = resolved(given)
         assert output is not None
         for source in sources:
             if _clash(output, folder, source):

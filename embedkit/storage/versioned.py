@@ -24,7 +24,6 @@ from __future__ import annotations
 
 import contextlib
 import os
-import re
 import shutil
 import tempfile
 from collections.abc import Iterator
@@ -33,13 +32,20 @@ from pathlib import Path
 from embedkit.errors import InputError
 from embedkit.storage.atomic import apply_umask, fault_point, write_text_atomic
 from embedkit.storage.checksums import CHECKSUMS, verify_checksums, write_checksums
+from embedkit.storage.version_names import MARKER, POINTER, STAGING, VERSION, is_version_folder
 from embedkit.storage.write_failures import named_write_failures
 
-POINTER = "CURRENT"
-MARKER = ".embedkit-versions"
-_VERSION = re.compile(r"^v-(\d{6,})$")
-_STAGING = re.compile(r"^\.staging-")
-__all__ = ["CHECKSUMS", "current_dir", "is_versioned", "new_version", "clean", "verify_checksums"]
+__all__ = [
+    "CHECKSUMS",
+    "MARKER",
+    "POINTER",
+    "clean",
+    "current_dir",
+    "is_version_folder",
+    "is_versioned",
+    "new_version",
+    "verify_checksums",
+]
 
 
 def current_dir(root: str | Path) -> Path:
@@ -50,20 +56,13 @@ def current_dir(root: str | Path) -> Path:
     if not os.path.lexists(root / POINTER):
         return root
     name = read_input_text(root / POINTER, "version pointer").strip()
-    if not _VERSION.match(name):
+    if not VERSION.match(name):
         raise InputError(f"{root / POINTER} names {name[:40]!r}, not a version folder: the folder is damaged")
     return root / name
 
 
 def is_versioned(root: str | Path) -> bool:
     return (Path(root) / POINTER).is_file()
-
-
-def is_version_folder(folder: str | Path) -> bool:
-    """Whether `folder` is a `v-N` of a versioned folder (its parent has the pointer or the marker)."""
-    folder = Path(folder)
-    parent = folder.parent
-    return bool(_VERSION.match(folder.name)) and ((parent / POINTER).exists() or (parent / MARKER).is_file())
 
 
 def owns(root: str | Path) -> bool:
@@ -111,11 +110,11 @@ def pointer_repair(root: str | Path) -> str:
 
 def holds_no_version(root: str | Path) -> bool:
     """Whether `root` holds nothing but what a killed first write leaves: the marker, staging folders."""
-    return all(p.name == MARKER or _STAGING.match(p.name) for p in Path(root).iterdir())
+    return all(p.name == MARKER or STAGING.match(p.name) for p in Path(root).iterdir())
 
 
 def _versions(root: Path) -> list[Path]:
-    found = [p for p in root.iterdir() if _VERSION.match(p.name) and p.is_dir()] if root.is_dir() else []
+    found = [p for p in root.iterdir() if VERSION.match(p.name) and p.is_dir()] if root.is_dir() else []
     return sorted(found, key=lambda p: int(p.name[2:]))
 
 
@@ -187,8 +186,8 @@ def clean(root: str | Path) -> list[Path]:
             keep.add(older[-1].name)  # the previous version: a reader may be opening it right now
     for entry in root.iterdir():
         temporary = entry.name.startswith(f".{POINTER}.") and entry.name.endswith(".tmp")
-        stale = (bool(_STAGING.match(entry.name)) and entry.is_dir()) or temporary
-        if _VERSION.match(entry.name) and entry.name not in keep:
+        stale = (bool(STAGING.match(entry.name)) and entry.is_dir()) or temporary
+        if VERSION.match(entry.name) and entry.name not in keep:
             stale = _written_here(entry)  # a folder embedkit published, never a user's look-alike
         if stale and not entry.is_symlink():
             if entry.is_dir():

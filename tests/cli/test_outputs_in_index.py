@@ -18,9 +18,9 @@ from typer.testing import CliRunner
 
 from embedkit import build_index
 from embedkit.cli.app import app
+from embedkit.cli.common import check_io
 from embedkit.errors import InputError
 from embedkit.jobs.index_build import IndexOptions
-from embedkit.storage.outputs import check_io
 
 runner = CliRunner()
 

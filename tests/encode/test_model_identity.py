@@ -19,8 +19,8 @@ import pytest
 from runtime_helpers import write_jsonl
 
 from embedkit import SearchIndex, build_index
-from embedkit.encode.identity import FINGERPRINT_PREFIX, check_same_model
-from embedkit.encode.model_folder import model_fingerprint, read_model_spec, weights_fingerprint
+from embedkit.encode.identity import FINGERPRINT_PREFIX, check_same_model, model_fingerprint
+from embedkit.encode.model_folder import read_model_spec, weights_fingerprint
 from embedkit.errors import InputError
 from embedkit.index.folder import check_model_for, index_files_dir
 

@@ -117,7 +117,7 @@ def test_int8_is_never_the_default_but_can_be_asked_for(exported, sentences: lis
 
 
 def test_fingerprint_is_the_source_models(exported, tiny_bert_no_types: Path):
-    from embedkit.encode.model_folder import model_fingerprint
+    from embedkit.encode.identity import model_fingerprint
 
     assert OnnxEncoder(exported.out_dir, device="cpu").fingerprint == model_fingerprint(tiny_bert_no_types)
 

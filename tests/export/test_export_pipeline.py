@@ -12,7 +12,8 @@ import pytest
 
 pytest.importorskip("onnxruntime")
 
-from embedkit.encode.model_folder import model_fingerprint, read_model_spec  # noqa: E402
+from embedkit.encode.identity import model_fingerprint  # noqa: E402
+from embedkit.encode.model_folder import read_model_spec  # noqa: E402
 from embedkit.encode.onnx_backend import OnnxEncoder  # noqa: E402
 from embedkit.errors import InputError, RunFailure  # noqa: E402
 from embedkit.export import ParityFailure, ParityGates, export_model  # noqa: E402

@@ -16,7 +16,7 @@ from typer.testing import CliRunner
 from embedkit import SearchIndex, build_index
 from embedkit.cli.app import app
 from embedkit.data.corpus import Document
-from embedkit.encode.model_folder import model_fingerprint
+from embedkit.encode.identity import model_fingerprint
 from embedkit.errors import InputError
 from embedkit.evaluation.fusion_calibration import CalibrationConfig, calibrate_index, pseudo_task
 from embedkit.evaluation.fusion_rule import CANDIDATES, LEXICAL, choose

@@ -158,8 +158,8 @@ def test_from_vectors_builds_on_the_gpu(tmp_path, tiny_bert, monkeypatch):
 def test_the_cli_builds_and_searches_with_faiss_on_the_gpu(tmp_path, tiny_bert, monkeypatch):
     """`index --device cuda` and `search --device cuda` as a user runs them; the model is opened on the
     CPU (no GPU here), faiss on the shim's GPU."""
-    import embedkit.index.build as build_module
     import embedkit.index.search as search_module
+    import embedkit.jobs.index_build as build_module
 
     opened = []  # (opener, the device the CLI asked for)
     as_encoder, open_model_for = build_module.as_encoder, search_module.open_model_for

@@ -115,8 +115,8 @@ def test_ivf_pq_from_parts_trains_as_a_single_pass_build_does(ivf_case):
 
 
 def test_the_training_sample_is_gathered_across_parts_as_from_one_matrix(ivf_case):
-    from embedkit.index.from_vectors import _training_sample
     from embedkit.index.kinds import ivf_training_rows
+    from embedkit.jobs.index_from_parts import _training_sample
     from embedkit.jobs.parts import read_parts
 
     folder, docs, *_ = ivf_case

@@ -15,8 +15,8 @@ import pytest
 from embedkit import SearchIndex, build_index
 from embedkit.encode.loading import load_encoder
 from embedkit.index.folder import read_index_meta
-from embedkit.index.reembed import reembed_index
 from embedkit.jobs.index_build import IndexOptions
+from embedkit.jobs.index_reembed import reembed_index
 from embedkit.search.request import Calibration
 
 DOCS = [
@@ -56,9 +56,9 @@ def other_model(tmp_path, tiny_bert):
 def test_reembed_keeps_the_recorded_fusion_and_calibrates_nothing(
     tmp_path, tiny_bert, other_model, corpus, monkeypatch
 ):
-    import embedkit.evaluation.fusion_calibration as calibrate
+    import embedkit.jobs.index_build as calibrate
 
-    monkeypatch.setattr(calibrate, "calibrate_folder", lambda *a, **k: RECORD)
+    monkeypatch.setattr(calibrate, "calibrate_version", lambda *a, **k: RECORD)
     build_index(corpus, tmp_path / "idx", tiny_bert)
     before = read_index_meta(tmp_path / "idx")["fusion"]
     assert before == RECORD.to_json()
@@ -66,7 +66,7 @@ def test_reembed_keeps_the_recorded_fusion_and_calibrates_nothing(
     def refuse(*args, **kwargs):
         raise AssertionError("a re-embed calibrated with the new model")
 
-    monkeypatch.setattr(calibrate, "calibrate_folder", refuse)
+    monkeypatch.setattr(calibrate, "calibrate_version", refuse)
     reembed_index(tmp_path / "idx", other_model, device="cpu")
     meta = read_index_meta(tmp_path / "idx")
     assert meta["fusion"] == before
@@ -78,10 +78,10 @@ def test_reembed_keeps_the_recorded_fusion_and_calibrates_nothing(
 def test_reembed_of_an_index_without_a_calibration_keeps_the_default(
     tmp_path, tiny_bert, other_model, corpus, monkeypatch
 ):
-    import embedkit.evaluation.fusion_calibration as calibrate
+    import embedkit.jobs.index_build as calibrate
 
     build_index(corpus, tmp_path / "idx", tiny_bert, IndexOptions(calibrate=False))
     assert not read_index_meta(tmp_path / "idx").get("fusion")
-    monkeypatch.setattr(calibrate, "calibrate_folder", lambda *a, **k: RECORD)  # would be recorded
+    monkeypatch.setattr(calibrate, "calibrate_version", lambda *a, **k: RECORD)  # would be recorded
     reembed_index(tmp_path / "idx", other_model, device="cpu")
     assert not read_index_meta(tmp_path / "idx").get("fusion")

@@ -12,7 +12,8 @@ import pytest
 from runtime_helpers import clustered
 
 from embedkit.index.kinds import new_faiss_index
-from embedkit.index.rows import add_rows, compacted, remove_rows, search_rows
+from embedkit.index.local_store import search_rows
+from embedkit.index.rows import add_rows, compacted, remove_rows
 
 pytest.importorskip("faiss")
 

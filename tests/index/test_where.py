@@ -208,7 +208,7 @@ def test_cli_where(filtered) -> None:
 def test_recorded_field_types_are_those_sqlite_finds_in_the_metadata(filtered) -> None:
     from embedkit.index.fields import read_fields, scan_fields
 
-    store = filtered[0].store
+    store = filtered[0].store.docs
     recorded = read_fields(store._db)  # the table written as documents were added (Python's types)
     assert recorded == scan_fields(store._db)  # SQLite's json_each over the stored JSON
     assert recorded["year"] == {"integer", "text"} and recorded["published"] == {"date"}

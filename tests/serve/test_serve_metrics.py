@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from embedkit.serve.batching import BatchStats
+from embedkit.serve.dynamic_batcher import BatchStats
 from embedkit.serve.metrics import Metrics
 
 parser = pytest.importorskip("prometheus_client.parser")

@@ -18,7 +18,7 @@ import numpy as np
 import pytest
 
 from embedkit.encode.shapes import ShapePlan, row_buckets
-from embedkit.serve.batching import DynamicBatcher
+from embedkit.serve.dynamic_batcher import DynamicBatcher
 from embedkit.serve.settings import ServeConfig
 from embedkit.serve.sizing import MAX_ROWS, Sizing
 

@@ -15,7 +15,7 @@ httpx = pytest.importorskip("httpx")
 
 from serve_helpers import serving  # noqa: E402
 
-from embedkit.serve.batching import DynamicBatcher, QueueFull, TooLarge  # noqa: E402
+from embedkit.serve.dynamic_batcher import DynamicBatcher, QueueFull, TooLarge  # noqa: E402
 
 
 def run(coroutine):

@@ -8,7 +8,8 @@ from __future__ import annotations
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from embedkit.encode.model_folder import model_fingerprint, read_json
+from embedkit.encode.identity import model_fingerprint
+from embedkit.encode.model_folder import read_json
 from embedkit.errors import InputError
 from embedkit.index.folder import read_index_meta
 

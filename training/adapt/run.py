@@ -31,13 +31,14 @@ from pathlib import Path
 import torch
 
 from embedkit.encode.devices import torch_device
+from embedkit.encode.identity import model_fingerprint
 from embedkit.encode.torch_backend import TorchEncoder
 from embedkit.errors import InputError, RunFailure
 from embedkit.index.folder import check_model_for
+from embedkit.index.layout import check_not_in_index
 from embedkit.index.search import SearchIndex
 from embedkit.progress import ProgressBar
 from embedkit.storage.locking import write_lock
-from embedkit.storage.outputs import check_not_in_index
 from embedkit.training import checkpoint as ckpt
 from embedkit.training.adapt.checkpoint import (
     AdaptParts,
@@ -92,10 +93,6 @@ class AdaptResult:
     @property
     def base_dev_score(self) -> float:
         return self.base_scores[self.dev_label]
-
-    @property
-    def best_dev_score(self) -> float:
-        return self.adapted_scores[self.dev_label]
 
     @property
     def kept_base(self) -> bool:
@@ -171,7 +168,7 @@ def _adapt(
     train_queries, dev_queries = split_queries(
         make_pseudo_queries(documents, config.kinds, config.seed), config
     )
-    made_from = _made_from(index, spec.fingerprint, train_queries, dev_queries, config)
+    made_from = _made_from(index, model_fingerprint(spec), train_queries, dev_queries, config)
     if resume_from is not None:
         check_adapt_resumable(resume_from, config, made_from)
     note(f"{len(train_queries):,} pseudo queries ({_by_kind(train_queries)}), {len(dev_queries):,} held out")
@@ -280,7 +277,7 @@ def _adapt(
             "seconds": round(seconds, 3),
             "resumed_from": resumed_from,
         },
-        "base_model": {"path": str(spec.path), "fingerprint": spec.fingerprint},
+        "base_model": {"path": str(spec.path), "fingerprint": model_fingerprint(spec)},
     }
     write_model_folder(out, student.model, spec.path, spec.pooling, spec.max_seq_length, metadata)
     counts = {k: sum(q.kind == k for q in train_queries) for k in config.kinds}
