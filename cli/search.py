@@ -137,13 +137,13 @@ def search(
             make_console(stderr=True).print(
                 escape(f"note: {index_dir} holds whole documents: no passages to show")
             )
+        how = request.record()
         results = pipeline.search(index.store, texts, encoder, request, index.prefixes)
     for text, hits in zip(texts, results, strict=True):
         if request.mode == "lexical" and not hits:
             note = f"note: no lexical hits for {text!r}: no word of it is in the index (or all are stopwords)"
             make_console(stderr=True).print(escape(note))
     if as_json:
-        how = request.record()
         for text, hits in zip(texts, results, strict=True):
             records = [hit_record(rank, h) for rank, h in enumerate(hits, 1)]
             typer.echo(json.dumps({"query": text, **how, "hits": records}, ensure_ascii=False))

@@ -1,4 +1,5 @@
-"""An encoder wrapper that embeds each distinct text once per evaluation round."""
+"""Encoder wrappers that answer repeated texts from memory: each distinct text once per evaluation
+round (`CachingEncoder`), or a repeated call with the same texts from its last answer (`RepeatCache`)."""
 
 from __future__ import annotations
 
@@ -37,3 +38,27 @@ class CachingEncoder(EncoderBase):
                 return vectors
             self._vectors.update(((t, normalize), v) for t, v in zip(missing, vectors, strict=True))
         return np.stack([self._vectors[(t, normalize)] for t in texts])
+
+
+class RepeatCache(EncoderBase):
+    """An encoder that answers a repeated `encode` of the same texts from its last answer.
+
+    Unlike `CachingEncoder` it embeds each call's texts as given (duplicates and batches
+    included), so its vectors are the wrapped encoder's to the last bit; the fusion calibration
+    searches the same pseudo queries once per candidate.
+    """
+
+    def __init__(self, encoder: Any) -> None:
+        self.encoder = encoder
+        self._last: tuple[Any, np.ndarray] | None = None
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.encoder, name)  # dim, path, fingerprint, ...
+
+    def encode_texts(
+        self, texts: list[str], batch_size: int, normalize: bool | None, progress: bool
+    ) -> np.ndarray:
+        key = (tuple(texts), batch_size, normalize)
+        if self._last is None or self._last[0] != key:
+            self._last = (key, self.encoder.encode(texts, batch_size=batch_size, normalize=normalize))
+        return self._last[1]

@@ -28,8 +28,9 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from embedkit.data.document import Document
+from embedkit.encode.caching import RepeatCache
 from embedkit.encode.prefixes import Prefixes, recorded_prefixes
-from embedkit.encode.protocol import Encoder, EncoderBase
+from embedkit.encode.protocol import Encoder
 from embedkit.errors import InputError
 from embedkit.evaluation.fusion_rule import CANDIDATES, COMMON, LEXICAL, choose
 from embedkit.evaluation.memory_store import MemoryStore
@@ -146,32 +147,12 @@ def candidate_runs(
 ) -> dict[str, Run]:
     """Each candidate's run (and BM25's) of the pseudo queries `texts`, by the search pipeline."""
     query_ids = [f"q{i}" for i in range(len(texts))]
-    encoder = _SameQueries(encoder)  # every candidate embeds the same queries: once
+    encoder = RepeatCache(encoder)  # every candidate embeds the same queries: once
     runs = {}
     for name, request in candidate_requests().items():
         model = encoder if request.mode != "lexical" else None
         runs[name] = run_of_hits(query_ids, pipeline.search(store, texts, model, request, prefixes))
     return runs
-
-
-class _SameQueries(EncoderBase):
-    """An encoder that answers a repeated `encode` of the same texts from its last answer."""
-
-    def __init__(self, encoder: Encoder) -> None:
-        self.encoder = encoder
-        self._last: tuple[Any, np.ndarray] | None = None
-
-    def __getattr__(self, name: str) -> Any:
-        return getattr(self.encoder, name)  # dim, path, fingerprint, ...
-
-    def encode_texts(
-        self, texts: list[str], batch_size: int, normalize: bool | None, progress: bool
-    ) -> np.ndarray:
-        key = (tuple(texts), batch_size, normalize)
-        if self._last is None or self._last[0] != key:
-            vectors = self.encoder.encode(texts, batch_size=batch_size, normalize=normalize)
-            self._last = (key, vectors)
-        return self._last[1]
 
 
 def per_query_ndcg(runs: dict[str, Run], qrels: dict[str, dict[str, int]]) -> dict[str, dict[str, float]]:

@@ -209,7 +209,7 @@ class DocStore:
             )
             if spans:
                 self._db.executemany("INSERT INTO passages VALUES (?, ?, ?, ?)", spans)
-            self.filters.note(doc.metadata for doc in whole)  # what `--where` may name
+            self.filters.note([doc.metadata for doc in whole])  # what `--where` may name
             if self.lexical is not None:  # committed with the documents: both, or neither
                 self.lexical.add_rows(range(first_row, first_row + len(documents)), documents)
         except sqlite3.IntegrityError:

@@ -219,20 +219,18 @@ def fill(plan: Plan, tmp: Path, progress: bool) -> Filled:
                 f"{store.path} holds {writer.first_row} documents but the index {index.ntotal} vectors"
             )
         tally = _Tally(plan.old)
-        documents = tally.counted(read_corpus(plan.corpus, plan.options.corpus, tally.read))
-        units = (
-            PassageSplitter(plan.encoder.path, plan.split).passages(documents) if plan.split else documents
-        )
-        corpus = plan.options.corpus
+        splitter = PassageSplitter(plan.encoder.path, plan.split) if plan.split else None
+        size = plan.options.corpus.chunk_size
+        pending: list = []  # documents (or passages) read, not yet embedded: a chunk is `size` of them
         with ProgressBar(None, "indexing", enabled=progress, rate_unit="sent/s", transient=True) as bar:
-            for chunk in chunked(units, corpus.chunk_size):
-                if plan.options.upsert:
-                    tally.replace(store, writer, chunk)
-                texts = [plan.prefixes.passage + unit.full_text for unit in chunk]
-                vectors = plan.encoder.encode(texts, batch_size=corpus.batch_size, normalize=True)
-                store.add(writer.next_row, chunk)
-                writer.write(np.asarray(vectors, dtype=np.float32).reshape(len(chunk), -1))
-                bar.advance(len(chunk))
+            for documents in chunked(read_corpus(plan.corpus, plan.options.corpus, tally.read), size):
+                tally.add(documents)
+                pending += splitter.split(documents) if splitter is not None else documents
+                while len(pending) >= size:
+                    _embed(plan, store, writer, tally, pending[:size], bar)
+                    pending = pending[size:]
+            if pending:
+                _embed(plan, store, writer, tally, pending, bar)
         if not tally.count:
             raise InputError(f"empty corpus: {plan.corpus} holds no documents")
         kind, reason, params, index = writer.finish(tally.count)
@@ -245,6 +243,20 @@ def fill(plan: Plan, tmp: Path, progress: bool) -> Filled:
         index, kind, reason, params, tally.count, writer.added, tally.fingerprint(),
         tally.replaced, lexical, masked, held, tally.read,
     )  # fmt: skip
+
+
+def _embed(
+    plan: Plan, store: DocStore, writer: _VectorWriter, tally: _Tally, chunk: list, bar: ProgressBar
+) -> None:
+    """One chunk: an upsert's replaced documents removed, then its texts embedded (with the
+    passage prefix) and stored, vectors and documents at the same rows."""
+    if plan.options.upsert:
+        tally.replace(store, writer, chunk)
+    texts = [plan.prefixes.passage + unit.full_text for unit in chunk]
+    vectors = plan.encoder.encode(texts, batch_size=plan.options.corpus.batch_size, normalize=True)
+    store.add(writer.next_row, chunk)
+    writer.write(np.asarray(vectors, dtype=np.float32).reshape(len(chunk), -1))
+    bar.advance(len(chunk))
 
 
 def _opened(plan: Plan, tmp: Path) -> tuple[DocStore, Any]:
@@ -275,11 +287,10 @@ class _Tally:
         self._appending = old is not None
         self._old = old.get("corpus_fingerprint") if old else None  # less the documents replaced
 
-    def counted(self, documents):  # -> Iterator[Document]
+    def add(self, documents: list) -> None:
         for doc in documents:
             self._new.add_fields(doc.id, doc.title, doc.text)
-            self.count += 1
-            yield doc
+        self.count += len(documents)
 
     def replace(self, store: DocStore, writer: _VectorWriter, chunk: list) -> None:
         """Remove the index's documents (every row) whose ids `chunk` holds: those held before this

@@ -63,7 +63,7 @@ def search(
     """
     items = list(queries)
     allowed = store.compile_filter(request.where) if request.where is not None else None
-    depth, mode = request.side_depth, request.mode
+    depth, mode = int(request.depth or request.k), request.mode
     exclude = list(request.exclude) if request.exclude is not None else None
     empty = Side([[] for _ in items], [{} for _ in items])
     dense, lexical, vectors = empty, empty, np.empty((len(items), store.dim), np.float32)

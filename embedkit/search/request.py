@@ -35,7 +35,7 @@ class SearchRequest:
     mode: str | None = None  # dense, lexical or hybrid; None: `default_mode`
     fusion: str | None = None  # prf, zscore, rrf or minmax; None: `fusion_for` (the index's choice)
     alpha: float | None = None  # the dense weight of zscore / minmax and of prf's first ranking
-    depth: int | None = None  # candidates per side before fusion (None: max(k, FUSION_DEPTH))
+    depth: int | None = None  # candidates each side ranks (None: k, in hybrid mode max(k, FUSION_DEPTH))
     where: str | None = None  # a metadata filter (`embedkit.index.where`), applied in each side
     snippets: bool = False  # give each hit the lexical side matched a highlighted passage
     passages: bool = False  # give each hit its best passage (an index of passages)
@@ -56,18 +56,14 @@ class SearchRequest:
         check_fusion(fusion, alpha)
         if mode != "dense" and not has_lexical:
             raise InputError(no_lexical or "this index has no lexical side: search it with --mode dense")
-        return replace(self, mode=mode, fusion=fusion, alpha=alpha)
+        depth = max(self.k, self.depth or FUSION_DEPTH) if mode == "hybrid" else self.k
+        return replace(self, mode=mode, fusion=fusion, alpha=alpha, depth=depth)
 
     def record(self) -> dict[str, Any]:
         """How the search ran, as `embedkit search --json` and `/search` report it: the mode, and
         in hybrid mode the fusion and dense weight."""
         fused = {"fusion": self.fusion, "alpha": self.alpha} if self.mode == "hybrid" else {}
         return {"mode": self.mode, **fused}
-
-    @property
-    def side_depth(self) -> int:
-        """Candidates each side ranks: k, or in hybrid mode max(k, depth or FUSION_DEPTH)."""
-        return max(self.k, self.depth or FUSION_DEPTH) if self.mode == "hybrid" else self.k
 
 
 def label(method: str, alpha: float | None) -> str:
