@@ -8,7 +8,7 @@ what `embedkit search` runs; only the scoring is this module's.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -38,6 +38,9 @@ class RetrievalReport:
     fusion: str | None = None  # hybrid: the fusion used ("dense" where a calibration chose no fusion)
     alpha: float | None = None  # hybrid: its dense weight
     fusion_source: str = ""  # hybrid: "asked for", "the index's calibrated choice", "calibrated in memory"
+    run: dict[str, dict[str, float]] = field(
+        default_factory=dict
+    )  # query id -> doc id -> score: what was scored
 
 
 class RetrievalEvaluator:
@@ -122,7 +125,8 @@ class RetrievalEvaluator:
             )
         result = evaluate_run(run, self.data.qrels, self.metrics)
         used = self._used if self.mode == "hybrid" else (None, None, "")
-        return RetrievalReport(result.metrics, result.per_query, len(query_ids), documents, where, *used)
+        report = RetrievalReport(result.metrics, result.per_query, len(query_ids), documents, where, *used)
+        return replace(report, run=run)
 
     def _opened(self, encoder: Encoder) -> SearchIndex:
         """`self.index` open (a folder is opened here, an open one is used as it is), checked to

@@ -2,7 +2,8 @@
 
 Threads: the model runs in the batcher's worker threads; the index lives on one thread of its
 own, which opens it and runs every search (SQLite connections stay on the thread that opened
-them), and whose queries are embedded through the batcher like any other request's texts.
+them) through the search pipeline, which embeds a request's queries in one call of the served
+encoder, as `embedkit search` does, so that both rank alike to the last bit.
 
 Each request's texts are tokenized once: the token counts size the batches and bound the queue,
 and the same encodings are padded and run (`encoder.run_batch`), not tokenized again. How large
@@ -28,8 +29,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from embedkit.encode.batching import Batch, l2_normalize, pad_encodings
-from embedkit.encode.protocol import EncoderBase
+from embedkit.encode.batching import Batch, pad_encodings
 from embedkit.errors import InputError
 from embedkit.serve.dynamic_batcher import DynamicBatcher, length_groups
 from embedkit.serve.metrics import Metrics
@@ -309,21 +309,27 @@ class Engine:
 
         `settings` (mode, fusion, alpha, where, snippets, passages; None: the index's default) make
         the `SearchRequest`; a bad value, or lexical and hybrid on an index without a lexical side,
-        is an `InputError`.
+        is an `InputError`. The queries are embedded by the served encoder itself, as one call, not
+        in the dynamic batcher's length groups: padded as `embedkit search` pads them, their
+        vectors and so the scores are the command's to the last bit.
         """
         assert self.model is not None and self.model.index is not None
-        loop = asyncio.get_running_loop()
-        encoder = BatchedEncoder(self, loop)
+        model = self.model
 
         def run() -> Answer:
             from embedkit.search import pipeline
 
             index = self._live_index()
             request = index.request(k, **settings)
+            truncated = 0
+            if request.mode != "lexical":
+                _, lengths, truncated = model.tokenize(index.prefixes.queries(queries))
+                self.metrics.count_texts(len(queries), sum(lengths), truncated)
+            encoder = model.encoder if request.mode != "lexical" else None
             hits = pipeline.search(index.store, queries, encoder, request, index.prefixes)
-            return Answer(hits, encoder.truncated, request, index.version)
+            return Answer(hits, truncated, request, index.version)
 
-        return await loop.run_in_executor(self._index_thread, run)
+        return await asyncio.get_running_loop().run_in_executor(self._index_thread, run)
 
     def _live_index(self) -> SearchIndex:
         """On the index thread: the served index, moved to the version `CURRENT` names when an
@@ -360,36 +366,3 @@ class Engine:
         if message != self._last_warning:
             self._last_warning = message
             log.warning("%s", message)
-
-
-class BatchedEncoder(EncoderBase):
-    """The served encoder as the search pipeline sees it, except that `encode` goes through the batcher.
-
-    Called on the index thread: it hands the texts to the event loop and waits for their vectors,
-    so that search queries share batches with embedding requests.
-    """
-
-    def __init__(self, engine: Engine, loop: asyncio.AbstractEventLoop) -> None:
-        assert engine.model is not None
-        self._engine = engine
-        self._encoder = engine.model.encoder
-        self._loop = loop
-        self.truncated = 0
-
-    def __getattr__(self, name: str) -> Any:
-        return getattr(self._encoder, name)  # path, dim, fingerprint, max_seq_length, ...
-
-    def encode_texts(
-        self, texts: list[str], batch_size: int, normalize: bool | None, progress: bool
-    ) -> np.ndarray:
-        items = texts
-        if not items:
-            return np.empty((0, self._encoder.dim), dtype=np.float32)
-        result = asyncio.run_coroutine_threadsafe(self._engine.embed(items), self._loop).result()
-        self.truncated += result.truncated
-        vectors = result.vectors
-        # As the encoder's own encode(normalize=True) does: only a model that does not normalize
-        # gets normalized here, so that scores equal `embedkit search`'s to the last bit.
-        if normalize and not getattr(self._encoder, "normalize_default", False):
-            vectors = l2_normalize(vectors)
-        return vectors
