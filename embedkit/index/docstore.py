@@ -24,9 +24,6 @@ remember them. In a store of passages these are vector (passage) rows, and a doc
 its last passage; only vector rows are permanent keys, a document number nothing refers to any
 more may be given again. Its `filters` (`embedkit.index.fields`) know the metadata fields and
 give the rows whose documents pass a filter.
-
-Earlier embedkit versions kept BM25 postings in tables of the SQLite file (`LEGACY_LEXICAL_TABLES`);
-such a store opens with `legacy_lexical` set, and `embedkit.index.lexical_rebuild` gives it tantivy.
 """
 
 from __future__ import annotations
@@ -59,7 +56,8 @@ _PASSAGES_SCHEMA = (
 )
 MAX_PARAMS = 900  # SQLite's bound on the `?` of one statement is 999 in older builds
 READ_BATCH = 10_000  # documents read at once when walking the whole store
-# The BM25 postings of embedkit before its lexical side moved to tantivy.
+# The BM25 postings earlier embedkit versions kept in the SQLite file: such a store opens with
+# `legacy_lexical` set, and `embedkit.index.lexical_rebuild` gives it a tantivy side.
 LEGACY_LEXICAL_TABLES = ("lexical_settings", "lexical_segments", "lexical_postings")
 
 
@@ -97,11 +95,7 @@ class DocStore:
         path = Path(path)
         if path.exists():
             raise InputError(f"{path} already exists")
-        db = sqlite3.connect(path)
-        # The file lives in a temporary build folder that is renamed into place only when complete,
-        # so SQLite's own crash journal would protect nothing and only slow the inserts down.
-        db.execute("PRAGMA journal_mode=OFF")
-        db.execute("PRAGMA synchronous=OFF")
+        db = _staged(path)
         db.execute(_SCHEMA)
         for statement in _PASSAGES_SCHEMA if passages else ():
             db.execute(statement)
@@ -119,12 +113,9 @@ class DocStore:
         if not path.is_file():
             raise InputError(f"document store missing: {path}")
         try:
-            if writable:
-                db = sqlite3.connect(path)
-                db.execute("PRAGMA journal_mode=OFF")
-                db.execute("PRAGMA synchronous=OFF")
-            else:
-                db = sqlite3.connect(f"{path.resolve().as_uri()}?mode=ro", uri=True)
+            db = (
+                _staged(path) if writable else sqlite3.connect(f"{path.resolve().as_uri()}?mode=ro", uri=True)
+            )
             db.execute("SELECT row, id, title, text, metadata FROM documents LIMIT 1").fetchall()
         except sqlite3.DatabaseError as exc:
             raise InputError(f"corrupt document store {path}: {exc}") from None
@@ -249,12 +240,6 @@ class DocStore:
             found = self._select("row", [int(r) for r in rows])
         return [found.get(int(r)) for r in rows]
 
-    def passages_of_rows(self, rows: Sequence[int]) -> dict[int, Passage]:
-        """Row -> the passage stored there, for the rows that exist (a store of passages only)."""
-        if not self.has_passages:
-            raise InputError(f"{self.path} holds whole documents, not passages")
-        return self.held_at(rows)  # type: ignore[return-value]
-
     def document_numbers(self, rows: Sequence[int]) -> dict[int, int]:
         """Row -> the number of its document (`documents.row`): the same for all passages of one."""
         if not self.has_passages:  # the rows held (a deleted document's row has none)
@@ -320,15 +305,6 @@ class DocStore:
         by_id = {doc.id: doc for doc in found.values()}
         return [by_id.get(str(i)) for i in ids]
 
-    def rows_of_ids(self, ids: Sequence[str]) -> list[int]:
-        """The row of each document in `ids` (its first passage's in a store of passages), in the
-        order asked; an unknown id is an `InputError`."""
-        rows = {doc_id: found[0] for doc_id, found in self.rows_by_id(ids).items()}
-        missing = [doc_id for doc_id in ids if str(doc_id) not in rows]
-        if missing:
-            raise InputError(f"no document {missing[0]!r} in {self.path}")
-        return [rows[str(i)] for i in ids]
-
     def ids_of_rows(self, rows: Sequence[int]) -> dict[int, str]:
         """Row -> document id for the given rows; lighter than `by_rows` (no texts are read)."""
         if self.has_passages:
@@ -384,6 +360,15 @@ class DocStore:
             if counts[doc_id] > 1 or self._db.execute(query, (doc_id, first_row)).fetchone() is not None:
                 return doc_id
         return "?"
+
+
+def _staged(path: Path) -> sqlite3.Connection:
+    """A connection to a store in a staging folder, renamed into place only when complete: SQLite's
+    own crash journal would protect nothing there, and only slow the inserts down."""
+    db = sqlite3.connect(path)
+    db.execute("PRAGMA journal_mode=OFF")
+    db.execute("PRAGMA synchronous=OFF")
+    return db
 
 
 def _records(first_row: int, documents: Sequence[Document]) -> list[tuple]:

@@ -21,16 +21,15 @@ from __future__ import annotations
 
 import contextlib
 import json
-from collections.abc import Iterator
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from embedkit.errors import InputError, RunFailure
-from embedkit.extras import require_extra
+from embedkit.errors import InputError
 from embedkit.index.lexical import LUCENE_ENGLISH_STOPWORDS
 from embedkit.remote.base import PushRecord, RemoteTarget
-from embedkit.remote.lite import LITE_LOG, check_lite_path, lite_failure, lite_failure_in, quiet_milvus_lite
+from embedkit.remote.lite import check_lite_path
+from embedkit.remote.milvus_calls import calls, import_pymilvus
 
 if TYPE_CHECKING:
     from embedkit.data.corpus import Document
@@ -54,74 +53,6 @@ BM25 = {"bm25_k1": 1.2, "bm25_b": 0.75}
 _DOC_FIELDS = ["doc_id", "title", "body", "metadata"]
 
 
-def _pymilvus():
-    require_extra("milvus", "a Milvus target")
-    import logging
-
-    from embedkit.console_quiet import quiet_other_libraries
-
-    quiet_other_libraries()  # gRPC's verbosity is read once, when it starts
-    import pymilvus
-
-    # pymilvus logs each failed call with its traceback on stderr before raising it; `_calls`
-    # reports every failure in one line, so that dump is only noise (a traceback, against the rules)
-    logging.getLogger("pymilvus.decorators").setLevel(logging.CRITICAL)
-    quiet_milvus_lite()  # Milvus Lite's own tracebacks too: `_calls` says what they were about
-    return pymilvus
-
-
-@contextlib.contextmanager
-def _calls(
-    target: RemoteTarget, what: str, error: type[Exception] = RunFailure, hint: str = ""
-) -> Iterator[None]:
-    """Milvus's exceptions as one embedkit error naming the target and the step (then `hint`);
-    a refused token is always an `InputError` that says so."""
-    import grpc
-    from pymilvus.exceptions import MilvusException
-
-    LITE_LOG.last = None
-    try:
-        yield
-    except (MilvusException, grpc.RpcError) as exc:  # pymilvus lets some gRPC errors through as they are
-        refusal = _token_refusal(exc)
-        if refusal is not None:
-            raise InputError(
-                f"{target} refused the token: {refusal} (check --token or MILVUS_TOKEN)"
-            ) from None
-        text = exc.details() if isinstance(exc, grpc.RpcError) and hasattr(exc, "details") else None
-        message = " ".join(str(text or getattr(exc, "message", "") or exc).split())
-        if target.is_local_file:  # what Milvus Lite logged, not pymilvus's summary of it
-            cause = LITE_LOG.last
-            known = lite_failure(target.uri, what, cause) if cause else lite_failure_in(target.uri, message)
-            if known is not None:
-                raise known from None
-            hint = ""
-        raise error(f"{target}: {what} failed: {message}{hint}") from None
-
-
-def _token_refusal(exc: BaseException) -> str | None:
-    """The server's words when it refused the token, else None.
-
-    A Milvus proxy with authorization on checks the token in a gRPC interceptor before any method
-    runs (Connect included) and answers UNAUTHENTICATED: "auth check failure, please check api key
-    is correct", or "... username and password are correct" for USER:PASSWORD (milvus-io/milvus,
-    internal/proxy/authentication_interceptor.go). pymilvus does not retry that code but reports a
-    refused Connect as "Fail connecting to server ... or server unavailable", the gRPC error being
-    its cause: the cause is what tells a refused token from a server that is down.
-    """
-    import grpc
-
-    chain: list[BaseException] = []
-    seen: BaseException | None = exc
-    while seen is not None and seen not in chain:  # pymilvus raises `e from e`: a cause can loop
-        chain.append(seen)
-        code = seen.code() if isinstance(seen, grpc.RpcError) and hasattr(seen, "code") else None
-        if code == grpc.StatusCode.UNAUTHENTICATED:
-            return " ".join(str(seen.details() or code.name).split())
-        seen = seen.__cause__
-    return None
-
-
 def body_of(doc: Document) -> str:
     """The text BM25 reads, title + " " + text, as `embedkit.index.lexical` indexes it."""
     return f"{doc.title} {doc.text}" if doc.title else doc.text
@@ -139,14 +70,14 @@ class MilvusCollection:
     @classmethod
     def connect(cls, target: RemoteTarget, *, create: bool = False) -> MilvusCollection:
         """A client of `target`; a Milvus Lite path is checked first, and created only if `create`."""
-        pymilvus = _pymilvus()
+        pymilvus = import_pymilvus()
         if target.is_local_file:
             check_lite_path(target.uri, create=create)
             uri, token = target.uri, ""
         else:
             uri, token = "http://" + target.uri.split("://", 1)[1].rstrip("/"), target.token
         hint = " (is the server up, the address right, the token valid?)"
-        with _calls(target, "connecting", InputError, hint):
+        with calls(target, "connecting", InputError, hint):
             client = pymilvus.MilvusClient(uri=uri, token=token, timeout=CONNECT_TIMEOUT)
             client.list_collections()  # a wrong token fails here, not at the first search
         return cls(target, client)
@@ -158,7 +89,7 @@ class MilvusCollection:
     # --- the collection ---------------------------------------------------------------------------
 
     def exists(self) -> bool:
-        with _calls(self.target, "listing collections", InputError):
+        with calls(self.target, "listing collections", InputError):
             return bool(self.client.has_collection(self.name))
 
     def create(self, dim: int, record: PushRecord, dense_index: str = "FLAT") -> None:
@@ -189,7 +120,7 @@ class MilvusCollection:
             "dense", index_type=dense_index, metric_type="IP", params=DENSE_INDEXES[dense_index]
         )
         indexes.add_index("sparse", index_type="SPARSE_INVERTED_INDEX", metric_type="BM25", params=BM25)
-        with _calls(self.target, "creating the collection"):
+        with calls(self.target, "creating the collection"):
             self.client.create_collection(
                 self.name,
                 schema=schema,
@@ -200,7 +131,7 @@ class MilvusCollection:
         self._loaded = True
 
     def _describe(self) -> dict[str, Any]:
-        with _calls(self.target, "reading the collection", InputError):
+        with calls(self.target, "reading the collection", InputError):
             return self.client.describe_collection(self.name)
 
     def dim(self) -> int:
@@ -220,20 +151,20 @@ class MilvusCollection:
         return PushRecord.from_json(data, str(self.target))
 
     def write_record(self, record: PushRecord) -> None:
-        with _calls(self.target, "writing the push record"):
+        with calls(self.target, "writing the push record"):
             self.client.alter_collection_properties(
                 self.name, properties={RECORD_PROPERTY: json.dumps(record.to_json())}
             )
 
     def _load(self) -> None:
         if not self._loaded:
-            with _calls(self.target, "loading the collection", InputError):
+            with calls(self.target, "loading the collection", InputError):
                 self.client.load_collection(self.name)
             self._loaded = True
 
     def count(self) -> int:
         self._load()
-        with _calls(self.target, "counting"):
+        with calls(self.target, "counting"):
             result = self.client.query(self.name, filter="", output_fields=["count(*)"])
         return int(result[0]["count(*)"])
 
@@ -242,7 +173,7 @@ class MilvusCollection:
         found: set[int] = set()
         for first in range(start, stop, QUERY_BATCH):
             last = min(stop, first + QUERY_BATCH)
-            with _calls(self.target, "reading rows"):
+            with calls(self.target, "reading rows"):
                 rows = self.client.query(
                     self.name,
                     filter=f"row >= {first} and row < {last}",
@@ -274,19 +205,19 @@ class MilvusCollection:
                     "dense": np.asarray(vector, dtype=np.float32).tolist(),
                 }
             )
-        with _calls(self.target, f"writing rows {rows[0]}..{rows[-1]}" if rows else "writing"):
+        with calls(self.target, f"writing rows {rows[0]}..{rows[-1]}" if rows else "writing"):
             self.client.upsert(self.name, entities)
 
     def delete(self, rows: list[int]) -> None:
         """Remove the entities of `rows` (documents the index deleted or replaced)."""
         for first in range(0, len(rows), QUERY_BATCH):
             part = [int(r) for r in rows[first : first + QUERY_BATCH]]
-            with _calls(self.target, f"deleting rows {part[0]}..{part[-1]}"):
+            with calls(self.target, f"deleting rows {part[0]}..{part[-1]}"):
                 self.client.delete(self.name, ids=part)
 
     def flush(self) -> None:
         """Seal what was written into segments (Milvus Lite otherwise rescans its memtable per search)."""
-        with _calls(self.target, "flushing"):
+        with calls(self.target, "flushing"):
             self.client.flush(self.name)
 
     # --- reading and searching --------------------------------------------------------------------
@@ -300,7 +231,7 @@ class MilvusCollection:
         found: list[list[tuple[int, float]]] = []
         for first in range(0, len(vectors), QUERY_BATCH):
             block = np.asarray(vectors[first : first + QUERY_BATCH], dtype=np.float32).tolist()
-            with _calls(self.target, "dense search"):
+            with calls(self.target, "dense search"):
                 results = self.client.search(
                     self.name,
                     data=block,
@@ -314,7 +245,7 @@ class MilvusCollection:
         return found
 
     def _index_types(self) -> set[str]:
-        with _calls(self.target, "reading the indexes", InputError):
+        with calls(self.target, "reading the indexes", InputError):
             described = self.client.describe_index(self.name, index_name="dense") or {}
         return {str(described.get("index_type", ""))}
 
@@ -323,7 +254,7 @@ class MilvusCollection:
         found: list[list[tuple[int, float]]] = []
         for first in range(0, len(texts), QUERY_BATCH):
             block = texts[first : first + QUERY_BATCH]
-            with _calls(self.target, "BM25 search"):
+            with calls(self.target, "BM25 search"):
                 results = self.client.search(
                     self.name,
                     data=block,
@@ -342,7 +273,7 @@ class MilvusCollection:
         found: dict[int, dict[str, Any]] = {}
         unique = list(dict.fromkeys(int(r) for r in rows))
         for first in range(0, len(unique), QUERY_BATCH):
-            with _calls(self.target, "reading documents"):
+            with calls(self.target, "reading documents"):
                 entities = self.client.query(
                     self.name, ids=unique[first : first + QUERY_BATCH], output_fields=fields
                 )
@@ -372,7 +303,7 @@ class MilvusCollection:
         unique = list(dict.fromkeys(str(i) for i in ids))
         for first in range(0, len(unique), QUERY_BATCH):
             part = unique[first : first + QUERY_BATCH]
-            with _calls(self.target, "reading document ids"):
+            with calls(self.target, "reading document ids"):
                 entities = self.client.query(
                     self.name,
                     # ids as a JSON list literal: Milvus Lite takes no filter templates (`{ids}`)

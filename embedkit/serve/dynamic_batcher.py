@@ -10,9 +10,9 @@ the GIL, so the event loop keeps answering), and its vectors are scattered back 
 in each request's order.
 
 Inside a batch, texts are sorted by length and cut into groups that pad little
-(`length_groups`): a padded model computes every position of the longest text for every text,
+(`embedkit.serve.engine.length_groups`): a padded model computes every position of the longest text,
 and on 32 random Wikipedia sentences one padded call ran at half the rate of the same texts in
-length groups (all-MiniLM-L6-v2, ONNX, 2 CPU cores; `MAX_PADDING`, benchmarks/README.md).
+length groups (all-MiniLM-L6-v2, ONNX, 2 CPU cores; benchmarks/README.md).
 
 The queue is bounded twice: by texts (`max_queue_texts`) and by tokens (`max_queue_tokens`), so
 that one request of long texts cannot hold the model for a minute while every other client
@@ -70,11 +70,6 @@ class BatcherClosed(Exception):
     """The batcher is shutting down and takes no new texts."""
 
 
-# Padding allowed in one length group, as a fraction of its real tokens. `benchmarks/serve.py
-# --grouping` (all-MiniLM-L6-v2, ONNX, 2 shared CPU cores): random batches of 32 Wikipedia
-# sentences ran at 18 sentences/s as one padded call, 35 / 33-35 / 30-31 in groups padded at most
-# 10% / 25% / 50%, and 36 as length-sorted batches of 64; 25% needs about 5 calls per 32 texts.
-MAX_PADDING = 0.25
 # A request this small (one query, a few sentences) takes the short lane.
 SMALL_REQUEST_TEXTS = 8
 # How long a long request's texts may be passed by short ones before they get half of each batch.
@@ -93,24 +88,6 @@ class BatchStats:
     tokens: int
     waited_s: float  # its oldest text's time in the queue
     run_s: float  # from the batch's start to its vectors: preparation, waiting for a worker, inference
-
-
-def length_groups(tokens: Sequence[int], max_padding: float = MAX_PADDING) -> list[list[int]]:
-    """Positions of `tokens` sorted by length, cut into groups whose padding to their longest text
-    is at most `max_padding` of their real tokens (a text alone is always a group)."""
-    groups: list[list[int]] = []
-    group: list[int] = []
-    total = 0
-    for i in sorted(range(len(tokens)), key=tokens.__getitem__):
-        n = tokens[i]
-        if group and (len(group) + 1) * n > (1 + max_padding) * (total + n):
-            groups.append(group)
-            group, total = [], 0
-        group.append(i)
-        total += n
-    if group:
-        groups.append(group)
-    return groups
 
 
 class _Job:

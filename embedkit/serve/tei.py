@@ -66,35 +66,39 @@ def over_long(model: ServedModel, texts: list[str]) -> int | None:
     return None
 
 
-def routes(engine: Engine, helpers: Any) -> list[Route]:
-    """TEI's routes over `engine`; `helpers` has the app's `authorize`, `require_ready`,
-    `read_object`, `embed` and its `ApiError` class."""
-    config = engine.config
+class TeiRoutes:
+    """TEI's `/embed` (and `POST /`) and `/info` over `engine`; `helpers` has the app's `authorize`,
+    `require_ready`, `read_object`, `embed` and its `ApiError` class."""
 
-    async def answer(request: Request, work) -> Response:
+    def __init__(self, engine: Engine, helpers: Any) -> None:
+        self.engine = engine
+        self.config = engine.config
+        self.helpers = helpers
+
+    async def answer(self, request: Request, work) -> Response:
         try:
             return tei_response(await work(request))
         except TeiError as exc:
-            return tei_error(exc)
-        except helpers.ApiError as exc:
-            error = from_api_error(exc, engine)
-            return tei_error(error, exc.headers)
+            return self.error(exc)
+        except self.helpers.ApiError as exc:
+            return self.error(from_api_error(exc, self.engine), exc.headers)
         except Exception as exc:  # a failure inside the model: TEI's Backend error
             log.error("%s %s failed: %s", request.method, request.url.path, exc, exc_info=exc)
             line = str(exc).splitlines()[0] if str(exc) else ""
-            return tei_error(TeiError(424, "Backend", f"{type(exc).__name__}: {line}".rstrip(": ")))
+            return self.error(TeiError(424, "Backend", f"{type(exc).__name__}: {line}".rstrip(": ")))
 
-    def tei_error(exc: TeiError, headers: dict[str, str] | None = None) -> Response:
+    @staticmethod
+    def error(exc: TeiError, headers: dict[str, str] | None = None) -> Response:
         return tei_response({"error": exc.message, "error_type": exc.error_type}, exc.status, headers)
 
-    async def embed_work(request: Request) -> Any:
-        helpers.authorize(request)
-        model = helpers.require_ready()
-        body = await helpers.read_object(request)
+    async def embed_work(self, request: Request) -> Any:
+        self.helpers.authorize(request)
+        model = self.helpers.require_ready()
+        body = await self.helpers.read_object(request)
         if body.get("inputs") == []:
             raise TeiError(400, "Empty", "`inputs` cannot be empty")
         try:
-            values = TEI_EMBED.check(body, config)
+            values = TEI_EMBED.check(body, self.config)
         except BodyError as exc:
             raise TeiError(exc.status, "Validation", exc.message) from None
         texts = values["inputs"]
@@ -102,7 +106,7 @@ def routes(engine: Engine, helpers: Any) -> list[Route]:
             message = f"{model.name} L2-normalizes its vectors itself: normalize=false cannot give raw ones"
             raise TeiError(422, "Validation", message)
         if not values["truncate"]:
-            longest = await engine.off_loop(lambda items: over_long(model, items), texts)
+            longest = await self.engine.off_loop(lambda items: over_long(model, items), texts)
             if longest is not None:
                 raise TeiError(
                     413,
@@ -110,42 +114,47 @@ def routes(engine: Engine, helpers: Any) -> list[Route]:
                     f"Input validation error: `inputs` must have less than {model.max_seq_length} tokens "
                     f"(inputs[{longest}] has more); send truncate=true to cut it",
                 )
-        result = await helpers.embed(request, texts)
+        result = await self.helpers.embed(request, texts)
         return l2_normalize(result.vectors) if values["normalize"] else result.vectors
 
-    async def info_work(request: Request) -> dict[str, Any]:
+    async def info_work(self, request: Request) -> dict[str, Any]:
         from embedkit import __version__
 
-        helpers.authorize(request)
-        model = helpers.require_ready()
+        self.helpers.authorize(request)
+        model = self.helpers.require_ready()
+        sizing = self.engine.sizing
         return {
             "model_id": model.name,
             "model_sha": None,
             "model_dtype": DTYPES.get(model.precision, model.precision),
             "model_type": {"embedding": {"pooling": str(getattr(model.encoder, "pooling", "mean"))}},
             # texts the queue holds (embedkit bounds texts waiting, not requests)
-            "max_concurrent_requests": config.max_queue_texts,
+            "max_concurrent_requests": self.config.max_queue_texts,
             "max_input_length": model.max_seq_length,
-            "max_batch_tokens": engine.sizing.max_batch_tokens if engine.sizing else config.max_batch_tokens,
+            "max_batch_tokens": sizing.max_batch_tokens if sizing else self.config.max_batch_tokens,
             "max_batch_requests": None,
-            "max_client_batch_size": config.max_texts,
+            "max_client_batch_size": self.config.max_texts,
             "auto_truncate": False,
             "tokenization_workers": 1,
             "version": __version__,
             "sha": None,
             "docker_label": None,
             # embedkit's own: the device, batch budget, batches in flight, shapes and warm-up used
-            "embedkit": engine.runtime_info(),
+            "embedkit": self.engine.runtime_info(),
         }
 
-    async def embed(request: Request) -> Response:
-        return await answer(request, embed_work)
+    async def embed(self, request: Request) -> Response:
+        return await self.answer(request, self.embed_work)
 
-    async def info(request: Request) -> Response:
-        return await answer(request, info_work)
+    async def info(self, request: Request) -> Response:
+        return await self.answer(request, self.info_work)
 
+
+def routes(engine: Engine, helpers: Any) -> list[Route]:
+    """TEI's routes over `engine` (`TeiRoutes`)."""
+    tei = TeiRoutes(engine, helpers)
     return [
-        Route("/embed", embed, methods=["POST"]),
-        Route("/", embed, methods=["POST"]),
-        Route("/info", info, methods=["GET"]),
+        Route("/embed", tei.embed, methods=["POST"]),
+        Route("/", tei.embed, methods=["POST"]),
+        Route("/info", tei.info, methods=["GET"]),
     ]

@@ -10,7 +10,8 @@ import zlib
 import numpy as np
 import pytest
 
-from embedkit.serve.dynamic_batcher import BatcherClosed, BatchStats, DynamicBatcher, QueueFull, length_groups
+from embedkit.serve.dynamic_batcher import BatcherClosed, BatchStats, DynamicBatcher, QueueFull
+from embedkit.serve.engine import length_groups
 
 
 def expected(text: str) -> np.ndarray:
