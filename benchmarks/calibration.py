@@ -25,8 +25,8 @@ import numpy as np
 
 from embedkit.data.beir import read_beir
 from embedkit.data.corpus import Document
+from embedkit.encode.prefixes import Prefixes
 from embedkit.evaluation.fusion_calibration import (
-    DEPTH,
     CalibrationConfig,
     candidate_runs,
     per_query_ndcg,
@@ -34,8 +34,7 @@ from embedkit.evaluation.fusion_calibration import (
     score_task,
 )
 from embedkit.evaluation.fusion_rule import choose
-from embedkit.evaluation.runs import lexical_run
-from embedkit.index.lexical import LexicalIndex
+from embedkit.evaluation.memory_store import MemoryStore
 
 DATA = Path(__file__).resolve().parents[2] / "shared" / "data"
 COLLECTIONS = ("cranfield", "msmarco-5k")
@@ -57,14 +56,12 @@ def judged(encoder, name: str, documents: list[Document], doc_vectors: np.ndarra
     data = read_beir(DATA / name, "test")
     query_ids = [q for q in data.queries if q in data.qrels]
     texts = [data.queries[q] for q in query_ids]
-    query_vectors = embed(encoder, texts, cache, f"{name}-judged-queries")
-    bm25 = LexicalIndex.create(None)
-    bm25.add(0, documents)
-    bm25.commit()
-    doc_ids = [d.id for d in documents]
-    lexical = lexical_run(bm25.search(texts, DEPTH), doc_ids, query_ids, DEPTH)
-    runs = candidate_runs(query_ids, query_vectors, doc_ids, doc_vectors, lexical)
-    scores = per_query_ndcg(runs, data.qrels)
+    store = MemoryStore(documents, doc_vectors)  # searched by the pipeline, as the calibration does
+    runs = candidate_runs(store, texts, encoder, Prefixes())
+    ids = {f"q{i}": q for i, q in enumerate(query_ids)}
+    scores = per_query_ndcg(
+        {c: {ids[q]: hits for q, hits in run.items()} for c, run in runs.items()}, data.qrels
+    )
     return {c: round(100 * float(np.mean(list(v.values()))), 2) for c, v in scores.items()}
 
 
@@ -78,9 +75,7 @@ def cost(encoder, cache: Path | None) -> None:
     twice = documents + [Document(f"{d.id}-copy", d.text, d.title) for d in documents]
     for docs, vecs in ((documents, vectors), (twice, np.concatenate([vectors, vectors]))):
         start = time.perf_counter()
-        chosen = calibrate(
-            lambda rows, d=docs: [d[r] for r in rows], lambda rows, v=vecs: v[rows], len(docs), encoder
-        )
+        chosen = calibrate(MemoryStore(docs, vecs), range(len(docs)), encoder)
         print(f"calibrate on {len(docs):,} documents: {time.perf_counter() - start:.1f} s, {chosen.queries}")
 
 

@@ -1,6 +1,6 @@
 """End-to-end search latency per mode, through `SearchIndex.search_text`, and index build time.
 
-An index folder is built with `embedkit.index.build.build_index` at each `--docs` size, from
+An index folder is built with `embedkit.build_index` at each `--docs` size, from
 synthetic documents (random Cranfield sentences, as many as a random Cranfield document has: the
 generator of `benchmarks/lexical.py`), once with the lexical side and once without. Then the 225
 Cranfield queries run one at a time (what `embedkit search QUERY` does per process) in each mode:

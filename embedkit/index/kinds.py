@@ -22,7 +22,7 @@ KINDS = ("auto", *BUILT_KINDS)  # what a build may ask for
 # 4-bit-per-dimension reconstruction, which is not unit length and measured up to 1.1 here.
 SCORE_OVERSHOOT = {"flat": 1e-3, "hnsw": 1e-3, "ivf-pq": 1.0}
 
-# The threshold: below ~100k vectors exact search is fast enough and loses no recall.
+# Below ~100k vectors exact search is fast enough (benchmarks/search.py) and loses no recall.
 AUTO_FLAT_MAX = 100_000
 # HNSW defaults, chosen with benchmarks/search.py on 100k clustered 384-d vectors (benchmarks/README.md).
 HNSW_M = 32

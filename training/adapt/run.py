@@ -13,7 +13,7 @@ Read top to bottom:
    by the current model at every dev evaluation (ANCE's refreshed negatives, Xiong et al. 2021).
 5. Every `eval_steps` the dev score (held-out pseudo queries' nDCG@10, or judged queries with
    `dev_retrieval`); the best weights, or the base when nothing beat it, become the model folder.
-The caller (`embedkit adapt`) then re-embeds the index with it (`embedkit.index.reembed`).
+The caller (`embedkit adapt`) then re-embeds the index with it (`embedkit.jobs.index_reembed`).
 """
 
 from __future__ import annotations
