@@ -160,7 +160,7 @@ def test_spearman_edge_cases() -> None:
 
 
 def test_exact_search_matches_brute_force_with_ties_and_excluded_ids(monkeypatch: pytest.MonkeyPatch) -> None:
-    import embedkit.evaluation.runs as evaluation
+    import embedkit.evaluation.memory_store as evaluation
 
     # tiny blocks so the running top-k merges across many chunks
     monkeypatch.setattr(evaluation, "SEARCH_CHUNK", 7)
