@@ -53,7 +53,7 @@ def test_sts_with_constant_predictions_is_undefined_and_exits_1(
         def encode(self, texts, batch_size=64, normalize=None, progress=False):
             return np.ones((len(texts), 4), np.float32) / 2  # every cosine is 1: no ranking
 
-    monkeypatch.setattr(evaluate, "_load", lambda *args: Constant())
+    monkeypatch.setattr(evaluate, "load_model", lambda *args: Constant())
     first, second = write_sts(tmp_path / "a.tsv"), write_sts(tmp_path / "b.tsv")
     out = tmp_path / "sts.json"
     result = runner.invoke(app, ["eval", "sts", str(first), str(second), "--json", str(out)])
