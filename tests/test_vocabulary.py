@@ -20,9 +20,9 @@ SOURCES = ("embedkit", "export", "cli", "training")
 VOCABULARIES = {
     "ONNX precisions": ({"fp32", "fp16", "int8"}, "embedkit/encode/precisions.py"),
     "device names": ({"auto", "cpu", "cuda"}, "embedkit/encode/devices.py"),
-    "search modes": ({"dense", "lexical", "hybrid"}, "embedkit/index/search.py"),
+    "search modes": ({"dense", "lexical", "hybrid"}, "embedkit/search/request.py"),
     "index kinds": ({"flat", "hnsw", "ivf-pq"}, "embedkit/index/kinds.py"),
-    "fusion methods": ({"prf", "zscore", "rrf", "minmax"}, "embedkit/index/fusion.py"),
+    "fusion methods": ({"prf", "zscore", "rrf", "minmax"}, "embedkit/search/fusion.py"),
     "pooling modes": ({"cls", "max", "mean", "weightedmean", "lasttoken"}, "embedkit/encode/st_modules.py"),
 }
 
