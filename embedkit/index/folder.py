@@ -1,14 +1,9 @@
-"""The index folder on disk: its metadata, its model, and the checks made before it is used.
+"""An index folder's metadata and model, and the checks made before it is used.
 
-INDEX_DIR holds
-- `index.faiss`: L2-normalized vectors, inner product (= cosine similarity), always in CPU form;
-- `docs.sqlite`: the documents (`embedkit.index.docstore`); FAISS position i is the document at row i;
-- `embedkit-index.json`: model path and fingerprint, dim, metric, kind and parameters, count, times,
-  the corpus fingerprint (`embedkit.index.corpus_fingerprint`);
-- `checksums.json`: every file's size and SHA-256, checked on load.
-These live in a version subfolder named by INDEX_DIR/CURRENT (`embedkit.storage.versioned`), so that a
-build or append replaces them in one step; an index written before versions (the files directly in
-INDEX_DIR, no checksums) is still read.
+Its files and which folders are indexes are `embedkit.index.layout`'s (their names are read from
+here too); the metadata's schema is `embedkit.index.meta`'s. The model an index records is found
+where it was, or moved with the tree, or in its package (`locate_model`), and checked to be the
+same model before it embeds a query (`check_model_for`, `open_model_for`).
 """
 
 from __future__ import annotations

@@ -65,16 +65,8 @@ def wait_for(path: Path, process: subprocess.Popen, seconds: float = 120) -> Non
 def test_second_concurrent_append_fails_fast_and_nothing_is_lost(tmp_path, tiny_bert):
     out = base_index(tmp_path, tiny_bert)
     started = tmp_path / "first-started"
-    first = {
-        "op": "append",
-        "model": str(tiny_bert),
-        "out": str(out),
-        "prefix": "b",
-        "n": 100,
-        "seed": 1,
-        "sleep": 2.0,
-        "started": str(started),
-    }
+    first = {"op": "append", "model": str(tiny_bert), "out": str(out), "prefix": "b", "n": 100, "seed": 1,
+             "sleep": 2.0, "started": str(started)}
     process = run_worker(first, wait=False)
     wait_for(started, process)
     second = {"op": "append", "model": str(tiny_bert), "out": str(out), "prefix": "c", "n": 100, "seed": 2}
@@ -91,27 +83,12 @@ def test_second_concurrent_append_fails_fast_and_nothing_is_lost(tmp_path, tiny_
 def test_concurrent_append_with_wait_keeps_both(tmp_path, tiny_bert):
     out = base_index(tmp_path, tiny_bert)
     started = tmp_path / "first-started"
-    first = {
-        "op": "append",
-        "model": str(tiny_bert),
-        "out": str(out),
-        "prefix": "b",
-        "n": 100,
-        "seed": 1,
-        "sleep": 8.0,
-        "started": str(started),
-    }
+    first = {"op": "append", "model": str(tiny_bert), "out": str(out), "prefix": "b", "n": 100, "seed": 1,
+             "sleep": 8.0, "started": str(started)}
     process = run_worker(first, wait=False)
     wait_for(started, process)
-    second = {
-        "op": "append",
-        "model": str(tiny_bert),
-        "out": str(out),
-        "prefix": "c",
-        "n": 100,
-        "seed": 2,
-        "wait": True,
-    }
+    second = {"op": "append", "model": str(tiny_bert), "out": str(out), "prefix": "c", "n": 100, "seed": 2,
+              "wait": True}
     assert run_worker(second) == 0
     assert process.poll() is not None  # the second finished only after the first
     process.communicate(timeout=120)
@@ -123,16 +100,8 @@ def test_concurrent_append_with_wait_keeps_both(tmp_path, tiny_bert):
 def test_a_lock_left_by_a_killed_writer_is_stale(tmp_path, tiny_bert):
     out = base_index(tmp_path, tiny_bert)
     started = tmp_path / "started"
-    job = {
-        "op": "append",
-        "model": str(tiny_bert),
-        "out": str(out),
-        "prefix": "b",
-        "n": 10,
-        "seed": 1,
-        "sleep": 60.0,
-        "started": str(started),
-    }
+    job = {"op": "append", "model": str(tiny_bert), "out": str(out), "prefix": "b", "n": 10, "seed": 1,
+           "sleep": 60.0, "started": str(started)}
     process = run_worker(job, wait=False)
     wait_for(started, process)
     lock = out.parent / f".{out.name}.lock"
@@ -208,15 +177,8 @@ def test_an_old_flat_index_still_opens_and_appends(tmp_path, tiny_bert):
 def test_readers_never_fail_while_another_process_appends(tmp_path, tiny_bert):
     out = base_index(tmp_path, tiny_bert, n=20)
     stop = tmp_path / "stop"
-    job = {
-        "op": "append-loop",
-        "model": str(tiny_bert),
-        "out": str(out),
-        "prefix": "r",
-        "n": 3,
-        "stop": str(stop),
-        "scratch": str(tmp_path),
-    }
+    job = {"op": "append-loop", "model": str(tiny_bert), "out": str(out), "prefix": "r", "n": 3,
+           "stop": str(stop), "scratch": str(tmp_path)}
     writer = run_worker(job, wait=False)
     loads, errors, counts = 0, [], set()
     query = np.ones(DIM, dtype=np.float32)

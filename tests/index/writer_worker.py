@@ -20,10 +20,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from runtime_helpers import TableEncoder, write_jsonl  # noqa: E402
 
 from embedkit.errors import InputError  # noqa: E402
-from embedkit.jobs.index_build import (
-    IndexOptions,
-    build_index,  # noqa: E402
-)
+from embedkit.jobs.index_build import IndexOptions, build_index  # noqa: E402
 from embedkit.jobs.streaming import CorpusOptions, embed_to_file  # noqa: E402
 from embedkit.storage.locking import wait_for_locks  # noqa: E402
 
@@ -46,9 +43,8 @@ def corpus(job, folder: Path, prefix: str):
     ids = [f"{prefix}{i}" for i in range(job["n"])]
     texts = [f"text of {i}" for i in ids]
     path = write_jsonl(folder / f"{prefix}.jsonl", ids, texts)
-    encoder = SlowEncoder(
-        Path(job["model"]), dict(zip(texts, vectors, strict=True)), job.get("sleep", 0.0), job.get("started")
-    )
+    encoder = SlowEncoder(Path(job["model"]), dict(zip(texts, vectors, strict=True)),
+                          job.get("sleep", 0.0), job.get("started"))
     return path, encoder
 
 

@@ -118,3 +118,12 @@ def serving(args: Sequence[str]) -> Iterator[Server]:
         yield process
     finally:
         assert process.stop() == 0, process.output()
+
+
+def ready(client) -> None:
+    """Wait until an in-process server (a `TestClient`) has loaded its model."""
+    for _ in range(500):
+        if client.get("/health").status_code == 200:
+            return
+        time.sleep(0.02)
+    raise AssertionError(client.get("/health").text)

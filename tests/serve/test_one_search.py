@@ -21,6 +21,7 @@ from typer.testing import CliRunner
 pytest.importorskip("starlette")
 pytest.importorskip("httpx")
 
+from serve_helpers import ready  # noqa: E402
 from starlette.testclient import TestClient  # noqa: E402
 
 from embedkit import SearchIndex, build_index, load_encoder  # noqa: E402
@@ -122,16 +123,6 @@ def served(client: TestClient, body: dict) -> list:
     response = client.post("/search", json=body)
     assert response.status_code == 200, response.text
     return from_json([r["hits"] for r in response.json()["results"]])
-
-
-def ready(client: TestClient) -> None:
-    import time
-
-    for _ in range(500):
-        if client.get("/health").status_code == 200:
-            return
-        time.sleep(0.02)
-    raise AssertionError(client.get("/health").text)
 
 
 @pytest.mark.parametrize("where", [None, WHERE])

@@ -12,6 +12,7 @@ import pytest
 pytest.importorskip("starlette")
 pytest.importorskip("httpx")
 
+from serve_helpers import ready  # noqa: E402
 from starlette.testclient import TestClient  # noqa: E402
 
 from embedkit.jobs.index_build import IndexOptions
@@ -29,16 +30,6 @@ def index_copy(tiny_index: Path, tmp_path: Path) -> Path:
 
 def app_over(index: Path, model: Path) -> TestClient:
     return TestClient(create_app(Engine(ServeConfig(model=str(model), index=str(index), max_wait_ms=0))))
-
-
-def ready(client: TestClient) -> None:
-    for _ in range(500):
-        if client.get("/health").status_code == 200:
-            return
-        import time
-
-        time.sleep(0.02)
-    raise AssertionError(client.get("/health").text)
 
 
 def test_search_reports_the_mode_it_used_and_ranks_as_the_library(index_copy: Path, tiny_onnx: Path) -> None:
