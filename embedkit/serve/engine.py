@@ -230,7 +230,9 @@ class Engine:
         `on_ready(model)` is called. A failure is kept in `error` and handed to `on_error`."""
         loop = asyncio.get_running_loop()
         try:
-            model = self.model = await loop.run_in_executor(self._index_thread, ServedModel.load, self.config)
+            model = self.model = await loop.run_in_executor(
+                self._index_thread, ServedModel.load, self.config
+            )
             sizing = self.sizing = Sizing.resolve(self.config, model.device, model.max_seq_length)
             model.max_rows = sizing.max_rows
             warm_up = getattr(model.encoder, "warm_up", None)
@@ -302,9 +304,9 @@ class Engine:
             "inference_workers": sizing.workers,
             "batches_in_flight": sizing.batches_in_flight,
             "prepares_ahead": sizing.prepares_ahead,
-            "tokenization": "thread"
-            if sizing.inline_tokenize_chars == 0
-            else (f"event loop up to {sizing.inline_tokenize_chars} characters a request, else a thread"),
+            "tokenization": "thread" if sizing.inline_tokenize_chars == 0 else (
+                f"event loop up to {sizing.inline_tokenize_chars} characters a request, else a thread"
+            ),
             "max_queue_tokens": sizing.max_queue_tokens,
             "shapes": shapes.describe(sizing.max_rows) if shapes is not None else {"fixed": False},
             "warmup": {
