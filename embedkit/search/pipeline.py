@@ -38,7 +38,7 @@ if TYPE_CHECKING:
     from embedkit.encode.prefixes import Prefixes
     from embedkit.encode.protocol import Encoder
     from embedkit.search.request import SearchRequest
-    from embedkit.search.store import Ranking, SearchStore
+    from embedkit.search.store import Allowed, Ranking, SearchStore
 
 
 @dataclass
@@ -51,7 +51,7 @@ class Side:
 
 
 def search(
-    store: SearchStore[Any],
+    store: SearchStore[Allowed],
     queries: Sequence[str],
     encoder: Encoder | None,
     request: SearchRequest,
@@ -82,6 +82,7 @@ def search(
         if pending is not None:
             lexical = lexical_side(store, items, depth, allowed, exclude, first=pending.result())
     if mode == "hybrid" and request.fusion == "prf":
+        assert encoder is not None, "hybrid search embeds its queries"
         feedback = _Feedback(store, encoder, prefixes, allowed, exclude)
         ranked = feedback.rankings(vectors, dense, lexical, request.k, float(request.alpha or 0.0))
     else:
@@ -98,7 +99,11 @@ def search(
 
 
 def dense_side(
-    store: SearchStore[Any], vectors: np.ndarray, depth: int, allowed: Any, exclude: list[str] | None = None
+    store: SearchStore[Allowed],
+    vectors: np.ndarray,
+    depth: int,
+    allowed: Allowed | None,
+    exclude: list[str] | None = None,
 ) -> Side:
     """Each query vector's best `depth` rows by cosine (documents, in a store of passages)."""
     wanted = depth + (exclude is not None)  # one more, for the document a query must not find
@@ -111,10 +116,10 @@ def dense_side(
 
 
 def lexical_side(
-    store: SearchStore[Any],
+    store: SearchStore[Allowed],
     texts: list[str],
     depth: int,
-    allowed: Any,
+    allowed: Allowed | None,
     exclude: list[str] | None = None,
     first: list[Ranking] | None = None,
 ) -> Side:
@@ -129,7 +134,7 @@ def lexical_side(
     return _without(store, side, exclude, depth)
 
 
-def _fetch_size(store: SearchStore[Any], depth: int, allowed: Any) -> int:
+def _fetch_size(store: SearchStore[Allowed], depth: int, allowed: Allowed | None) -> int:
     """Rows a side fetches first for `depth` documents: `depth` itself without passages, else
     twice the mean passages a document, times `depth` (`by_document` fetches more where short)."""
     if not store.passages:
@@ -140,10 +145,10 @@ def _fetch_size(store: SearchStore[Any], depth: int, allowed: Any) -> int:
 
 
 def by_document(
-    store: SearchStore[Any],
+    store: SearchStore[Allowed],
     fetch: Callable[[int], list[Ranking]],
     depth: int,
-    allowed: Any,
+    allowed: Allowed | None,
     first: list[Ranking] | None = None,
 ) -> Side:
     """Rankings of passage rows as rankings of documents by their best passage, `depth` each.
@@ -218,9 +223,9 @@ class _Feedback:
     """prf (`embedkit.search.fusion`): the dense side searched again with each query's feedback vector."""
 
     store: SearchStore[Any]
-    encoder: Encoder | None
+    encoder: Encoder
     prefixes: Prefixes
-    allowed: Any
+    allowed: Any  # the store's allowed set (`SearchStore.compile_filter`), or None
     exclude: list[str] | None
 
     def rankings(
@@ -274,15 +279,18 @@ class _Feedback:
 
 
 def stored_vectors(
-    store: SearchStore[Any], rows: Sequence[int], encoder: Encoder | None, prefixes: Prefixes
+    store: SearchStore[Any], rows: Sequence[int], encoder: Encoder, prefixes: Prefixes
 ) -> np.ndarray:
-    """The stored vectors of `rows`; where the store cannot read them back (a GPU index, an IVF
-    index without its direct map), what each row holds embedded again as it was indexed."""
+    """The stored vectors of `rows`, else (`embedded_rows`) what the rows hold embedded again."""
     vectors = store.vectors_of_rows(rows)
-    if vectors is not None:
-        return vectors
-    if encoder is None:
-        raise ValueError("this store cannot read its vectors back: an encoder is needed to embed them")
+    return vectors if vectors is not None else embedded_rows(store, rows, encoder, prefixes)
+
+
+def embedded_rows(
+    store: SearchStore[Any], rows: Sequence[int], encoder: Encoder, prefixes: Prefixes
+) -> np.ndarray:
+    """What each row holds (its passage, in an index of passages) embedded as it was indexed: the
+    vectors of a store that cannot read them back (a GPU index, an IVF index without its map)."""
     held = store.held_at(rows)
     texts = prefixes.passages([held[r].full_text if r in held else "" for r in rows])
     return encoder.encode(texts, normalize=True).reshape(len(texts), -1)
