@@ -151,11 +151,6 @@ class SearchIndex:
             self.store.compile_filter(request.where)
         return request
 
-    def check_filter(self, where: str | None) -> None:
-        """An `InputError` for a filter this index cannot apply (syntax, unknown field, wrong type)."""
-        if where is not None:
-            self.store.compile_filter(where)
-
     def search(
         self, query_vectors: np.ndarray, k: int = 10, where: str | None = None
     ) -> tuple[np.ndarray, list[list[str | None]]]:

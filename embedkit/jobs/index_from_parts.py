@@ -27,6 +27,7 @@ from typing import Any
 import numpy as np
 
 from embedkit.encode.default_onnx import recorded_model_path
+from embedkit.encode.model_folder import ModelSpec
 from embedkit.errors import InputError, RunFailure
 from embedkit.index.build_report import IndexReport
 from embedkit.index.docstore import DocStore
@@ -100,46 +101,47 @@ def build_index_from_vectors(
         finally:
             store.close()
         index = placement.to_cpu(work) if placement else work
-        stamp = now()
-        source = {
-            "corpus": str(corpus),
-            "added": total,
-            "vectors": str(folder),
-            "parts": [{"file": part.npy.name, "vectors": part.info.count} for part in parts],
-        }
-        meta = IndexMeta(
-            model=str(recorded_model_path(spec)),
-            model_relative=relative_model(recorded_model_path(spec), out),
-            model_fingerprint=first.model_fingerprint,
-            model_backend=first.model_backend,
-            dim=dim,
-            max_seq_length=first.max_seq_length,
-            kind=chosen,
-            kind_reason=reason,
-            params=params,
-            lexical=store.lexical.settings.to_json() if store.lexical is not None else None,
-            count=int(index.ntotal),
-            corpus_fingerprint=fingerprint,
-            index_bytes=write_faiss(index, tmp / INDEX_FILE),
-            created=stamp,
-            updated=stamp,
-            sources=[source],
-        )
-        write_json_atomic(tmp / META_FILE, meta.to_json())
+        lexical_record = store.lexical.settings.to_json() if store.lexical is not None else None
+        built = {"kind": chosen, "kind_reason": reason, "params": params, "lexical": lexical_record}
+        source = {"corpus": str(corpus), "added": total, "vectors": str(folder)}
+        meta = _recorded(parts, spec, out, tmp, index, source, fingerprint, built)
+    device = placement.name if placement else "cpu"
     return IndexReport(
-        out,
-        chosen,
-        reason,
-        params,
-        total,
-        meta.count,
-        time.perf_counter() - start,
-        0,
-        "faiss",
-        placement.name if placement else "cpu",
-        appended=False,
-        faiss_device=placement.name if placement else "cpu",
+        out, chosen, reason, params, total, meta.count, time.perf_counter() - start, 0, "faiss", device,
+        appended=False, faiss_device=device,
+    )  # fmt: skip
+
+
+def _recorded(
+    parts: list[Part],
+    spec: ModelSpec,
+    out: Path,
+    tmp: Path,
+    index,
+    source: dict,
+    fingerprint: str,
+    built: dict,
+) -> IndexMeta:
+    """The FAISS file and the metadata of the version: the parts' model, and the parts in its source."""
+    first, stamp = parts[0].info, now()
+    source = {**source, "parts": [{"file": part.npy.name, "vectors": part.info.count} for part in parts]}
+    meta = IndexMeta(
+        model=str(recorded_model_path(spec)),
+        model_relative=relative_model(recorded_model_path(spec), out),
+        model_fingerprint=first.model_fingerprint,
+        model_backend=first.model_backend,
+        dim=first.dim,
+        max_seq_length=first.max_seq_length,
+        count=int(index.ntotal),
+        corpus_fingerprint=fingerprint,
+        index_bytes=write_faiss(index, tmp / INDEX_FILE),
+        created=stamp,
+        updated=stamp,
+        sources=[source],
+        **built,
     )
+    write_json_atomic(tmp / META_FILE, meta.to_json())
+    return meta
 
 
 def _training_sample(parts: list[Part], total: int, nlist: int) -> np.ndarray:
