@@ -1,6 +1,6 @@
 """Label-free pseudo queries of three kinds, each with its known source document (no torch here).
 
-Shared by `embedkit adapt` (its training and dev queries, `embedkit.training.adapt_queries`) and by
+Shared by `embedkit adapt` (its training and dev queries, `embedkit.training.adapt.queries`) and by
 the fusion calibration of an index (`embedkit.evaluation.fusion_calibration`), so both read one generator:
 
 - `ict`: a sentence of a document (inverse cloze, Lee et al. 2019, Sec. 5), always removed from the

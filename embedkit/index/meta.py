@@ -31,7 +31,7 @@ class IndexMeta:
     """What an index version holds and how it was built."""
 
     model: str  # the model folder queries are embedded with
-    model_fingerprint: str  # `embedkit.encode.model_folder.model_fingerprint` of that model
+    model_fingerprint: str  # `embedkit.encode.identity.model_fingerprint` of that model
     dim: int
     kind: str  # flat, hnsw or ivf-pq (`embedkit.index.kinds`)
     params: dict[str, Any]  # the kind's parameters

@@ -3,7 +3,7 @@
 Two streaming passes over the corpus: the first counts the documents, so that outputs can be sized
 up front; the second embeds chunks of documents and hands each chunk to a writer. Memory holds one
 chunk of texts and vectors, never the corpus, so a corpus bigger than RAM embeds on a laptop.
-`embed_to_file` writes a memory-mapped `.npy` (`numpy.lib.format.open_memmap`); `embedkit.index.search.search`
+`embed_to_file` writes a memory-mapped `.npy` (`numpy.lib.format.open_memmap`); `SearchIndex.search`
 uses the same loop to fill a FAISS index and its document store.
 
 `embed_to_file` output, both written together (`embedkit.storage.atomic.atomic_files`: temporary files, a

@@ -114,7 +114,7 @@ def adapt(
     The run checkpoints into `out_dir/checkpoints/` at each dev evaluation; `resume` continues a
     killed run from its last one (same index, same settings), and ends where the run would have.
     Raises `InputError` for bad input (before anything is written) and `RunFailure` when the loss
-    stops being finite. The index itself is not changed here (see `embedkit.index.reembed`).
+    stops being finite. The index itself is not changed here (see `embedkit.jobs.index_reembed`).
     """
     config = (config or AdaptConfig()).validate()
     out = Path(out_dir).expanduser()
