@@ -54,7 +54,7 @@ from embedkit.index.meta import IndexMeta, now
 from embedkit.index.passages import PassageSettings, PassageSplitter, passage_settings
 from embedkit.index.rows import add_rows
 from embedkit.index.version_copy import copy_store, read_faiss_copy, write_faiss
-from embedkit.jobs.streaming import CorpusOptions, as_encoder, chunked, read_corpus
+from embedkit.jobs.streaming import CorpusOptions, as_encoder, chunked, embed_chunk, read_corpus
 from embedkit.progress import ProgressBar
 from embedkit.search.request import Calibration
 from embedkit.storage.atomic import write_json_atomic
@@ -252,10 +252,9 @@ def _embed(
     passage prefix) and stored, vectors and documents at the same rows."""
     if plan.options.upsert:
         tally.replace(store, writer, chunk)
-    texts = [plan.prefixes.passage + unit.full_text for unit in chunk]
-    vectors = plan.encoder.encode(texts, batch_size=plan.options.corpus.batch_size, normalize=True)
+    vectors = embed_chunk(plan.encoder, chunk, plan.options.corpus, True, plan.prefixes.passage)
     store.add(writer.next_row, chunk)
-    writer.write(np.asarray(vectors, dtype=np.float32).reshape(len(chunk), -1))
+    writer.write(vectors)
     bar.advance(len(chunk))
 
 

@@ -3,8 +3,8 @@
 Two streaming passes over the corpus: the first counts the documents, so that outputs can be sized
 up front; the second embeds chunks of documents and hands each chunk to a writer. Memory holds one
 chunk of texts and vectors, never the corpus, so a corpus bigger than RAM embeds on a laptop.
-`embed_to_file` writes a memory-mapped `.npy` (`numpy.lib.format.open_memmap`); `SearchIndex.search`
-uses the same loop to fill a FAISS index and its document store.
+`embed_to_file` writes a memory-mapped `.npy` (`numpy.lib.format.open_memmap`); `build_index`
+embeds its chunks the same way (`embed_chunk`) into a FAISS index and its document store.
 
 `embed_to_file` output, both written together (`embedkit.storage.atomic.atomic_files`: temporary files, a
 journal, then renames; a kill during the renames is finished by the next run or `embedkit clean`),
@@ -16,7 +16,7 @@ by one writer at a time (`embedkit.storage.locking`):
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -122,14 +122,25 @@ def embed_corpus(
                 raise RunFailure(
                     f"{corpus} changed while it was read: more than the {expected} documents counted"
                 )
-            texts = [prefix + doc.full_text for doc in chunk]
-            vectors = encoder.encode(texts, batch_size=options.batch_size, normalize=normalize)
-            write(done, chunk, np.asarray(vectors, dtype=np.float32).reshape(len(chunk), -1))
+            write(done, chunk, embed_chunk(encoder, chunk, options, normalize, prefix))
             done += len(chunk)
             bar.advance(len(chunk))
     if done != expected:
         raise RunFailure(f"{corpus} changed while it was read: {done} documents, {expected} counted")
     return done
+
+
+def embed_chunk(
+    encoder: Encoder,
+    chunk: Sequence[Document],
+    options: CorpusOptions,
+    normalize: bool | None,
+    prefix: str = "",
+) -> np.ndarray:
+    """The vectors of one chunk of documents (or passages): `prefix` + title + text, float32 [n, dim]."""
+    texts = [prefix + doc.full_text for doc in chunk]
+    vectors = encoder.encode(texts, batch_size=options.batch_size, normalize=normalize)
+    return np.asarray(vectors, dtype=np.float32).reshape(len(chunk), -1)
 
 
 @dataclass(frozen=True)
