@@ -24,11 +24,11 @@ class Hit:
     id: str
     score: float
     row: int
-    document: Document | None = None  # filled by `search_text`
+    document: Document | None = None  # filled by the pipeline's documents stage (`with_documents`)
     dense_score: float | None = None
     lexical_score: float | None = None
-    snippet: str | None = None  # the matched terms in <b>, HTML (`search_text(snippets=True)`)
-    passage: Passage | None = None  # the best passage, in an index of passages (`search_text(passages=True)`)
+    snippet: str | None = None  # the matched terms in <b>, HTML (`SearchRequest.snippets`)
+    passage: Passage | None = None  # the best passage, in an index of passages (`SearchRequest.passages`)
 
 
 def hit_record(rank: int, hit: Hit) -> dict[str, Any]:

@@ -65,8 +65,11 @@ def search(
     allowed = store.compile_filter(request.where) if request.where is not None else None
     depth, mode = int(request.depth or request.k), request.mode
     exclude = list(request.exclude) if request.exclude is not None else None
-    empty = Side([[] for _ in items], [{} for _ in items])
-    dense, lexical, vectors = empty, empty, np.empty((len(items), store.dim), np.float32)
+    dense, lexical = (
+        Side([[] for _ in items], [{} for _ in items]),
+        Side([[] for _ in items], [{} for _ in items]),
+    )
+    vectors = np.empty((len(items), store.dim), np.float32)  # the query vectors, where the model runs
     if mode == "lexical":
         lexical = lexical_side(store, items, depth, allowed, exclude)
     else:
