@@ -246,3 +246,30 @@ def test_gpu_without_faiss_gpu_is_an_input_error(small_index):
     path, _ = small_index
     with pytest.raises(InputError, match="faiss sees no GPU"):
         SearchIndex.load(path, gpu=True)
+
+
+@pytest.mark.parametrize(
+    "settings",
+    [{}, {"passages": "4:1"}, {"append": True, "upsert": True}],
+    ids=["new", "passages", "upsert"],
+)
+def test_index_reads_its_corpus_once(tmp_path, tiny_bert, monkeypatch, settings):
+    """Count, fingerprint, passages, an upsert's ids and the embedding all come from one read."""
+    import embedkit.data.corpus as corpus_module
+
+    rng = np.random.default_rng(5)
+    corpus, encoder, ids = corpus_and_encoder(tmp_path, tiny_bert, rng.standard_normal((40, DIM)))
+    if settings.get("append"):
+        build_index(corpus, tmp_path / "idx", encoder)
+    reads = []
+    original = corpus_module.read_documents
+
+    def counted(*args, **kwargs):
+        reads.append(args[0])
+        return original(*args, **kwargs)
+
+    monkeypatch.setattr(corpus_module, "read_documents", counted)
+    report = build_index(corpus, tmp_path / "idx", encoder, IndexOptions(calibrate=False, **settings))
+    assert reads == [corpus] and report.added == 40
+    with SearchIndex.load(tmp_path / "idx") as index:
+        assert index.document_count == 40 and index.get_documents(ids[:3])[0] is not None
