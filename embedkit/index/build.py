@@ -35,7 +35,7 @@ from embedkit.index.kinds import (
     train_ivf,
 )
 from embedkit.index.lexical import LexicalSettings
-from embedkit.index.meta import IndexMeta, now
+from embedkit.index.meta import IndexMeta, new_index_id, now
 from embedkit.index.passages import Passage, PassageSettings, PassageSplitter, passage_settings
 from embedkit.index.rows import add_rows
 from embedkit.index.version_copy import copy_store, read_faiss_copy, write_faiss
@@ -218,6 +218,7 @@ def build_index(
             index_bytes=write_faiss(index, tmp / INDEX_FILE),
             created=old["created"] if old else stamp,
             updated=stamp,
+            index_id=old.get("index_id", "") if old else new_index_id(),
             sources=[
                 *(old.get("sources", []) if old else []),
                 _source(corpus, count, replaced if upsert else None),

@@ -43,7 +43,7 @@ from embedkit.index.kinds import (
     ivf_training_rows,
     new_faiss_index,
 )
-from embedkit.index.meta import IndexMeta, now
+from embedkit.index.meta import IndexMeta, new_index_id, now
 from embedkit.index.version_copy import write_faiss
 from embedkit.jobs.parts import Part, read_parts
 from embedkit.jobs.streaming import CorpusOptions, read_corpus
@@ -126,6 +126,7 @@ def build_index_from_vectors(
             index_bytes=write_faiss(index, tmp / INDEX_FILE),
             created=stamp,
             updated=stamp,
+            index_id=new_index_id(),
             sources=[source],
         )
         write_json_atomic(tmp / META_FILE, meta.to_json())
