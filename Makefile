@@ -71,7 +71,7 @@ demo: $(STAMP)
 	bash scripts/demo.sh $(BIN) $(DEMO)
 
 tour: $(STAMP)
-	bash scripts/tour.sh $(BIN) $(TOUR)
+	bash scripts/tour.sh $(BIN) $(TOUR) $(DEMO)/index
 
 wheel-smoke: $(TEST_STAMP)
 	TORCH="$(TORCH)" PYTHON="$(PYTHON)" LOCK="$(LOCK)" bash scripts/wheel_smoke.sh $(BIN)

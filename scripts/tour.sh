@@ -3,10 +3,11 @@
 # miCSE, export it to ONNX, index with it, compare it with the bundled model on the judged queries,
 # then adapt the bundled model's index to its documents (no labels) and measure it again.
 # Each corpus is embedded once per model; every evaluation searches an index.
-# Usage: scripts/tour.sh [VENV_BIN] [OUT_DIR]
+# Usage: scripts/tour.sh [VENV_BIN] [OUT_DIR] [DEMO_INDEX]
 set -euo pipefail
 BIN=${1:-.venv/bin}
 OUT=${2:-tour-out}
+DEMO_INDEX=${3:-demo-out/index}
 EK="$BIN/embedkit"
 DATA=examples/cranfield
 export HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1
@@ -27,8 +28,14 @@ step "1/6 train: miCSE on 1,000 sentences of the corpus (all-MiniLM-L6-v2 base)"
 step "2/6 export: ONNX fp32 + int8, parity-checked against PyTorch"
 "$EK" export "$OUT/model" --out "$OUT/onnx" --int8
 
-step "3/6 index: the abstracts with the bundled model, then with the trained one (each calibrates its fusion)"
-"$EK" index "$DATA" --out "$OUT/index-base" --overwrite
+step "3/6 index: the abstracts with the bundled model (make demo's index where it exists), then with the trained one"
+if [ -f "$DEMO_INDEX/CURRENT" ]; then
+    rm -rf "$OUT/index-base"
+    cp -a "$DEMO_INDEX" "$OUT/index-base"  # a copy: adapt below writes a new version into it
+    echo "copied $DEMO_INDEX (make demo's index of the same corpus with the bundled model)"
+else
+    "$EK" index "$DATA" --out "$OUT/index-base" --overwrite
+fi
 "$EK" index "$DATA" --model "$OUT/onnx" --out "$OUT/index-trained" --overwrite
 
 step "4/6 eval retrieval: both indexes on the 225 judged queries, dense and hybrid"
