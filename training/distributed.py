@@ -39,16 +39,12 @@ from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 from datetime import timedelta
-from typing import TYPE_CHECKING
 
 import numpy as np
 import torch
 import torch.distributed as dist
 
 from embedkit.errors import InputError, RunFailure
-
-if TYPE_CHECKING:
-    from embedkit.training.model import ContrastiveModel
 
 
 @dataclass(frozen=True)
@@ -304,8 +300,9 @@ class BatchShard:
         return total
 
 
-def data_parallel(model: ContrastiveModel, context: Context) -> torch.nn.Module:
-    """The model itself for one process; else wrapped in DistributedDataParallel.
+def data_parallel(model: torch.nn.Module, context: Context) -> torch.nn.Module:
+    """The model (a `model.ContrastiveModel`, which imports this module) itself for one process;
+    else wrapped in DistributedDataParallel.
 
     DDP broadcasts rank 0's weights (the auxiliary network's stage 1 included) and buffers at
     construction; buffers (position ids) never change, so they are not broadcast each step. The
