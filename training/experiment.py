@@ -63,8 +63,8 @@ Notify = Callable[[str], None]
 class ExperimentConfig:
     """What to run; the per-run training settings are `train` (a `TrainConfig`)."""
 
-    sizes: tuple[int, ...] = (1000, 4000)  # training sentences per run: the issue's low-shot budgets
-    seeds: tuple[int, ...] = (0, 1, 2)  # three seeds, as the issue asks; each draws its own subset
+    sizes: tuple[int, ...] = (1000, 4000)  # training sentences per run: the low-shot budgets the docs report
+    seeds: tuple[int, ...] = (0, 1, 2)  # three seeds; each draws its own subset
     methods: tuple[str, ...] = ("simcse", "micse")  # miCSE Table 3's baseline and full method
     eval_sts: tuple[str, ...] = ()  # STS files (sentence1, sentence2, score), e.g. STS-B dev and test
     eval_retrieval: tuple[str, ...] = ()  # BEIR folders, scored by nDCG@10
