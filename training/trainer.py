@@ -18,7 +18,7 @@ import math
 import shutil
 import time
 from collections.abc import Callable, Iterator, Sequence
-from contextlib import contextmanager
+from contextlib import contextmanager, nullcontext
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -104,9 +104,7 @@ def train(
     out = Path(out_dir).expanduser()
     with distributed.session(config.device, config.dist_timeout) as context:
         job = TrainJob(corpus, out, config, context, progress, resume, overwrite, on_step)
-        if not context.is_main:  # rank 0 holds the write lock for all of them
-            return loop.run(job)
-        with write_lock(out):
+        with write_lock(out) if context.is_main else nullcontext():  # rank 0 holds it for all of them
             return loop.run(job)
 
 
@@ -365,8 +363,10 @@ class TrainJob:
             metadata = train_metadata(
                 self.config, self.meta, state, self.corpus, self.sample, spec.path, self.dev
             )
-            folder = (self.out, model.backbone, spec.path, model.pooling, spec.max_seq_length, metadata)
-            write_model_folder(*folder, extra_files={ckpt.METRICS: self.metrics})
+            write_model_folder(
+                self.out, model.backbone, spec.path, model.pooling, spec.max_seq_length, metadata,
+                extra_files={ckpt.METRICS: self.metrics},
+            )  # fmt: skip
             if self.run_dir != self.out:
                 shutil.rmtree(self.run_dir, ignore_errors=True)
         distributed.barrier(self.context)  # the other ranks return once the model folder is in place

@@ -119,10 +119,7 @@ def adapt(
         resume_from = run_folder.prepare_out_dir(out, resume, overwrite)
         # overwriting a finished folder: the run lives beside it until the new model replaces it
         run_dir = run_folder.run_dir(out, run_folder.replaces(out, resume_from))
-        result = loop.run(AdaptJob(index, out, run_dir, resume_from, config, progress, note))
-        if run_dir != out:
-            shutil.rmtree(run_dir, ignore_errors=True)
-        return result
+        return loop.run(AdaptJob(index, out, run_dir, resume_from, config, progress, note))
 
 
 @dataclass
@@ -305,6 +302,8 @@ class AdaptJob:
         }
         model = self.student.model
         write_model_folder(self.out, model, spec.path, spec.pooling, spec.max_seq_length, metadata)
+        if self.run_dir != self.out:
+            shutil.rmtree(self.run_dir, ignore_errors=True)
         counts = {k: sum(q.kind == k for q in self.train_queries) for k in config.kinds}
         return AdaptResult(
             self.out, config.steps, counts, state.selection, state.base_scores, adapted_scores, best_step,
