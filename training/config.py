@@ -42,7 +42,7 @@ class TrainConfig:
     """Hyper-parameters of one training run (all serialisable to JSON, all overridable)."""
 
     # --- model and objective ---
-    base_model: str | None = None  # a local HF folder; None = bundled all-MiniLM-L6-v2 (the issue)
+    base_model: str | None = None  # a local HF folder; None = the bundled all-MiniLM-L6-v2, the default base
     method: str = "micse"  # miCSE Table 3: micse | simcse | ami-simcse | moco-simcse; or infocse
     pooling: str = "auto"  # auto = the base folder's 1_Pooling (mean for MiniLM), else cls (SimCSE)
     temperature: float = 0.05  # tau of InfoNCE: SimCSE Sec. 3 and miCSE Sec. 4
@@ -87,7 +87,7 @@ class TrainConfig:
     # 1,000 and 4,000 sentences against the base's 50.62; benchmarks/README.md "Experiments"),
     # so 16 is the default. None = epochs only.
     max_steps: int | None = 16
-    warmup_ratio: float = 0.1  # share of steps with a linear warm-up, then linear decay (the issue)
+    warmup_ratio: float = 0.1  # share of steps with a linear warm-up, then linear decay (embedkit's default)
     weight_decay: float = 0.0  # Hugging Face Trainer's default, which SimCSE trains with
     max_grad_norm: float = 1.0  # Hugging Face Trainer's default clipping, as SimCSE
     seed: int = 42  # SimCSE's default seed; also fixes the data order and dropout masks

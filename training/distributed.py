@@ -35,19 +35,16 @@ from __future__ import annotations
 import inspect
 import os
 import re
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass
 from datetime import timedelta
-from typing import TYPE_CHECKING
 
 import numpy as np
 import torch
 import torch.distributed as dist
 
 from embedkit.errors import InputError, RunFailure
-
-if TYPE_CHECKING:
-    from embedkit.training.model import ContrastiveModel
 
 
 @dataclass(frozen=True)
@@ -124,6 +121,22 @@ def cleanup(context: Context) -> None:
     """Leave the process group `setup` created (a caller's own group is left alone)."""
     if context.owns_group and dist.is_initialized():
         dist.destroy_process_group()
+
+
+@contextmanager
+def session(device_name: str, timeout_s: float) -> Iterator[Context]:
+    """`setup` for the length of a run, then `cleanup`; an error that comes from a rank losing
+    contact with the others becomes `LostContact` (one line, not torch's traceback)."""
+    context = setup(device_name, timeout_s)
+    try:
+        yield context
+    except Exception as exc:
+        failure = lost_contact(exc, context)
+        if failure is not None:
+            raise failure from None
+        raise
+    finally:
+        cleanup(context)
 
 
 def barrier(context: Context) -> None:
@@ -287,8 +300,9 @@ class BatchShard:
         return total
 
 
-def data_parallel(model: ContrastiveModel, context: Context) -> torch.nn.Module:
-    """The model itself for one process; else wrapped in DistributedDataParallel.
+def data_parallel(model: torch.nn.Module, context: Context) -> torch.nn.Module:
+    """The model (a `model.ContrastiveModel`, which imports this module) itself for one process;
+    else wrapped in DistributedDataParallel.
 
     DDP broadcasts rank 0's weights (the auxiliary network's stage 1 included) and buffers at
     construction; buffers (position ids) never change, so they are not broadcast each step. The
@@ -318,5 +332,6 @@ __all__ = [
     "is_communication_failure",
     "lost_contact",
     "rank_seed",
+    "session",
     "setup",
 ]
