@@ -10,17 +10,10 @@ OUT=${2:-demo-out}
 EK="$BIN/embedkit"
 DATA=examples/cranfield
 QUERY="what is the effect of a propeller slipstream on wing lift"
-export HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1
 mkdir -p "$OUT"
 
-started=$(date +%s.%N)
-last=$started
-elapsed() { awk -v a="$1" -v b="$(date +%s.%N)" 'BEGIN { printf "%.1f", b - a }'; }
-step() {
-    [ "$last" = "$started" ] || printf '   (%s s)\n' "$(elapsed "$last")"
-    last=$(date +%s.%N)
-    printf '\n== %s\n' "$*"
-}
+# shellcheck source=scripts/steps.sh
+source "$(dirname "$0")/steps.sh"
 
 step "1/5 index: the 1,398 abstracts with the bundled all-MiniLM-L6-v2 (FAISS), BM25 beside them, fusion calibrated"
 "$EK" index "$DATA" --out "$OUT/index" --overwrite

@@ -10,17 +10,10 @@ OUT=${2:-tour-out}
 DEMO_INDEX=${3:-demo-out/index}
 EK="$BIN/embedkit"
 DATA=examples/cranfield
-export HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1
 mkdir -p "$OUT"
 
-started=$(date +%s.%N)
-last=$started
-elapsed() { awk -v a="$1" -v b="$(date +%s.%N)" 'BEGIN { printf "%.1f", b - a }'; }
-step() {
-    [ "$last" = "$started" ] || printf '   (%s s)\n' "$(elapsed "$last")"
-    last=$(date +%s.%N)
-    printf '\n== %s\n' "$*"
-}
+# shellcheck source=scripts/steps.sh
+source "$(dirname "$0")/steps.sh"
 
 step "1/6 train: miCSE on 1,000 sentences of the corpus (all-MiniLM-L6-v2 base)"
 "$EK" train "$DATA" --split-sentences --limit 1000 --seed 0 --out "$OUT/model" --overwrite
