@@ -33,11 +33,14 @@ other engines translate the same tree (`embedkit.remote.milvus.milvus_filter`).
 from __future__ import annotations
 
 import functools
+import math
 import re
 from dataclasses import dataclass
 from datetime import datetime
+from decimal import Decimal, InvalidOperation
 from typing import TYPE_CHECKING, Union
 
+from embedkit.data.values import INT64_MAX, INT64_MIN, check_text, in_int64
 from embedkit.errors import InputError
 
 if TYPE_CHECKING:
@@ -98,7 +101,16 @@ _FRIENDLY = {
     "COMMA": ",",
 }
 NUMERIC = ("integer", "real")  # `json_type` names of numbers
-Value = Union[int, float, str, bool, "Date"]
+# A number with a fraction (`0.5`, `1e-3`) stays exact (a Decimal): documents' integers are compared
+# with it exactly, their floats with its nearest float, as SQLite and Milvus hold them.
+Value = Union[int, Decimal, str, bool, "Date"]
+
+# The size of a filter, stated (docs/guarantees.md) rather than found as a RecursionError or as
+# SQLite's "Expression tree is too large"; each is far beyond a filter a person writes.
+MAX_CHARS = 100_000  # characters of the expression
+MAX_DEPTH = 32  # levels of parentheses and `not` around a comparison
+MAX_COMPARISONS = 1_000  # comparisons (an `in` is one)
+MAX_IN_VALUES = 1_000  # values of one `in` list
 
 
 @dataclass(frozen=True)
@@ -149,8 +161,9 @@ def _parser():  # -> lark.Lark, built once per process
 
 
 def parse(text: str) -> Expr:
-    """The tree of `text`; an `InputError` naming the position where it stops making sense."""
-    from lark import Token, Transformer, v_args
+    """The tree of `text`; an `InputError` naming the position where it stops making sense, or the
+    limit (`MAX_CHARS`, `MAX_DEPTH`, `MAX_COMPARISONS`, `MAX_IN_VALUES`) it goes beyond."""
+    from lark import Token, Transformer_NonRecursive, v_args
     from lark.exceptions import (
         UnexpectedCharacters,
         UnexpectedEOF,
@@ -159,8 +172,13 @@ def parse(text: str) -> Expr:
         VisitError,
     )
 
+    check_text(text, "the filter (where)")  # SQLite and the tokenizer write UTF-8
     if not text.strip():
         raise InputError('the filter (where) is empty: give one such as year >= 2020 and lang = "en"')
+    if len(text) > MAX_CHARS:
+        raise InputError(
+            f"where: the expression has {len(text):,} characters; a filter takes at most {MAX_CHARS:,}"
+        )
     try:
         tree = _parser().parse(text)
     except UnexpectedEOF as exc:
@@ -185,14 +203,13 @@ def parse(text: str) -> Expr:
         raise InputError(f"where: cannot parse the expression: {exc}") from None
 
     @v_args(inline=True)
-    class Build(Transformer):
+    class Build(Transformer_NonRecursive):  # a loop, not recursion: any depth reaches `check_size`
         def field(self, token: Token) -> tuple[str, int]:
             name = token[1:-1] if token.type == "QUOTED_NAME" else str(token)
             return name, token.start_pos + 1
 
-        def number(self, token: Token) -> int | float:
-            number = float(token)
-            return int(number) if number.is_integer() and re.fullmatch(r"[+-]?\d+", token) else number
+        def number(self, token: Token) -> int | Decimal:
+            return exact_number(str(token), token.start_pos + 1)
 
         def string(self, token: Token) -> str:
             return re.sub(r"\\(.)", r"\1", token[1:-1])
@@ -223,11 +240,65 @@ def parse(text: str) -> Expr:
             return Or(parts)
 
     try:
-        return Build().transform(tree)
-    except VisitError as exc:  # a bad date, raised inside the transformer
+        expr = Build().transform(tree)
+    except VisitError as exc:  # a bad date or number, raised inside the transformer
         if isinstance(exc.orig_exc, InputError):
             raise exc.orig_exc from None
         raise
+    check_size(expr)
+    return expr
+
+
+def exact_number(token: str, position: int) -> int | Decimal:
+    """A number literal as written: an int (64-bit, as the stores hold integers; beyond is an
+    `InputError`), or a Decimal where it has a fraction, never a float that rounds it."""
+    if re.fullmatch(r"[+-]?\d+", token):
+        value = int(token)
+        if not in_int64(value):
+            raise InputError(
+                f"where: the integer {token} at position {position} is beyond the 64-bit integers the "
+                f"document store holds ({INT64_MIN} to {INT64_MAX})"
+            )
+        return value
+    try:
+        exact = Decimal(token)
+        finite = math.isfinite(float(exact))
+    except (InvalidOperation, OverflowError, ValueError):  # pragma: no cover - the grammar's NUMBER
+        finite = False
+    if not finite:
+        raise InputError(f"where: the number {token} at position {position} is beyond 64-bit floats")
+    if exact == exact.to_integral_value() and in_int64(int(exact)):
+        return int(exact)  # 2.0 and 2e3 are the integers they name
+    return exact
+
+
+def check_size(expr: Expr) -> None:
+    """An `InputError` naming the limit a filter goes beyond (walked without recursion)."""
+    comparisons = 0
+    stack: list[tuple[Expr, int]] = [(expr, 1)]
+    while stack:
+        node, depth = stack.pop()
+        if depth > MAX_DEPTH:
+            raise InputError(
+                f"where: the expression nests and, or and not over {MAX_DEPTH} levels deep; "
+                f"a filter takes at most {MAX_DEPTH}"
+            )
+        if isinstance(node, (Compare, Member)):
+            comparisons += 1
+            if comparisons > MAX_COMPARISONS:
+                raise InputError(
+                    f"where: the expression has over {MAX_COMPARISONS:,} comparisons; a filter takes at "
+                    f"most {MAX_COMPARISONS:,} (an `in` list counts as one)"
+                )
+            if isinstance(node, Member) and len(node.values) > MAX_IN_VALUES:
+                raise InputError(
+                    f"where: the `in` list at position {node.position} has {len(node.values):,} values; "
+                    f"a list takes at most {MAX_IN_VALUES:,}"
+                )
+        elif isinstance(node, Not):
+            stack.append((node.part, depth + 1))
+        else:
+            stack.extend((part, depth + 1) for part in node.parts)
 
 
 def _expected(exc) -> str:
@@ -249,7 +320,7 @@ def kind_of(value: Value) -> str:
     """The field type a literal compares with: number, string, date or bool."""
     if isinstance(value, bool):
         return "bool"
-    if isinstance(value, (int, float)):
+    if isinstance(value, (int, float, Decimal)):
         return "number"
     return "date" if isinstance(value, Date) else "string"
 
@@ -338,12 +409,27 @@ def _sql(expr: Expr, fields: dict[str, set[str]], params: list[object]) -> str:
     if isinstance(expr, Not):
         return f"NOT ({_sql(expr.part, fields, params)})"
     if isinstance(expr, (And, Or)):
-        joiner = " AND " if isinstance(expr, And) else " OR "
-        return "(" + joiner.join(_sql(part, fields, params) for part in expr.parts) + ")"
+        return _balanced([_sql(part, fields, params) for part in expr.parts], expr)
     if isinstance(expr, Member):
-        parts = [_sql(Compare(expr.field, "=", v, expr.position), fields, params) for v in expr.values]
-        return "(" + " OR ".join(parts) + ")"
+        return _member_sql(expr, fields[expr.field], params)
     return _compare_sql(expr, _compared_as(expr.value, expr.op, fields[expr.field]), params)
+
+
+def _balanced(parts: list[str], expr: And | Or) -> str:
+    """`parts` joined by AND or OR as a balanced tree: SQLite nests `a AND b AND c ...` one level a
+    term, and refuses an expression over 1,000 levels deep."""
+    if len(parts) == 1:
+        return parts[0]
+    joiner = " AND " if isinstance(expr, And) else " OR "
+    middle = len(parts) // 2
+    return f"({_balanced(parts[:middle], expr)}{joiner}{_balanced(parts[middle:], expr)})"
+
+
+_OF_TYPE = {
+    "bool": "json_type(metadata, ?) IN ('true', 'false')",
+    "string": "json_type(metadata, ?) = 'text'",
+}
+_VALUE = "json_extract(metadata, ?)"
 
 
 def _compare_sql(expr: Compare, kind: str, params: list[object]) -> str:
@@ -351,23 +437,81 @@ def _compare_sql(expr: Compare, kind: str, params: list[object]) -> str:
     `and` and `or` follow SQL's three-valued logic and only documents for which it is true pass."""
     path = json_path(expr.field)
     op = "<>" if expr.op == "!=" else expr.op
-    value = "json_extract(metadata, ?)"
+    if kind == "number":
+        return _number_sql(path, op, [expr.value], params)
     if kind == "bool":
         params += [path, path, "true" if expr.value else "false"]
-        return (
-            f"(CASE WHEN json_type(metadata, ?) IN ('true', 'false') THEN json_type(metadata, ?) {op} ? END)"
-        )
-    if kind == "number":
-        params += [path, path, expr.value]
-        return f"(CASE WHEN json_type(metadata, ?) IN ('integer', 'real') THEN {value} {op} ? END)"
+        return f"(CASE WHEN {_OF_TYPE['bool']} THEN json_type(metadata, ?) {op} ? END)"
     if kind == "date":
-        from embedkit.index.fields import ISO_DATE_GLOB
-
-        literal = expr.value.text if isinstance(expr.value, Date) else str(expr.value)
-        params += [path, path, ISO_DATE_GLOB, path, literal]
-        return (
-            f"(CASE WHEN json_type(metadata, ?) = 'text' AND {value} GLOB ? "
-            f"THEN julianday({value}) {op} julianday(?) END)"
-        )
+        return _date_sql(path, f"{op} julianday(?)", [expr.value], params)
     params += [path, path, expr.value]
-    return f"(CASE WHEN json_type(metadata, ?) = 'text' THEN {value} {op} ? END)"
+    return f"(CASE WHEN {_OF_TYPE['string']} THEN {_VALUE} {op} ? END)"
+
+
+def _member_sql(expr: Member, types: set[str], params: list[object]) -> str:
+    """`field in (...)` as SQL's IN for each kind of value in the list (one level deep, however long)."""
+    path = json_path(expr.field)
+    by_kind: dict[str, list[Value]] = {}
+    for value in expr.values:
+        by_kind.setdefault(_compared_as(value, "=", types), []).append(value)
+    parts = []
+    for kind, values in by_kind.items():
+        marks = ", ".join("?" * len(values))
+        if kind == "number":
+            parts.append(_number_sql(path, "IN", values, params))
+        elif kind == "date":
+            parts.append(_date_sql(path, f"IN ({', '.join(['julianday(?)'] * len(values))})", values, params))
+        elif kind == "bool":
+            params += [path, path, *("true" if v else "false" for v in values)]
+            parts.append(f"(CASE WHEN {_OF_TYPE['bool']} THEN json_type(metadata, ?) IN ({marks}) END)")
+        else:
+            params += [path, path, *values]
+            parts.append(f"(CASE WHEN {_OF_TYPE['string']} THEN {_VALUE} IN ({marks}) END)")
+    return parts[0] if len(parts) == 1 else "(" + " OR ".join(parts) + ")"
+
+
+def _date_sql(path: str, test: str, values: list[Value], params: list[object]) -> str:
+    from embedkit.index.fields import ISO_DATE_GLOB
+
+    literals = [v.text if isinstance(v, Date) else str(v) for v in values]
+    params += [path, path, ISO_DATE_GLOB, path, *literals]
+    dated = f"json_type(metadata, ?) = 'text' AND {_VALUE} GLOB ?"
+    return f"(CASE WHEN {dated} THEN julianday({_VALUE}) {test} END)"
+
+
+def _number_sql(path: str, op: str, values: list[Value], params: list[object]) -> str:
+    """A number comparison (`op` IN: membership of `values`) that is exact for the documents'
+    integers: SQLite compares an integer with an integer or a float exactly, and a literal with a
+    fraction is turned, for integers, into the integer bound it implies (`v < 2.5` is `v <= 2`),
+    never rounded to a float first. Documents' floats compare with the literal's nearest float."""
+    if all(isinstance(v, int) for v in values):
+        marks = ", ".join("?" * len(values))
+        params += [path, path, *values]
+        test = f"IN ({marks})" if op == "IN" else f"{op} ?"
+        return f"(CASE WHEN json_type(metadata, ?) IN ('integer', 'real') THEN {_VALUE} {test} END)"
+    floats = [v if isinstance(v, int) else float(v) for v in values]  # integers stay exact
+    params.append(path)  # the CASE's json_type, then each branch's own
+    if op == "IN":
+        whole = [v for v in values if isinstance(v, int)]
+        integer = f"{_VALUE} IN ({', '.join('?' * len(whole))})" if whole else "0"
+        params += [path, *whole] if whole else []
+        real = f"{_VALUE} IN ({', '.join('?' * len(floats))})"
+    else:
+        integer = _integer_bound(path, op, Decimal(values[0]), params)
+        real = f"{_VALUE} {op} ?"
+    params += [path, *floats]
+    return f"(CASE json_type(metadata, ?) WHEN 'integer' THEN {integer} WHEN 'real' THEN {real} END)"
+
+
+def _integer_bound(path: str, op: str, value: Decimal, params: list[object]) -> str:
+    """`integer op value` for a `value` that no 64-bit integer equals, as exact integer SQL."""
+    if op in ("=", "<>"):
+        return "0" if op == "=" else "1"
+    below = op in ("<", "<=")
+    bound = math.floor(value) if below else math.ceil(value)
+    if bound > INT64_MAX:
+        return "1" if below else "0"
+    if bound < INT64_MIN:
+        return "0" if below else "1"
+    params += [path, bound]
+    return f"{_VALUE} {'<=' if below else '>='} ?"
