@@ -169,7 +169,9 @@ def _queries(query: str | None, queries_file: Path | None) -> list[str]:
     if query is not None:
         if not query.strip():
             raise InputError("the query is empty")
-        return [query]
+        from embedkit.data.values import check_text
+
+        return [check_text(query, "the query")]  # an argument's bytes that are not UTF-8
     from embedkit.data.textfiles import text_lines
 
     texts = [line.strip() for _, line in text_lines(queries_file, "queries file") if line.strip()]

@@ -213,3 +213,16 @@ def test_milvus_filters_write_integers_exactly() -> None:
     assert milvus_filter(parse("v = 9007199254740993")) == 'metadata["v"] == 9007199254740993'
     assert milvus_filter(parse("v < 2.5")) == 'metadata["v"] < 2.5'
     assert milvus_filter(parse("v in (2e3, 1)")) == '(metadata["v"] == 2000 or metadata["v"] == 1)'
+
+
+@pytest.mark.parametrize("query", ["wing \udcff flow", "\ud800", "wing \udfff"])
+def test_queries_that_are_not_utf8_are_one_line(numbers, tiny_bert: Path, query: str) -> None:
+    from embedkit import load_encoder
+
+    result = CliRunner().invoke(app, ["search", str(numbers.path), query, "--model", str(tiny_bert)])
+    assert result.exit_code == 2, result.output
+    lines = result.output.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("error: the query is not valid UTF-8 text"), lines
+    encoder = load_encoder(tiny_bert, device="cpu")  # the Python API: the encoder's own check
+    with pytest.raises(InputError, match="text 2 to embed .* is not valid UTF-8 text"):
+        encoder.encode(["wing", query])
