@@ -72,16 +72,27 @@ class Prefixes:
         return f"query prefix {self.query!r}, passage prefix {self.passage!r} ({self.source})"
 
 
+def model_prompts(model_dir: str | Path) -> dict[str, str]:
+    """The prompts sentence-transformers records in the folder (name -> text); {} where none."""
+    config = Path(model_dir) / "config_sentence_transformers.json"
+    if not config.is_file():
+        return {}
+    try:
+        prompts = json.loads(config.read_text(encoding="utf-8")).get("prompts") or {}
+    except (OSError, ValueError, AttributeError):
+        return {}
+    if not isinstance(prompts, dict):
+        return {}
+    return {str(name): text for name, text in prompts.items() if isinstance(text, str)}
+
+
 def detect_prefixes(model_dir: str | Path) -> Prefixes:
     """The prefixes the model folder states (see the module docstring); empty ones where it states none."""
     folder = Path(model_dir)
     config = folder / "config_sentence_transformers.json"
     if config.is_file():
-        try:
-            prompts = json.loads(config.read_text(encoding="utf-8")).get("prompts") or {}
-        except (OSError, ValueError, AttributeError):
-            prompts = {}
-        if isinstance(prompts, dict) and isinstance(prompts.get("query"), str):
+        prompts = model_prompts(folder)
+        if isinstance(prompts.get("query"), str):
             passage = next((prompts[k] for k in _PASSAGE_PROMPTS if isinstance(prompts.get(k), str)), "")
             if prompts["query"] or passage:
                 return Prefixes(prompts["query"], passage, config.name)
