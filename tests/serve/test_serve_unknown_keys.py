@@ -9,8 +9,6 @@ embeddings reference; TEI's `router/src/http/types.rs`), and a body holding all 
 
 from __future__ import annotations
 
-import time
-from pathlib import Path
 from typing import Any
 
 import pytest
@@ -20,11 +18,8 @@ pytest.importorskip("httpx")
 hypothesis = pytest.importorskip("hypothesis")
 st = hypothesis.strategies
 
-from starlette.testclient import TestClient  # noqa: E402
 
 from embedkit import __version__  # noqa: E402
-from embedkit.serve.app import create_app  # noqa: E402
-from embedkit.serve.engine import Engine  # noqa: E402
 from embedkit.serve.openapi import openapi_document  # noqa: E402
 from embedkit.serve.settings import ServeConfig  # noqa: E402
 
@@ -41,14 +36,8 @@ MINIMAL = {
 
 
 @pytest.fixture(scope="module")
-def client(tiny_onnx: Path, tiny_index: Path):
-    config = ServeConfig(model=str(tiny_onnx), index=str(tiny_index), max_wait_ms=0)
-    with TestClient(create_app(Engine(config)), raise_server_exceptions=False) as test_client:
-        for _ in range(1000):
-            if test_client.get("/health").status_code == 200:
-                break
-            time.sleep(0.02)
-        yield test_client
+def client(app_client):
+    return app_client
 
 
 def _fields(path: str) -> set[str]:
