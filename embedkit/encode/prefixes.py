@@ -113,6 +113,12 @@ def resolve_prefixes(model_dir: str | Path | None, query: str | None, passage: s
     for name, value in (("--query-prefix", query), ("--passage-prefix", passage)):
         if value is not None and ("\n" in value or "\r" in value):
             raise InputError(f"{name} must be one line, got {value!r}")
+        if value:
+            from embedkit.data.values import check_text
+
+            check_text(value, name)  # recorded, then put before every text embedded for the index
+            if model_dir is not None:
+                _check_room(model_dir, name, value)
     if query is not None and passage is not None:
         return Prefixes(query, passage, "given")
     found = detect_prefixes(model_dir) if model_dir is not None else Prefixes()
@@ -122,6 +128,23 @@ def resolve_prefixes(model_dir: str | Path | None, query: str | None, passage: s
     return Prefixes(
         found.query if query is None else query, found.passage if passage is None else passage, source
     )
+
+
+def _check_room(model_dir: str | Path, name: str, prefix: str) -> None:
+    """An `InputError` for a prefix that leaves the model no room for the text it comes before."""
+    from embedkit.encode.batching import load_tokenizer
+    from embedkit.encode.model_folder import read_model_spec
+
+    spec = read_model_spec(model_dir)
+    tokenizer = load_tokenizer(spec.path, spec.max_seq_length)
+    tokenizer.no_truncation()
+    used = len(tokenizer.encode(prefix, add_special_tokens=False).ids)
+    room = spec.max_seq_length - 2  # [CLS] and [SEP], or the model's own two
+    if used >= room:
+        raise InputError(
+            f"{name} is {used:,} tokens long, and the model takes {spec.max_seq_length}: no room is left "
+            "for the text after it"
+        )
 
 
 def check_recorded(recorded: Prefixes, query: str | None, passage: str | None, what: str) -> None:
