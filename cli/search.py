@@ -85,7 +85,8 @@ def search(
         typer.Option(
             "--where",
             help='Only documents whose metadata pass EXPR: year >= 2020 and lang in ["en", "de"] '
-            "(=, !=, <, <=, >, >=, in, and, or, not, parentheses; dates as 2024-01-31).",
+            "(=, !=, <, <=, >, >=, in, and, or, not, parentheses; dates as 2024-01-31; integers "
+            "exact, 64-bit). At most 32 levels of and/or/not, 1,000 comparisons, 1,000 values in an in list.",
         ),
     ] = None,
     passages: Annotated[

@@ -173,3 +173,29 @@ def test_a_file_over_the_limit_is_refused_before_it_is_read_whole(tmp_path, tiny
     (folder / "small.txt").write_text("wing flow", encoding="utf-8")
     code, lines = _index(folder, tmp_path, tiny_bert)
     assert code == 2 and len(lines) == 1 and f"over {MAX_FILE_BYTES // 2**20} MiB" in lines[0], lines
+
+
+@pytest.mark.parametrize(
+    ("file", "line"),
+    [
+        ("corpus.jsonl", '{"_id": "d2", "title": "", "text": "fl\\ud800ow"}'),
+        ("corpus.jsonl", '{"_id": "d\\udcff", "title": "", "text": "flow"}'),
+        ("corpus.jsonl", '{"_id": "d2", "title": "\\udfff", "text": "flow"}'),
+        ("queries.jsonl", '{"_id": "q2", "text": "wing \\ud800"}'),
+    ],
+)
+def test_a_beir_folder_with_text_that_is_not_unicode_is_refused_as_it_is_read(tmp_path, file, line):
+    from embedkit.data.beir import read_beir
+
+    folder = tmp_path / "beir"
+    (folder / "qrels").mkdir(parents=True)
+    lines = {
+        "corpus.jsonl": ['{"_id": "d1", "title": "", "text": "wing"}'],
+        "queries.jsonl": ['{"_id": "q1", "text": "wing"}'],
+    }
+    lines[file].append(line)
+    for name, rows in lines.items():
+        (folder / name).write_text("\n".join(rows) + "\n", encoding="utf-8")
+    (folder / "qrels" / "test.tsv").write_text("query-id\tcorpus-id\tscore\nq1\td1\t1\n", encoding="utf-8")
+    with pytest.raises(InputError, match=rf"{file}: line 2: the (id|title|text) is not valid UTF-8 text"):
+        read_beir(folder)
