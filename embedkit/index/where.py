@@ -21,9 +21,13 @@ Fields are the top-level keys of the documents' metadata (a JSONL corpus's extra
   `not`, `and`, `or` follow SQL's three-valued logic: a document passes where the filter is true.
   So `lang != "en"` and `not lang = "en"` both leave out documents without `lang`, as in SQL and
   in Milvus (whose filter expressions `embedkit.remote.milvus.milvus_filter` writes).
+- Numbers are exact (`exact_number`): an integer literal is a 64-bit int (beyond is refused, as
+  the stores hold no more), a literal with a fraction a Decimal; `_number_sql` compares integers
+  with either exactly and floats with the literal's nearest float.
 Checked against the fields the index holds before anything is searched: an unknown field, or a
 value of a type the field never holds, is an `InputError` naming the position (1-based), as is
-an expression that does not parse.
+an expression that does not parse or goes past a stated limit (`MAX_CHARS`, `MAX_DEPTH`,
+`MAX_COMPARISONS`, `MAX_IN_VALUES`; docs/guarantees.md, section 8).
 
 `parse` gives the tree; `rows_where` turns it into SQL over the document store (each search side
 then takes the allowed rows, `embedkit.index.rows` and `embedkit.index.lexical`); adapters of
