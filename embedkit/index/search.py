@@ -184,7 +184,7 @@ class SearchIndex:
         if where is None:
             return None
         if where not in self._filters:
-            from embedkit.index.where import rows_where
+            from embedkit.index.where_sql import rows_where
 
             if len(self._filters) >= _FILTER_CACHE:
                 self._filters.pop(next(iter(self._filters)))
