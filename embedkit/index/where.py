@@ -163,14 +163,7 @@ def _parser():  # -> lark.Lark, built once per process
 def parse(text: str) -> Expr:
     """The tree of `text`; an `InputError` naming the position where it stops making sense, or the
     limit (`MAX_CHARS`, `MAX_DEPTH`, `MAX_COMPARISONS`, `MAX_IN_VALUES`) it goes beyond."""
-    from lark import Token, Transformer_NonRecursive, v_args
-    from lark.exceptions import (
-        UnexpectedCharacters,
-        UnexpectedEOF,
-        UnexpectedInput,
-        UnexpectedToken,
-        VisitError,
-    )
+    from lark.exceptions import VisitError
 
     check_text(text, "the filter (where)")  # SQLite and the tokenizer write UTF-8
     if not text.strip():
@@ -179,8 +172,23 @@ def parse(text: str) -> Expr:
         raise InputError(
             f"where: the expression has {len(text):,} characters; a filter takes at most {MAX_CHARS:,}"
         )
+    tree = _syntax_tree(text)
     try:
-        tree = _parser().parse(text)
+        expr = _builder()().transform(tree)
+    except VisitError as exc:  # a bad date or number, raised inside the transformer
+        if isinstance(exc.orig_exc, InputError):
+            raise exc.orig_exc from None
+        raise
+    check_size(expr)
+    return expr
+
+
+def _syntax_tree(text: str):  # -> lark.Tree
+    """lark's parse of `text`; its errors as one line naming the position."""
+    from lark.exceptions import UnexpectedCharacters, UnexpectedEOF, UnexpectedInput, UnexpectedToken
+
+    try:
+        return _parser().parse(text)
     except UnexpectedEOF as exc:
         raise InputError(
             f"where: the expression ends early, at position {len(text) + 1}{_expected(exc)}"
@@ -201,6 +209,11 @@ def parse(text: str) -> Expr:
         ) from None
     except UnexpectedInput as exc:  # pragma: no cover - the three above are lark's kinds
         raise InputError(f"where: cannot parse the expression: {exc}") from None
+
+
+@functools.cache
+def _builder():  # -> the lark Transformer class that turns a syntax tree into an `Expr`
+    from lark import Token, Transformer_NonRecursive, v_args
 
     @v_args(inline=True)
     class Build(Transformer_NonRecursive):  # a loop, not recursion: any depth reaches `check_size`
@@ -239,14 +252,7 @@ def parse(text: str) -> Expr:
         def or_(self, *parts: Expr) -> Or:
             return Or(parts)
 
-    try:
-        expr = Build().transform(tree)
-    except VisitError as exc:  # a bad date or number, raised inside the transformer
-        if isinstance(exc.orig_exc, InputError):
-            raise exc.orig_exc from None
-        raise
-    check_size(expr)
-    return expr
+    return Build
 
 
 def exact_number(token: str, position: int) -> int | Decimal:
