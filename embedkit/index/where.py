@@ -109,7 +109,7 @@ Value = Union[int, Decimal, str, bool, "Date"]
 # SQLite's "Expression tree is too large"; each is far beyond a filter a person writes.
 MAX_CHARS = 100_000  # characters of the expression
 MAX_DEPTH = 32  # levels of parentheses and `not` around a comparison
-MAX_COMPARISONS = 1_000  # comparisons (an `in` is one)
+MAX_COMPARISONS = 1_000  # comparisons (each value of an `in` list is one)
 MAX_IN_VALUES = 1_000  # values of one `in` list
 
 
@@ -289,17 +289,17 @@ def check_size(expr: Expr) -> None:
                 f"where: the expression nests and, or and not over {MAX_DEPTH} levels deep; "
                 f"a filter takes at most {MAX_DEPTH}"
             )
+        if isinstance(node, Member) and len(node.values) > MAX_IN_VALUES:
+            raise InputError(
+                f"where: the `in` list at position {node.position} has {len(node.values):,} values; "
+                f"a list takes at most {MAX_IN_VALUES:,}"
+            )
         if isinstance(node, (Compare, Member)):
-            comparisons += 1
-            if comparisons > MAX_COMPARISONS:
+            comparisons += len(node.values) if isinstance(node, Member) else 1
+            if comparisons > MAX_COMPARISONS:  # what bounds the SQL's parameters too
                 raise InputError(
                     f"where: the expression has over {MAX_COMPARISONS:,} comparisons; a filter takes at "
-                    f"most {MAX_COMPARISONS:,} (an `in` list counts as one)"
-                )
-            if isinstance(node, Member) and len(node.values) > MAX_IN_VALUES:
-                raise InputError(
-                    f"where: the `in` list at position {node.position} has {len(node.values):,} values; "
-                    f"a list takes at most {MAX_IN_VALUES:,}"
+                    f"most {MAX_COMPARISONS:,} (each value of an `in` list counts as one)"
                 )
         elif isinstance(node, Not):
             stack.append((node.part, depth + 1))

@@ -173,6 +173,10 @@ LIMITS = [
     (f"v in ({', '.join(map(str, range(MAX_IN_VALUES + 1)))})", f"at most {MAX_IN_VALUES:,}"),
     (f"v in ({', '.join(map(str, range(MAX_IN_VALUES)))})", None),
     ("v = 1 or " * 30_000 + "v = 2", "characters; a filter takes at most"),
+    # many lists, each within its own limit: the values in all of them are what SQLite binds
+    (" or ".join(f"v in ({','.join(['1'] * 900)})" for _ in range(40)), f"at most {MAX_COMPARISONS:,}"),
+    (" or ".join(f"v in ({', '.join(['1'] * 500)})" for _ in range(2)), None),
+    ("(" * 20_000 + "v = 1" + ")" * 20_000, None),  # parentheses alone: any number, no depth
     ("v = 1 and " + "not " * 2_000 + "v = 1", f"at most {MAX_DEPTH}"),
 ]
 
