@@ -86,7 +86,8 @@ def search(
             "--where",
             help='Only documents whose metadata pass EXPR: year >= 2020 and lang in ["en", "de"] '
             "(=, !=, <, <=, >, >=, in, and, or, not, parentheses; dates as 2024-01-31; integers "
-            "exact, 64-bit). At most 32 levels of and/or/not and 1,000 comparisons (an in list's values count).",
+            "exact, 64-bit). At most 32 levels of and/or/not and 1,000 comparisons (an in list's "
+            "values count).",
         ),
     ] = None,
     passages: Annotated[
