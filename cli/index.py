@@ -273,4 +273,8 @@ def _print_built(report: IndexReport, what: str) -> None:
     if report.passages:
         print_truncated(console, report.truncated, "passages", ": choose a shorter --passages N")
     else:
-        print_truncated(console, report.truncated, hint=": `--passages 256:64` indexes the rest")
+        from embedkit.index import read_index_meta
+
+        longest = read_index_meta(report.path).get("max_seq_length") or 256  # the longest passage it takes
+        hint = f": `--passages {longest}:{longest // 4}` indexes the rest"
+        print_truncated(console, report.truncated, hint=hint)
