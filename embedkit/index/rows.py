@@ -105,10 +105,11 @@ def search_rows(
     faiss = _faiss()
     selector = None  # every row
     available = int(index.ntotal)
+    plain = None  # an unfiltered IVF search as the index is set (on a GPU too), before any widening
     if allowed is None and not len(masked) and kind != "hnsw":
-        scores, rows = index.search(queries, k)  # IVF: the nprobe set on the index (on a GPU too)
-        if kind == "flat" or ((rows >= 0).sum(axis=1) >= min(k, available)).all():
-            return scores, rows
+        plain = index.search(queries, k)
+        if kind == "flat" or ((plain[1] >= 0).sum(axis=1) >= min(k, available)).all():
+            return plain
     if allowed is not None:
         selector = faiss.IDSelectorBatch(np.ascontiguousarray(allowed, dtype=np.int64))
         available = len(allowed)
@@ -122,6 +123,8 @@ def search_rows(
         try:
             scores, rows = index.search(queries, k, params=_parameters(kind, selector, width, k))
         except RuntimeError as exc:  # a faiss build or device without ID selectors for this index
+            if plain is not None:  # nor per-search parameters: the index's own answer stands
+                return plain
             reason = str(exc).strip().splitlines()[-1]
             raise InputError(f"this index cannot search among some rows (drop --gpu?): {reason}") from None
         short = (rows >= 0).sum(axis=1) < want

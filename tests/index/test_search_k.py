@@ -86,3 +86,20 @@ def test_cli_search_k_1000_on_200_hnsw_documents_returns_200(tmp_path: Path, tin
     assert result.exit_code == 0, result.output
     hits = json.loads(result.stdout.strip().splitlines()[-1])["hits"]
     assert len(hits) == 200 and len({h["id"] for h in hits}) == 200
+
+
+@pytest.mark.parametrize("k", [1, 300, 1500])
+def test_ivf_pq_returns_k_hits_unfiltered(k: int) -> None:
+    """16 of 400 lists hold about 400 vectors: an unfiltered search for more widens nprobe."""
+    from embedkit.index.kinds import IVF_PQ_MIN_DOCS, train_ivf
+
+    n, dim = IVF_PQ_MIN_DOCS + 16, 16
+    vectors = _unit(np.random.default_rng(5), n, dim)
+    params = index_params("ivf-pq", n, dim)
+    index = new_faiss_index("ivf-pq", dim, params)
+    train_ivf(index, vectors, 4096)
+    queries = _unit(np.random.default_rng(6), 2, dim)
+    scores, rows = search_rows(index, "ivf-pq", queries, k, None, np.empty(0, np.int64), params)
+    for q in range(len(queries)):
+        found = rows[q][rows[q] >= 0]
+        assert len(found) == k and len(set(found.tolist())) == k
