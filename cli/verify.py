@@ -33,7 +33,8 @@ def verify(
     try:
         done = verify_index(index_dir)
     except (ChecksumMismatch, IndexDamaged) as exc:
-        repair = "" if "restore" in str(exc) else "; rebuild the index or restore it from a backup"
+        named = "restore" in str(exc) or "rebuild" in str(exc)  # the line names its repair already
+        repair = "" if named else "; rebuild the index or restore it from a backup"
         raise fail(f"{exc}{repair}", 1) from None
     typer.echo(f"verified {done.folder}: {done.files} files, {done.bytes:,} bytes, all match their checksums")
     from embedkit.index import read_index_meta

@@ -81,6 +81,7 @@ def test_latin1_is_read_exactly_or_refused_in_one_line_never_skipped(tmp_path, t
         assert len(lines) == 1 and " is not UTF-8 " in lines[0], lines
         return
     assert code == 0 and "binary" not in " ".join(lines), lines
+    assert any(line.startswith("note: files not in UTF-8 were read in the encoding") for line in lines), lines
     with SearchIndex.load(tmp_path / "idx") as index:
         docs = {d.id: d.text for d in index.get_documents([f"{name}.txt" for name in TEXTS])}
     assert docs == {f"{n}.txt": t.encode("latin-1", "replace").decode("latin-1") for n, t in TEXTS.items()}

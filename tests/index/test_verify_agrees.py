@@ -3,9 +3,10 @@
 Each variant damages one version of a real index so that its checksums still hold (they are
 recomputed after the damage, as a hand edit followed by a careless "repair" would leave them):
 the metadata's count, dimension, kind or fields, `index.faiss` swapped for another index, the
-document store losing or gaining rows. The reference is the load itself: for every variant,
-`search` refuses (exit 2, one line) exactly when `verify` reports damage (exit 1, one line); the
-benign variants pass both. Generated: counts and dimensions are drawn around the true ones.
+document store losing or gaining rows, a file of the lexical side garbled. The reference is the
+load itself: for every variant, `search` refuses (exit 2, one line) exactly when `verify` reports
+damage (exit 1, one line); the benign variants pass both. Generated: counts and dimensions are
+drawn around the true ones.
 """
 
 from __future__ import annotations
@@ -29,13 +30,13 @@ pytest.importorskip("faiss")
 N = 12
 
 
-def _build(folder: Path, tiny_bert: Path, kind: str) -> Path:
+def _build(folder: Path, tiny_bert: Path, kind: str, lexical: bool) -> Path:
     corpus = folder / "c.jsonl"
     texts = [f"wing flow case {i}" for i in range(N)]
     corpus.write_text("".join(json.dumps({"_id": f"d{i}", "text": t}) + "\n" for i, t in enumerate(texts)))
     rng = np.random.default_rng(0)
     encoder = TableEncoder(tiny_bert, {t: rng.standard_normal(32) for t in [*texts, "wing"]})
-    return build_index(corpus, folder / "idx", encoder, kind=kind, lexical=False).path
+    return build_index(corpus, folder / "idx", encoder, kind=kind, lexical=lexical, calibrate=False).path
 
 
 def _meta_edit(change: Callable[[dict], object]) -> Callable[[Path], None]:
@@ -71,6 +72,14 @@ def _store_rows(sql: str) -> Callable[[Path], None]:
     return damage
 
 
+def _lexical_file(suffix: str) -> Callable[[Path], None]:
+    def damage(version: Path) -> None:
+        (target,) = [p for p in (version / "lexical").iterdir() if p.name.endswith(suffix)]
+        target.write_bytes(b"garbage")  # tantivy answers with an error (meta.json) or a Rust panic
+
+    return damage
+
+
 def _setting(key: str, value: object) -> Callable[[dict], None]:
     return lambda meta: meta.__setitem__(key, value)
 
@@ -102,6 +111,10 @@ VARIANTS: dict[str, tuple[Callable[[Path], None], bool]] = {
     "created changed": (_meta_edit(_setting("created", "2001-01-01T00:00:00Z")), False),
     **{f"faiss of {c} x {d}": (_swap_faiss(c, d), True) for c, d in ((N + 1, 32), (N - 1, 32), (N, 16))},
     "faiss of the same shape": (_swap_faiss(N, 32), False),
+    **{
+        f"lexical {suffix} garbled": (_lexical_file(suffix), True)
+        for suffix in ("meta.json", ".term", ".store")
+    },
     "a document row lost": (
         _store_rows("DELETE FROM documents WHERE row = (SELECT MAX(row) FROM documents)"),
         True,
@@ -120,7 +133,7 @@ def kind(request) -> str:
 
 @pytest.mark.parametrize("variant", list(VARIANTS))
 def test_verify_fails_exactly_where_search_refuses(tmp_path: Path, tiny_bert: Path, kind: str, variant: str):
-    out = _build(tmp_path, tiny_bert, kind)
+    out = _build(tmp_path, tiny_bert, kind, lexical=variant.startswith("lexical"))
     damage, refused = VARIANTS[variant]
     version = index_files_dir(out)
     damage(version)
