@@ -13,7 +13,9 @@
 - any of these gzipped (`name.jsonl.gz`).
 
 Blank documents are skipped and counted. A byte that is not UTF-8, a line that is not JSON or a
-missing column is one `InputError` naming the file and line. `load_sentences` turns a corpus (or
+missing column is one `InputError` naming the file and line; so is a value that the stores cannot
+hold (`embedkit.data.values`: NaN, an integer beyond 64 bits, a lone surrogate), found as the
+line is read, before anything is embedded. `load_sentences` turns a corpus (or
 a list of texts) into the de-duplicated, optionally sentence-split and sub-sampled list that
 training uses, with the counts of each step. No torch here.
 """
@@ -40,6 +42,7 @@ from embedkit.data.textfiles import (
     text_lines,
 )
 from embedkit.data.textfolder import folder_documents, is_text_folder
+from embedkit.data.values import check_document
 from embedkit.errors import InputError
 
 CORPUS_FORMATS = (".txt", ".jsonl", ".csv", ".tsv")
@@ -124,6 +127,7 @@ def _jsonl_documents(path: Path, column: str | None, id_column: str | None) -> I
         doc_id = record_id(record, path, number, column=id_column, keys=_ID_KEYS, default=str(number))
         used = {text_key, "title", id_column, *_ID_KEYS}
         metadata = {k: v for k, v in record.items() if k not in used}
+        check_document(doc_id, title, text, metadata, f"{path}: line {number}")  # before any embedding
         yield Document(doc_id, text, title, metadata)
 
 

@@ -265,7 +265,14 @@ def calibrate_store(
     """`calibrate` over an open `DocStore`, its FAISS index and the lexical side's settings."""
     from embedkit.index.search import SearchIndex
 
-    meta = {"dim": encoder.dim, **({"passage_prefix": prefixes.passage} if prefixes else {})}
+    # the index being written is the encoder's own: it records the encoder's model, so a read-back
+    # that must embed again (an IVF-PQ index with deletions cannot decode its codes) checks out
+    meta = {
+        "dim": encoder.dim,
+        "model": str(encoder.path),
+        "model_fingerprint": encoder.fingerprint,
+        **({"passage_prefix": prefixes.passage} if prefixes else {}),
+    }
     opened = SearchIndex(Path(), meta, index, store)  # its vector read-back
 
     def documents(rows: list[int]) -> list[Document]:

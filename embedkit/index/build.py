@@ -86,6 +86,7 @@ class IndexReport:
     passages: int = 0  # passages added (their vectors), where the index holds passages
     hidden_files: int = 0  # hidden files and folders of a folder of text files, left out
     binary_files: int = 0  # binary files of such a folder, skipped
+    recoded_files: tuple[str, ...] = ()  # files of such a folder read from another encoding than UTF-8
     prefixes: str = "no prefixes"  # the query and passage prefixes the index embeds with
 
 
@@ -250,6 +251,7 @@ def build_index(
         passages=vectors if split is not None else 0,
         hidden_files=read.hidden,
         binary_files=read.binary,
+        recoded_files=tuple(read.recoded),
         prefixes=prefixes.describe(),
     )
 

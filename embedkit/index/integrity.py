@@ -9,9 +9,15 @@ failure on a version that is still live is real, and raised.
 IVF-PQ index's approximate scores stray a little); a score beyond that, or NaN, can only come from
 a damaged index file, and is an error, not a result.
 
+`read_version`: one version's files read and checked against each other (the metadata's fields,
+its count and dimension against `index.faiss`, the document store's rows against the vectors):
+what every load does, and what `verify` does after hashing, so that `verify` passes exactly the
+indexes that `search` opens.
+
 `verify_index`: the full check of `embedkit verify`, every byte of every file against the
 checksums recorded when the version was published (a load checks them at a bounded cost:
-`embedkit.storage.checksums`).
+`embedkit.storage.checksums`), then `read_version`. Damage is an `IndexDamaged` (exit 1 from
+`verify`); a folder that is not an index, or one too old for checksums, an `InputError` (exit 2).
 """
 
 from __future__ import annotations
@@ -64,6 +70,37 @@ def check_scores(scores: np.ndarray, rows: np.ndarray, meta: dict[str, Any], pat
         )
 
 
+class IndexDamaged(InputError):
+    """`verify` found damage in an index that does not show in its checksums (they were written,
+    or recomputed, over files that contradict each other)."""
+
+
+def read_version(folder: Path) -> tuple[dict[str, Any], Any, Any]:
+    """(metadata, faiss index, open `DocStore`) of one version folder, checked against each other;
+    an `InputError` naming what contradicts what."""
+    from embedkit.index.docstore import DocStore
+    from embedkit.index.folder import DOCS_FILE, INDEX_FILE, META_FILE, read_faiss, read_index_meta
+    from embedkit.index.lexical import lexical_settings
+
+    # every file of the version, as written (cached: cheap after once), those it opens listed
+    verify_checksums(folder, required=(META_FILE, INDEX_FILE, DOCS_FILE))
+    meta = read_index_meta(folder)
+    index = read_faiss(folder / INDEX_FILE, meta)
+    store = DocStore.open(folder / DOCS_FILE, lexical=lexical_settings(meta.get("lexical")))
+    try:
+        # every vector is a document's, or a deleted document's that is masked (`embedkit.index.rows`)
+        held = store.count() + len(store.masked_rows()) if store.has_deleted() else store.next_row()
+        if held != index.ntotal:
+            raise InputError(
+                f"{folder / DOCS_FILE} does not match {folder / INDEX_FILE} ({held:,} rows for "
+                f"{index.ntotal:,} vectors): rebuild the index"
+            )
+    except BaseException:
+        store.close()
+        raise
+    return meta, index, store
+
+
 @dataclass(frozen=True)
 class Verified:
     """What `verify_index` read: the version folder, its files and their bytes."""
@@ -79,14 +116,7 @@ def verify_index(path: str | Path) -> Verified:
     A damaged file is a `ChecksumMismatch`; a folder that is not an index, or one written before
     checksums were recorded, an `InputError`.
     """
-    from embedkit.index.folder import (
-        DOCS_FILE,
-        INDEX_FILE,
-        META_FILE,
-        index_files_dir,
-        is_index_folder,
-        read_index_meta,
-    )
+    from embedkit.index.folder import DOCS_FILE, INDEX_FILE, META_FILE, index_files_dir, is_index_folder
     from embedkit.storage.checksums import ChecksumMismatch
     from embedkit.storage.versioned import damaged_pointer, owns, pointer_repair
 
@@ -105,7 +135,13 @@ def verify_index(path: str | Path) -> Verified:
                 "verify against; rebuild the index to protect it"
             )
         hashed = verify_checksums(folder, full=True, required=(META_FILE, INDEX_FILE, DOCS_FILE))
-        read_index_meta(folder)  # the fields too, now that the file is known to be as written
+        try:  # the files as written: now what a load checks of them against each other
+            store = read_version(folder)[2]
+        except ChecksumMismatch:
+            raise
+        except InputError as exc:
+            raise IndexDamaged(f"{exc}".splitlines()[0]) from None
+        store.close()
         return Verified(folder, len(recorded), hashed)
 
     return load_consistent(path, index_files_dir, read)

@@ -13,11 +13,13 @@ is positional: label = position = row, as faiss's plain `add` numbers them. Remo
   the graph search walks past masked nodes, so with many of them it needs a wider search.
 After a removal new vectors are added under their rows (`add_with_ids`).
 
-Search among some rows (a metadata filter, or the rows not masked) uses faiss's ID selectors
-(`SearchParameters(sel=...)`), so it returns `k` hits whenever `k` rows are allowed: flat search
-is exact; an HNSW or IVF search that finds fewer is repeated with a wider search (efSearch or
-nprobe x 4, up to the whole index), and an HNSW search that still falls short is answered by an
-exact search over the allowed rows.
+Every search returns `k` hits whenever `k` rows are allowed, filtered or not. Search among some
+rows (a metadata filter, or the rows not masked) uses faiss's ID selectors
+(`SearchParameters(sel=...)`). Flat search is exact; an HNSW search looks at `max(efSearch, k)`
+candidates (its answers come from that list, as FAISS's own guidance says to size it), and an
+HNSW or IVF search that still finds fewer than `k` is repeated with a wider search (efSearch or
+nprobe x 4, up to the whole index); an HNSW search that still falls short is answered by an exact
+search over the allowed rows.
 """
 
 from __future__ import annotations
@@ -101,12 +103,17 @@ def search_rows(
     """faiss's (scores, rows) [q, k] of normalised `queries`, among the `allowed` rows (sorted; None:
     all) and never the `masked` ones; padded with row -1 only where fewer than `k` rows are allowed."""
     faiss = _faiss()
-    if allowed is None and not len(masked):
-        return index.search(queries, k)
+    selector = None  # every row
+    available = int(index.ntotal)
+    plain = None  # an unfiltered IVF search as the index is set (on a GPU too), before any widening
+    if allowed is None and not len(masked) and kind != "hnsw":
+        plain = index.search(queries, k)
+        if kind == "flat" or ((plain[1] >= 0).sum(axis=1) >= min(k, available)).all():
+            return plain
     if allowed is not None:
         selector = faiss.IDSelectorBatch(np.ascontiguousarray(allowed, dtype=np.int64))
         available = len(allowed)
-    else:
+    elif len(masked):
         selector = faiss.IDSelectorNot(faiss.IDSelectorBatch(np.ascontiguousarray(masked)))
         available = int(index.ntotal) - len(masked)
     want = min(k, available)
@@ -116,6 +123,8 @@ def search_rows(
         try:
             scores, rows = index.search(queries, k, params=_parameters(kind, selector, width, k))
         except RuntimeError as exc:  # a faiss build or device without ID selectors for this index
+            if plain is not None:  # nor per-search parameters: the index's own answer stands
+                return plain
             reason = str(exc).strip().splitlines()[-1]
             raise InputError(f"this index cannot search among some rows (drop --gpu?): {reason}") from None
         short = (rows >= 0).sum(axis=1) < want
@@ -130,12 +139,15 @@ def search_rows(
 
 
 def _parameters(kind: str, selector, width: int, k: int):  # -> faiss.SearchParameters
+    """The search's parameters: HNSW's efSearch at least k (its candidate list is where the k
+    results come from: 64 candidates cannot give 1,000 hits), IVF's nprobe; `selector` None: all."""
     faiss = _faiss()
+    chosen = {} if selector is None else {"sel": selector}
     if kind == "hnsw":
-        return faiss.SearchParametersHNSW(sel=selector, efSearch=max(width, k))
+        return faiss.SearchParametersHNSW(efSearch=max(width, k), **chosen)
     if kind == "ivf-pq":
-        return faiss.SearchParametersIVF(sel=selector, nprobe=width)
-    return faiss.SearchParameters(sel=selector)
+        return faiss.SearchParametersIVF(nprobe=width, **chosen)
+    return faiss.SearchParameters(**chosen)
 
 
 def _labels(index) -> np.ndarray:

@@ -37,19 +37,12 @@ if TYPE_CHECKING:
     from embedkit.encode.protocol import Encoder
 
 from embedkit.index.folder import (
-    DOCS_FILE,
-    INDEX_FILE,
-    META_FILE,
     check_encoder_for,
     index_files_dir,
     open_model_for,
-    read_faiss,
-    read_index_meta,
 )
-from embedkit.index.integrity import check_scores, load_consistent
-from embedkit.index.lexical import lexical_settings
+from embedkit.index.integrity import check_scores, load_consistent, read_version
 from embedkit.index.rows import search_rows
-from embedkit.storage.versioned import verify_checksums
 
 SEARCH_MODES = ("dense", "lexical", "hybrid")
 # Each side's candidates before fusion: BEIR's evaluation depth, or k when k is larger.
@@ -129,18 +122,7 @@ class SearchIndex:
 
     @staticmethod
     def _read_version(folder: Path) -> tuple[dict[str, Any], Any, DocStore]:
-        # every file of the version, as written (cached: cheap after once), those it opens listed
-        verify_checksums(folder, required=(META_FILE, INDEX_FILE, DOCS_FILE))
-        meta = read_index_meta(folder)
-        index = read_faiss(folder / INDEX_FILE, meta)
-        recorded = meta.get("lexical")
-        store = DocStore.open(folder / DOCS_FILE, lexical=lexical_settings(recorded))
-        # every vector is a document's, or a deleted document's that is masked (`embedkit.index.rows`)
-        held = store.count() + len(store.masked_rows()) if store.has_deleted() else store.next_row()
-        if held != index.ntotal:
-            store.close()
-            raise InputError(f"{folder / DOCS_FILE} does not match {folder / INDEX_FILE}: rebuild the index")
-        return meta, index, store
+        return read_version(folder)  # the checks `verify` makes too
 
     def __enter__(self) -> SearchIndex:
         return self
@@ -202,7 +184,7 @@ class SearchIndex:
         if where is None:
             return None
         if where not in self._filters:
-            from embedkit.index.where import rows_where
+            from embedkit.index.where_sql import rows_where
 
             if len(self._filters) >= _FILTER_CACHE:
                 self._filters.pop(next(iter(self._filters)))

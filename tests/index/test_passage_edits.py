@@ -169,12 +169,12 @@ def test_cli_index_passages_then_search(tmp_path: Path, tiny_bert: Path) -> None
     docs = [{"_id": f"d{i}", "title": "", "text": " ".join(rng.choices(WORDS, k=300))} for i in range(12)]
     corpus, out = _write(tmp_path / "c.jsonl", docs), tmp_path / "idx"
     result = runner.invoke(
-        app, ["index", str(corpus), "--out", str(out), "-m", str(tiny_bert), "--passages", "128:32"]
+        app, ["index", str(corpus), "--out", str(out), "-m", str(tiny_bert), "--passages", "48:16"]
     )
     assert result.exit_code == 0, result.output
     assert "passages" in result.output
     with SearchIndex.load(out) as index:
-        assert index.meta["passages"]["tokens"] == 128 and index.meta.get("fusion") is None  # not calibrated
+        assert index.meta["passages"]["tokens"] == 48 and index.meta.get("fusion") is None  # not calibrated
         assert len(index) > index.document_count == len(docs)
     result = runner.invoke(app, ["search", str(out), "shock wave", "--device", "cpu", "--json", "--passages"])
     assert result.exit_code == 0, result.output

@@ -19,7 +19,7 @@ from runtime_helpers import TableEncoder
 from embedkit.errors import InputError
 from embedkit.index import SearchIndex, build_index
 from embedkit.index.edits import delete_documents
-from embedkit.index.where import rows_where
+from embedkit.index.where_sql import rows_where
 from embedkit.remote.base import RemoteTarget
 from embedkit.remote.push import push_index
 from embedkit.remote.search import RemoteIndex
