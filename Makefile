@@ -57,7 +57,8 @@ test-newest:
 	rm -rf .venv-newest
 	$(MAKE) --no-print-directory test-setup VENV=.venv-newest LOCK=
 	.venv-newest/bin/python -m pytest $(PYTEST_ARGS) \
-		|| { .venv-newest/bin/python scripts/lock_drift.py constraints.txt; exit 1; }
+		|| { echo "the suite failed on the newest releases; one of these broke what failed:"; \
+		     .venv-newest/bin/python scripts/lock_drift.py constraints.txt; exit 1; }
 
 lint: $(TEST_STAMP)
 	$(BIN)/ruff check .

@@ -62,7 +62,7 @@ def drift(path: Path) -> int:
     if not changed and not added:
         print(f"every installed release is the one {path} locks")
         return 0
-    print(f"releases that differ from {path} (one of them broke what failed above):")
+    print(f"releases that differ from {path}:")
     for name, old, new in changed:
         print(f"  {name} {old} -> {new}")
     for name in added:
