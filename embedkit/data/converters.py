@@ -40,7 +40,7 @@ from embedkit.errors import InputError
 FORMATS = {".pdf": "PDF", ".html": "HTML", ".htm": "HTML", ".docx": "DOCX"}
 MAX_FILE_BYTES = 64 * 2**20  # a book-length PDF with figures; a DOCX of photographs
 MAX_TEXT_BYTES = MAX_DOCUMENT_BYTES  # as a text file: one document is tokenized whole
-MAX_PDF_PAGES = 2_000  # pypdf reads about 50 text pages a second on one core: a page bounds time
+MAX_PDF_PAGES = 2_000  # pypdf read about 30 text pages a second on 2 busy cores: about a minute
 MAX_UNPACKED_BYTES = 256 * 2**20  # a DOCX's parts, inflated: 4x MAX_FILE_BYTES
 _HEADING_LINE = 120  # characters: longer lines are prose, not a PDF's title line
 

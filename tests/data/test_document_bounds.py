@@ -1,9 +1,9 @@
 """PDF, HTML and DOCX files in a folder corpus are read with bounded work, and a file that cannot
-be read is one line naming it (docs/guarantees.md, section 9).
+be read is one line naming it (docs/guarantees.md, section 10).
 
 References: each limit is lowered to a size the test can reach (or, for the file size, met with a
-sparse file), and a file one step over it must be refused naming the file and the limit, one
-under it read; every refusal of `embedkit index` is one line, exit 2, and leaves no index.
+sparse file), and a file one step over it must be refused naming the file and the limit, one at
+it read; every refusal of `embedkit index` is one line, exit 2, and leaves no index.
 """
 
 from __future__ import annotations
