@@ -36,6 +36,6 @@ class ReadStats:
 
     read: int = 0  # documents yielded
     blank: int = 0  # records skipped because their title and text are blank
-    hidden: int = 0  # hidden files and folders of a folder of text files, not read
+    hidden: int = 0  # hidden files and folders of a folder of documents, not read
     binary: int = 0  # files of such a folder skipped as binary (a NUL byte)
     recoded: list[str] = field(default_factory=list)  # files of such a folder read from another encoding

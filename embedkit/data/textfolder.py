@@ -59,7 +59,7 @@ _WIDE_BOMS = (codecs.BOM_UTF32_LE, codecs.BOM_UTF32_BE, codecs.BOM_UTF16_LE, cod
 
 
 def is_text_folder(path: Path) -> bool:
-    """Whether `path` is a folder to read as text files (a folder that is not a BEIR folder)."""
+    """Whether `path` is a folder to read file by file (a folder that is not a BEIR folder)."""
     from embedkit.data.textfiles import find_data_file
 
     return path.is_dir() and find_data_file(path, "corpus.jsonl") is None
