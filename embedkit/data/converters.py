@@ -90,7 +90,7 @@ def _library_errors(path: Path) -> Iterator[None]:
         yield
     except InputError:
         raise
-    except (Exception, RecursionError) as exc:
+    except Exception as exc:  # RecursionError included: a PDF's objects may nest without end
         raise _unreadable(path, exc) from None
 
 
@@ -103,8 +103,8 @@ def _read_pdf(raw: bytes, path: Path) -> tuple[str | None, str]:
     pages: list[str] = []
     with _pypdf_quiet(), _library_errors(path):
         reader = PdfReader(io.BytesIO(raw), strict=False)
-        if reader.is_encrypted and not reader.decrypt(""):
-            raise InputError(f"{path} is an encrypted PDF that needs a password: decrypt it first")
+        if reader.is_encrypted:
+            _decrypt(reader, path)
         if len(reader.pages) > MAX_PDF_PAGES:
             raise InputError(
                 f"{path} has {len(reader.pages):,} pages; a PDF of a folder corpus may have at most "
@@ -121,6 +121,21 @@ def _read_pdf(raw: bytes, path: Path) -> tuple[str | None, str]:
     if not (isinstance(title, str) and title.strip()):
         title = _heading_like_line(text)
     return title, text
+
+
+def _decrypt(reader, path: Path) -> None:
+    """Open a PDF encrypted without a user password (many are: printing or copying restricted)."""
+    from pypdf.errors import DependencyError
+
+    try:
+        opened = reader.decrypt("")
+    except DependencyError:  # AES: pypdf decrypts it with the cryptography package
+        raise InputError(
+            f"{path} is an encrypted PDF (AES): reading it needs the cryptography package "
+            "(pip install cryptography)"
+        ) from None
+    if not opened:
+        raise InputError(f"{path} is an encrypted PDF that needs a password: decrypt it first")
 
 
 @contextmanager

@@ -57,12 +57,22 @@ def _refused(folder: Path, match: str) -> str:
     return str(caught.value)
 
 
-def _encrypted_pdf() -> bytes:
+def _encrypted_pdf(user_password: str = "secret") -> bytes:
     writer = pypdf.PdfWriter(clone_from=io.BytesIO(_pdf_bytes()))
-    writer.encrypt(user_password="secret", algorithm="RC4-128")  # RC4: pypdf needs no crypto library
+    # RC4: pypdf needs no crypto library; an owner password alone restricts printing and copying
+    writer.encrypt(user_password=user_password, owner_password="owner", algorithm="RC4-128")
     buffer = io.BytesIO()
     writer.write(buffer)
     return buffer.getvalue()
+
+
+def test_a_pdf_encrypted_without_a_user_password_is_read(tmp_path):
+    folder = _folder(tmp_path, "restricted.pdf", _encrypted_pdf(user_password=""))
+    docs = {d.id: d for d in read_documents(folder)}
+    assert (docs["restricted.pdf"].title, docs["restricted.pdf"].text) == (
+        "restricted",  # its one line ends like a sentence: no heading
+        "Wing flow over a swept wing.",
+    )
 
 
 DAMAGED = {
