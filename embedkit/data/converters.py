@@ -72,7 +72,7 @@ def _without_title(text: str, title: str | None) -> str:
 def _too_much_text(path: Path) -> InputError:
     return InputError(
         f"{path} holds over {MAX_TEXT_BYTES // 2**20} MiB of text, the most one document of a folder "
-        "corpus may hold (it is tokenized whole): split it into parts"
+        "corpus may hold, as a text file may: split it into parts"
     )
 
 
