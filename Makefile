@@ -13,8 +13,8 @@
 PYTHON ?= python3
 VENV ?= .venv
 TORCH ?= torch==2.13.0
-# a user's install: the ONNX Runtime and faiss CPU builds, the HTTP server
-EXTRAS ?= cpu,serve
+# a user's install: the ONNX Runtime and faiss CPU builds, the HTTP server, PDF/HTML/DOCX reading
+EXTRAS ?= cpu,serve,documents
 # the tests' additions: pytest, Milvus Lite, Ray, Playwright, sentence-transformers, matplotlib, ...
 TEST_EXTRAS ?= cpu,serve,test
 LOCK ?= constraints.txt

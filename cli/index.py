@@ -38,7 +38,7 @@ def index(
         typer.Argument(
             metavar="CORPUS",
             help="Corpus: .txt (one document a line), .jsonl, .csv, .tsv (each may be .gz), a BEIR "
-            "folder, or a folder of .txt/.md files, one document each (or --corpus).",
+            "folder, or a folder of .txt, .md, .pdf, .html and .docx files, one document each (or --corpus).",
             show_default=False,
         ),
     ] = None,

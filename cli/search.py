@@ -101,6 +101,12 @@ def search(
 ) -> None:
     """Search INDEX_DIR for QUERY (or each line of --queries): ranked ids, scores and texts.
 
+    \b
+    Examples:
+      embedkit search my-index "how do I rotate the keys"
+      embedkit search my-index "rotate keys" -k 5 --where 'year >= 2020'
+      embedkit search my-index --queries questions.txt --json --mode dense
+
     --device cuda (or cuda:N) embeds the queries and searches a flat or ivf-pq index with faiss on
     that GPU (it needs faiss with GPU support: the gpu extra); auto and cpu search with faiss on the CPU.
     """

@@ -9,7 +9,8 @@
 - `.csv` (standard quoting) and `.tsv` (split on tabs, no quoting, as STS and BEIR files are):
   a header row; the text column is `column`, else `text`;
 - a BEIR folder: its `corpus.jsonl`;
-- any other folder: its `.txt` and `.md` files, one document each (`embedkit.data.textfolder`);
+- any other folder: its `.txt`, `.md`, `.pdf`, `.html` and `.docx` files, one document each
+  (`embedkit.data.textfolder`);
 - any of these gzipped (`name.jsonl.gz`).
 
 Blank documents are skipped and counted. A byte that is not UTF-8, a line that is not JSON or a
@@ -89,7 +90,7 @@ def read_documents(
     folder = Path(path).expanduser()
     if is_text_folder(folder):
         if column is not None or id_column is not None:
-            raise InputError(f"{folder}: a folder of text files has no columns; drop --column / --id-column")
+            raise InputError(f"{folder}: a folder of documents has no columns; drop --column / --id-column")
         records: Iterator[Document] = folder_documents(folder, counts)
         file, fmt = folder, "folder"
     else:

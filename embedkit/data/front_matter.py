@@ -17,6 +17,7 @@ Python objects are built from tags), with these counts added.
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 from typing import Any
 
@@ -25,6 +26,26 @@ from embedkit.errors import InputError
 MAX_BYTES = 64 * 1024  # front matter is a few lines of `key: value`; 64 KiB is hundreds of them
 MAX_DEPTH = 32  # lists and mappings inside each other
 MAX_VALUES = 10_000  # values (scalars, lists, mappings) with aliases expanded
+
+
+def split_front_matter(text: str, path: Path) -> tuple[dict[str, Any], str]:
+    """A Markdown file's front matter as a mapping ({} without one) and the text after it.
+
+    Front matter is YAML between a first line `---` and the next `---` (or `...`) line, as
+    Jekyll, Hugo and Obsidian write it; a `---` with no closing line is a thematic break.
+    """
+    if not text.startswith("---\n"):
+        return {}, text
+    end = re.search(r"^(---|\.\.\.)[ \t]*$", text[4:], re.M)
+    if end is None:
+        return {}, text
+    data = load_front_matter(text[4 : 4 + end.start()], path)
+    if data is None:
+        data = {}
+    if not isinstance(data, dict):
+        kind = type(data).__name__
+        raise InputError(f"{path}: the front matter must be `key: value` lines, got a YAML {kind}")
+    return {str(key): value for key, value in data.items()}, text[4 + end.end() :].lstrip("\n")
 
 
 def load_front_matter(yaml_text: str, path: Path) -> Any:

@@ -72,7 +72,8 @@ def test_a_folder_of_text_files_is_one_document_a_file(notes):
 
 def test_folder_errors_are_one_line(tmp_path):
     write(tmp_path / "empty" / ".keep.txt", "x")
-    with pytest.raises(InputError, match=r"holds no \.txt or \.md files \(1 hidden left out\).*BEIR"):
+    no_files = r"holds no \.txt, \.md, \.pdf, \.html or \.docx files \(1 hidden left out\).*BEIR"
+    with pytest.raises(InputError, match=no_files):
         list(read_documents(tmp_path / "empty"))
     write(tmp_path / "bad" / "x.md", "---\nyear: [2021\n---\ntext\n")
     with pytest.raises(InputError, match=r"x\.md: the front matter is not valid YAML"):
