@@ -57,7 +57,7 @@ def write_lock(path: Path) -> None:
 
 def drift(path: Path) -> int:
     locked, now = read_lock(path), installed()
-    changed = [(name, locked[name], now[name]) for name in sorted(now) if locked.get(name, now[name]) != now[name]]
+    changed = [(name, locked[name], new) for name, new in sorted(now.items()) if locked.get(name, new) != new]
     added = sorted(set(now) - set(locked))
     if not changed and not added:
         print(f"every installed release is the one {path} locks")
