@@ -25,9 +25,10 @@ ENV PYTHONDONTWRITEBYTECODE=1 \
 # Its own layer, so that a change to embedkit does not download torch again.
 RUN pip install torch==2.13.0 --index-url https://download.pytorch.org/whl/cpu
 
-# A plain (non-editable) install; .dockerignore keeps tests, data and build outputs out.
+# A plain (non-editable) install of the versions the tests passed with (constraints.txt);
+# .dockerignore keeps tests, data and build outputs out.
 COPY . /opt/embedkit/src
-RUN pip install "/opt/embedkit/src[cpu,serve]" \
+RUN pip install -c /opt/embedkit/src/constraints.txt "/opt/embedkit/src[cpu,serve]" \
     && rm -rf /opt/embedkit/src
 
 # Run as a user of its own (numeric, so that Kubernetes' runAsNonRoot can check it), owning only

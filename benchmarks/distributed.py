@@ -146,6 +146,7 @@ class ClusteredSource:
 def write_parts(workdir: Path, n: int, parts: int, seed: int) -> tuple[Path, Path]:
     """`n` clustered vectors as `parts` part files, a .txt corpus of `n` lines, sidecars that check."""
     from embedkit.data.fingerprint import CorpusFingerprint
+    from embedkit.encode.identity import model_fingerprint
     from embedkit.encode.model_folder import default_base_model_path, read_model_spec
     from embedkit.jobs.parts import PartInfo, Shard, part_paths
 
@@ -174,7 +175,7 @@ def write_parts(workdir: Path, n: int, parts: int, seed: int) -> tuple[Path, Pat
             total=n,
             dim=384,
             model=str(spec.path),
-            model_fingerprint=spec.fingerprint,
+            model_fingerprint=model_fingerprint(spec),
             model_backend="onnx",
             max_seq_length=spec.max_seq_length,
             normalized=None,
@@ -197,7 +198,7 @@ def run_index(args: argparse.Namespace) -> dict:
     # grow differently with n (see the README), which an extrapolation needs.
     code = (
         "import sys, time, json, faiss\n"
-        "from embedkit.index import build_index_from_vectors\n"
+        "from embedkit import build_index_from_vectors\n"
         "spent = {'train': 0.0, 'add': 0.0}\n"
         "def timed(name, method):\n"
         "    def run(self, *args):\n"

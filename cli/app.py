@@ -75,7 +75,15 @@ class OneLineErrors(TyperGroup):
 app = typer.Typer(
     cls=OneLineErrors,
     name="embedkit",
-    help="Train in-domain sentence encoders with miCSE, export them to ONNX, embed, index, search, evaluate.",
+    help=(
+        "Search your own documents by meaning as well as by their words, on your own machine.\n\n"
+        "\b\n"
+        "  embedkit index my-docs/ --out my-index   # .txt .md .pdf .html .docx files\n"
+        "  embedkit search my-index \"your question\"\n"
+        "  embedkit serve --index my-index          # a search page on port 8000\n\n"
+        "It also trains the model on your own text (miCSE), exports it to ONNX and measures "
+        "retrieval (eval)."
+    ),
     no_args_is_help=False,  # a bare `embedkit` is a usage error: one line, exit 2
     add_completion=False,
     pretty_exceptions_enable=False,
@@ -129,21 +137,22 @@ def _register() -> None:
         verify,
     )
 
+    # in `embedkit --help`, in the order a user meets them: searching documents first, training after
     for module in (
+        index,
+        search,
+        serve,
+        delete,
+        compact,
+        calibrate,
+        verify,
+        push,
+        embed,
         train,
         adapt,
         export,
-        embed,
-        index,
-        calibrate,
-        delete,
-        compact,
-        push,
-        search,
-        serve,
         evaluate,
         experiment,
-        verify,
         clean,
     ):
         module.register(app)

@@ -19,7 +19,7 @@ def register(app: typer.Typer) -> None:
 def delete(
     index_dir: Annotated[Path, typer.Argument(metavar="IDX", help="Index folder made by `embedkit index`.")],
     ids: Annotated[
-        list[str] | None, typer.Argument(metavar="ID...", help="Ids of the documents to delete.")
+        list[str] | None, typer.Argument(metavar="ID", help="Ids of the documents to delete.")
     ] = None,
     ids_file: Annotated[
         Path | None,

@@ -38,7 +38,7 @@ def index(
         typer.Argument(
             metavar="CORPUS",
             help="Corpus: .txt (one document a line), .jsonl, .csv, .tsv (each may be .gz), a BEIR "
-            "folder, or a folder of .txt/.md files, one document each (or --corpus).",
+            "folder, or a folder of .txt, .md, .pdf, .html and .docx files, one document each (or --corpus).",
             show_default=False,
         ),
     ] = None,
@@ -216,6 +216,14 @@ def index(
     faiss = f", faiss on {report.faiss_device}" if report.faiss_device != "cpu" else ""
     where = f"{report.backend}/{report.device}{faiss}"
     _print_built(report, f"{verb} {report.added:,} documents{split}{notes} on {where}")
+    if report.recoded_files:
+        from embedkit.console import make_console
+
+        more = f" and {len(report.recoded_files) - 1:,} more" if len(report.recoded_files) > 1 else ""
+        line = (
+            f"note: files not in UTF-8 were read in the encoding they are in: {report.recoded_files[0]}{more}"
+        )
+        make_console(stderr=True).print(line, markup=False, highlight=False, soft_wrap=True)
 
 
 def _from_vectors(
@@ -267,4 +275,8 @@ def _print_built(report: IndexReport, what: str) -> None:
     if report.passages:
         print_truncated(console, report.truncated, "passages", ": choose a shorter --passages N")
     else:
-        print_truncated(console, report.truncated, hint=": `--passages 256:64` indexes the rest")
+        from embedkit.index import read_index_meta
+
+        longest = read_index_meta(report.path).get("max_seq_length") or 256  # the longest passage it takes
+        hint = f": `--passages {longest}:{longest // 4}` indexes the rest"
+        print_truncated(console, report.truncated, hint=hint)

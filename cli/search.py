@@ -85,7 +85,9 @@ def search(
         typer.Option(
             "--where",
             help='Only documents whose metadata pass EXPR: year >= 2020 and lang in ["en", "de"] '
-            "(=, !=, <, <=, >, >=, in, and, or, not, parentheses; dates as 2024-01-31).",
+            "(=, !=, <, <=, >, >=, in, and, or, not, parentheses; dates as 2024-01-31; integers "
+            "exact, 64-bit). At most 32 levels of and/or/not and 1,000 comparisons (an in list's "
+            "values count).",
         ),
     ] = None,
     passages: Annotated[
@@ -98,6 +100,12 @@ def search(
     ] = False,
 ) -> None:
     """Search INDEX_DIR for QUERY (or each line of --queries): ranked ids, scores and texts.
+
+    \b
+    Examples:
+      embedkit search my-index "how do I rotate the keys"
+      embedkit search my-index "rotate keys" -k 5 --where 'year >= 2020'
+      embedkit search my-index --queries questions.txt --json --mode dense
 
     --device cuda (or cuda:N) embeds the queries and searches a flat or ivf-pq index with faiss on
     that GPU (it needs faiss with GPU support: the gpu extra); auto and cpu search with faiss on the CPU.
@@ -159,7 +167,9 @@ def _queries(query: str | None, queries_file: Path | None) -> list[str]:
     if query is not None:
         if not query.strip():
             raise InputError("the query is empty")
-        return [query]
+        from embedkit.data.values import check_text
+
+        return [check_text(query, "the query")]  # an argument's bytes that are not UTF-8
     from embedkit.data.textfiles import text_lines
 
     texts = [line.strip() for _, line in text_lines(queries_file, "queries file") if line.strip()]

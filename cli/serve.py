@@ -113,8 +113,12 @@ def serve(
         bool, typer.Option("--ort-spinning", hidden=True, help="Let ONNX Runtime's CPU threads busy-wait.")
     ] = False,
 ) -> None:
-    """Serve MODEL_DIR (or --index's model) over HTTP: POST /v1/embeddings (OpenAI API), POST /search,
-    GET /health, /v1/models, /metrics. Stops on SIGTERM or Ctrl-C after answering the requests in flight."""
+    """Serve MODEL_DIR (or --index's model) over HTTP, with a search page at / and the API's reference
+    at /docs (open http://127.0.0.1:8000/ in a browser).
+
+    Routes: POST /v1/embeddings (OpenAI API), POST /search (with --index), GET /health, /v1/models,
+    /metrics, /openapi.json. Stops on SIGTERM or Ctrl-C after answering the requests in flight.
+    """
     from embedkit.extras import require_extra
 
     require_extra("serve", "embedkit serve")  # before the import that would fail with a traceback

@@ -7,12 +7,16 @@
 # Usage: scripts/wheel_smoke.sh [VENV_BIN]   VENV_BIN: the environment that builds (default .venv/bin,
 # `make setup`'s). PYTHON makes the fresh environment (default python3); TORCH is installed into it
 # first, as in the Makefile (default torch==2.13.0), so that nothing pulls a CUDA build by accident.
+# LOCK (default constraints.txt; empty: the newest releases) constrains every install, as in the Makefile.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 REPO=$PWD
 BIN=${1:-.venv/bin}
 PYTHON=${PYTHON:-python3}
 TORCH=${TORCH:-torch==2.13.0}
+LOCK=${LOCK-constraints.txt}
+CONSTRAINTS=()
+[ -z "$LOCK" ] || CONSTRAINTS=(-c "$PWD/$LOCK")
 QUERY="what is the effect of a propeller slipstream on wing lift"
 export HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1
 
@@ -43,8 +47,8 @@ step "3/8 install: a fresh environment, $TORCH first, then the wheel with [cpu,s
 V="$WORK/venv/bin"
 "$V/python" -m pip install --quiet --upgrade pip
 # shellcheck disable=SC2086  # TORCH may carry options (--index-url ...), as in the Makefile
-"$V/python" -m pip install --quiet $TORCH
-"$V/python" -m pip install --quiet "$wheel[cpu,serve]"
+"$V/python" -m pip install --quiet "${CONSTRAINTS[@]}" $TORCH
+"$V/python" -m pip install --quiet "${CONSTRAINTS[@]}" "$wheel[cpu,serve]"
 cd "$WORK"  # from here on, nothing can be imported from the source tree
 installed=$("$V/python" -c "import embedkit; print(embedkit.__file__)")
 case $installed in
@@ -82,7 +86,7 @@ wait "$server" || fail "the server exited with status $? on SIGTERM"
 server=""
 
 step "8/8 extras: [gpu], [distributed] and [plots] resolve from the wheel (dry run)"
-"$V/python" -m pip install --quiet --dry-run --report "$WORK/extras.json" "$wheel[gpu,distributed,plots]"
+"$V/python" -m pip install --quiet --dry-run --report "$WORK/extras.json" "${CONSTRAINTS[@]}" "$wheel[gpu,distributed,plots]"
 "$V/python" - "$WORK/extras.json" <<'EOF'
 import json, sys
 

@@ -24,11 +24,12 @@ class TableEncoder:
     max_seq_length = 64
     truncated = 0
 
-    def __init__(self, model_dir: Path, table: dict[str, np.ndarray]) -> None:
+    def __init__(self, model_dir: Path, table: dict[str, np.ndarray], dim: int | None = None) -> None:
+        """`table` may be empty when `dim` is given: every text then gets the vector its hash fixes."""
         self.path = model_dir
         self.fingerprint = model_fingerprint(model_dir)
         self.table = table
-        self.dim = len(next(iter(table.values())))
+        self.dim = dim if dim is not None else len(next(iter(table.values())))
 
     def encode(self, texts: Sequence[str], batch_size: int = 64, normalize: bool | None = None) -> np.ndarray:
         rows = [self.table[t] if t in self.table else self._unknown(t) for t in texts]

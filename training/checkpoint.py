@@ -1,54 +1,68 @@
-"""The run folder `OUT` while training is unfinished: resumable checkpoints and the metrics log.
+"""An unfinished run's folder: checkpoints to resume from, the best dev step's weights, the metrics log.
 
-`prepare_out_dir` decides whether `OUT` may be used (empty, an unfinished run to resume, or
-`--overwrite`); `append_metrics` logs to `OUT/metrics.jsonl`. Checkpoints live in `OUT/checkpoints/`.
+`embedkit train` and `embedkit adapt` keep an unfinished run in `OUT` (or, when it replaces a folder,
+in a hidden sibling: `run_folder`). In `OUT/checkpoints/`:
 
-A checkpoint `step-000125/` holds everything a killed run needs to continue as if it had not
-stopped: the online backbone, the MLP head, the momentum encoder and InfoCSE's auxiliary network
-(`model.safetensors`), the queue (`queue.safetensors`), the optimizer (`optimizer.pt`, read back
-with `torch.load(weights_only=True)`), the RNG states of torch, of AMI's sampler and of the
-auxiliary network's masking (`rng.safetensors`), and the step, scheduler, grad-scaler, scores and
-config (`state.json`).
-The data order needs no state: epoch e's order is a function of (seed, e).
+- `step-000125/`: everything a killed run needs to continue as if it had not stopped (`Parts`): the
+  weights (`model.safetensors`), the optimizer (`optimizer.pt`, read back with
+  `torch.load(weights_only=True)`), the RNG states (`rng.safetensors`: torch's and the job's own
+  generators by name) and `state.json`: where the run is (`TrainState`, `AdaptState`), the scheduler,
+  the grad scaler, what the run was made from, and the entries of the job's own part (`Extra`).
+  Train's own part is the momentum queue (`QueueFile`), adapt's the candidates' vectors and the
+  hard-negative sampler (`CandidateVectors`).
+- `best-000100/`: the weights of a dev improvement, what the model folder is made of (`BestWeights`).
+
+Every folder is written atomically. After a checkpoint is written, older ones and best folders that
+it does not point to are deleted; on resume, best folders newer than the checkpoint (from the part of
+the run that is redone) are deleted too. The data order needs no state: it is a function of
+(seed, epoch). A resume first checks that the checkpoint was made from the same data, model and
+settings (`check_train_resumable`, `check_adapt_resumable`). Train logs to `OUT/metrics.jsonl`
+(`append_metrics`).
 
 With several ranks, rank 0 writes the checkpoint, which holds the unwrapped model (no DDP prefix)
 and, besides rank 0's torch RNG under the single-process names, every rank's torch RNG (`rankR_*`);
 AMI's and the masking generators are the same on every rank. Any number of ranks resumes from it: a
 rank whose RNG it does not hold is seeded from (seed, rank, step) (`distributed.rank_seed`).
-
-Every folder is written atomically. A dev-set improvement writes `best-000100/` (backbone
-weights only, what the final model is made of). After a checkpoint is written, older ones and
-best folders that it does not point to are deleted; on resume, best folders newer than the
-checkpoint (from the part of the run that is redone) are deleted too.
 """
 
 from __future__ import annotations
 
 import json
+import random
 import re
 import shutil
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any, Literal, Protocol, TypeVar
 
 import torch
 from safetensors.torch import load_file, load_model, save_file, save_model
+from torch import nn
 
 from embedkit.encode.model_folder import read_json
 from embedkit.errors import InputError, RunFailure
 from embedkit.storage.atomic import atomic_dir, write_text_atomic
+from embedkit.training.adapt.config import AdaptConfig
 from embedkit.training.config import TrainConfig
-from embedkit.training.model import ContrastiveModel
+from embedkit.training.rng import restore_rng, rng_tensors
+
+if TYPE_CHECKING:
+    from embedkit.training.model import ContrastiveModel
 
 CHECKPOINTS = "checkpoints"
 METRICS = "metrics.jsonl"
+BASE: Literal["base"] = "base"  # the model folder is the untrained base model
+Kept = int | Literal["base"] | None  # the step whose weights are kept, BASE, or None: the last weights
 _STEP = re.compile(r"^step-(\d+)$")
 _BEST = re.compile(r"^best-(\d+)$")
 
 
+# --- where a run is: the `state` record of state.json -------------------------------------------------
+
+
 @dataclass
 class TrainState:
-    """The JSON part of a checkpoint: where the run is and what it has found so far."""
+    """Where an `embedkit train` run is and what it has found so far."""
 
     step: int = 0
     base_score: float | None = None  # dev score of the untrained base model
@@ -56,6 +70,97 @@ class TrainState:
     best_step: int | None = None
     last_losses: dict[str, float] = field(default_factory=dict)
     seconds: float = 0.0  # training time so far, summed over resumed parts
+
+    @classmethod
+    def from_record(cls, record: dict[str, Any]) -> TrainState:
+        return cls(**record)
+
+
+@dataclass
+class AdaptState:
+    """Where an `embedkit adapt` run is: the step, and the dev scores (label -> value) of the base
+    and the best."""
+
+    step: int = 0
+    selection: str = ""  # the label the best step is chosen on
+    base_scores: dict[str, float] = field(default_factory=dict)
+    best_scores: dict[str, float] = field(default_factory=dict)  # the best step's so far (none: empty)
+    best_step: int | None = None  # the best step so far by `selection` (None: none evaluated yet)
+    history: list[tuple[int, dict[str, float]]] = field(default_factory=list)  # (step, scores) each eval
+
+    @classmethod
+    def from_record(cls, record: dict[str, Any]) -> AdaptState:
+        return cls(**{**record, "history": [(int(st), sc) for st, sc in record.get("history", [])]})
+
+
+State = TypeVar("State", TrainState, AdaptState)
+
+
+# --- step-N: what a resume restores -------------------------------------------------------------------
+
+
+class Extra(Protocol):
+    """A job's own part of a checkpoint: files beside the shared ones, and entries of state.json."""
+
+    def save(self, folder: Path) -> dict[str, Any]: ...
+
+    def load(self, folder: Path, saved: dict[str, Any]) -> None: ...
+
+
+@dataclass
+class Parts:
+    """Everything a checkpoint saves and a resume restores, travelling together."""
+
+    model: nn.Module
+    optimizer: torch.optim.Optimizer
+    scheduler: torch.optim.lr_scheduler.LRScheduler
+    scaler: torch.amp.GradScaler | None  # fp16 autocast only
+    generators: dict[str, torch.Generator | None] = field(default_factory=dict)  # by name in rng.safetensors
+    extra: Extra | None = None
+
+
+@dataclass
+class QueueFile:
+    """Train's momentum queue: its rows in `queue.safetensors`, its counters in state.json's `queue`."""
+
+    model: ContrastiveModel
+
+    def save(self, folder: Path) -> dict[str, Any]:
+        queue_state: dict[str, Any] = {}
+        if self.model.queue is not None:
+            queue_state = self.model.queue.state_dict()
+            save_file({"buffer": queue_state.pop("buffer").contiguous()}, str(folder / "queue.safetensors"))
+        return {"queue": queue_state}
+
+    def load(self, folder: Path, saved: dict[str, Any]) -> None:
+        queue = self.model.queue
+        if queue is not None:
+            queue_state = dict(saved.get("queue") or {})
+            queue_state["buffer"] = load_file(str(folder / "queue.safetensors"))["buffer"]
+            queue.load_state_dict(queue_state)
+            queue.to(next(self.model.parameters()).device)
+
+
+@dataclass
+class CandidateVectors:
+    """Adapt's hard negatives: the candidates' vectors as the last dev evaluation refreshed them
+    (`doc_vectors.safetensors`), and the sampler that draws them (state.json's `sampler`)."""
+
+    vectors: torch.Tensor  # (N, D)
+    sampler: random.Random
+
+    def save(self, folder: Path) -> dict[str, Any]:
+        save_file(
+            {"vectors": self.vectors.detach().cpu().contiguous()}, str(folder / "doc_vectors.safetensors")
+        )
+        version, internal, gauss = self.sampler.getstate()
+        return {"sampler": [version, list(internal), gauss]}
+
+    def load(self, folder: Path, saved: dict[str, Any]) -> None:
+        vectors = load_file(str(folder / "doc_vectors.safetensors"))["vectors"]
+        self.vectors.copy_(vectors.to(self.vectors.device))
+        version, internal, gauss = saved["sampler"]
+        self.sampler.setstate((version, tuple(internal), gauss))
 
 
 def checkpoint_dir(out_dir: Path) -> Path:
@@ -80,72 +185,39 @@ def latest_checkpoint(out_dir: Path) -> Path | None:
     return steps[max(steps)] if steps else None
 
 
-def best_dir(out_dir: Path, step: int) -> Path:
-    return checkpoint_dir(out_dir) / f"best-{step:06d}"
-
-
-def save_best(out_dir: Path, model: ContrastiveModel, step: int, score: float) -> None:
-    """Keep the backbone weights of a dev-set improvement (the final model is built from them)."""
-    with atomic_dir(best_dir(out_dir, step)) as tmp:
-        save_model(model.backbone, str(tmp / "backbone.safetensors"))
-        (tmp / "best.json").write_text(json.dumps({"step": step, "score": score}) + "\n", encoding="utf-8")
-
-
-def load_best(out_dir: Path, model: ContrastiveModel, step: int) -> None:
-    path = best_dir(out_dir, step) / "backbone.safetensors"
-    if not path.is_file():
-        raise RunFailure(f"the best checkpoint of step {step} is missing: {path}")
-    load_model(model.backbone, str(path), device=str(next(model.parameters()).device))
-
-
-def check_finite(model: ContrastiveModel, step: int) -> None:
+def check_finite(model: nn.Module, step: int, advice: str = "lower the learning rate") -> None:
     """Refuse to checkpoint weights that are no longer finite (the last good one stays)."""
     for name, param in model.named_parameters():
         if not torch.isfinite(param).all():
-            raise RunFailure(f"weight {name} is no longer finite after step {step}: lower the learning rate")
-
-
-@dataclass
-class TrainingParts:
-    """Everything a checkpoint saves and a resume restores, travelling together."""
-
-    model: ContrastiveModel
-    optimizer: torch.optim.Optimizer
-    scheduler: torch.optim.lr_scheduler.LRScheduler
-    scaler: torch.amp.GradScaler | None  # fp16 autocast only
-    generator: torch.Generator | None  # AMI's sampling RNG, when AMI is on
-    aux_generator: torch.Generator | None = None  # the auxiliary MLM's masking RNG (InfoCSE)
+            raise RunFailure(f"weight {name} is no longer finite after step {step}: {advice}")
 
 
 def save_checkpoint(
     out_dir: Path,
-    parts: TrainingParts,
-    state: TrainState,
-    meta: dict[str, Any],
+    parts: Parts,
+    state: TrainState | AdaptState,
+    made_from: dict[str, Any],
     rank_rng: list[dict[str, torch.Tensor]] | None = None,
+    advice: str = "lower the learning rate",
 ) -> Path:
     """Write `step-N` atomically, then delete the checkpoints and best folders it supersedes.
 
+    `made_from`: state.json's entries that a resume compares (settings, data, base model).
     `rank_rng`: with several ranks, every rank's torch RNG states (`distributed.gather_rng_states`).
     """
-    model, optimizer, scheduler = parts.model, parts.optimizer, parts.scheduler
-    scaler, generator = parts.scaler, parts.generator
-    check_finite(model, state.step)
+    check_finite(parts.model, state.step, advice)
     target = checkpoint_dir(out_dir) / f"step-{state.step:06d}"
     with atomic_dir(target) as tmp:
-        save_model(model, str(tmp / "model.safetensors"))
-        queue_state: dict[str, Any] = {}
-        if model.queue is not None:
-            queue_state = model.queue.state_dict()
-            save_file({"buffer": queue_state.pop("buffer").contiguous()}, str(tmp / "queue.safetensors"))
-        torch.save(optimizer.state_dict(), tmp / "optimizer.pt")
-        save_file(rng_tensors(generator, parts.aux_generator, rank_rng), str(tmp / "rng.safetensors"))
+        save_model(parts.model, str(tmp / "model.safetensors"), force_contiguous=True)
+        own = parts.extra.save(tmp) if parts.extra is not None else {}
+        torch.save(parts.optimizer.state_dict(), tmp / "optimizer.pt")
+        save_file(rng_tensors(parts.generators, rank_rng), str(tmp / "rng.safetensors"))
         payload = {
             "state": asdict(state),
-            "scheduler": scheduler.state_dict(),
-            "scaler": scaler.state_dict() if scaler is not None else None,
-            "queue": queue_state,
-            **meta,
+            "scheduler": parts.scheduler.state_dict(),
+            "scaler": parts.scaler.state_dict() if parts.scaler is not None else None,
+            **own,
+            **made_from,
         }
         (tmp / "state.json").write_text(json.dumps(payload, indent=2) + "\n", encoding="utf-8")
     prune_checkpoints(out_dir, keep_step=state.step, keep_best=state.best_step)
@@ -153,30 +225,26 @@ def save_checkpoint(
 
 
 def load_checkpoint(
-    path: Path, parts: TrainingParts, rank: int | None = None, prune: bool = True
-) -> TrainState:
-    """Restore everything `save_checkpoint` wrote (check `check_resumable` first).
+    path: Path, parts: Parts, state_type: type[State], rank: int | None = None, prune: bool = True
+) -> State:
+    """Restore everything `save_checkpoint` wrote into `parts`; return the run's state.
 
-    `rank`: this process's rank when several train together (its own torch RNG is restored where
-    the checkpoint holds it, see `has_rank_rng`); `prune`: delete what the resumed run will redo
-    (rank 0 only, so that the ranks do not race).
+    Check first that the run may resume from it (`refuse_changed_settings` and the job's own
+    checks). `rank`: this process's rank when several train together (its own torch RNG is restored
+    where the checkpoint holds it, see `has_rank_rng`); `prune`: delete what the resumed run will
+    redo (rank 0 only, so that the ranks do not race).
     """
-    model, optimizer, scheduler = parts.model, parts.optimizer, parts.scheduler
-    scaler, generator = parts.scaler, parts.generator
     payload = read_json(path / "state.json")
-    device = next(model.parameters()).device
-    load_model(model, str(path / "model.safetensors"), device=str(device))
-    if model.queue is not None:
-        queue_state = dict(payload.get("queue") or {})
-        queue_state["buffer"] = load_file(str(path / "queue.safetensors"))["buffer"]
-        model.queue.load_state_dict(queue_state)
-        model.queue.to(device)
-    optimizer.load_state_dict(torch.load(path / "optimizer.pt", map_location=device, weights_only=True))
-    scheduler.load_state_dict(payload["scheduler"])
-    if scaler is not None and payload.get("scaler"):
-        scaler.load_state_dict(payload["scaler"])
-    restore_rng(load_file(str(path / "rng.safetensors")), generator, parts.aux_generator, rank)
-    state = TrainState(**payload["state"])
+    device = next(parts.model.parameters()).device
+    load_model(parts.model, str(path / "model.safetensors"), device=str(device))
+    if parts.extra is not None:
+        parts.extra.load(path, payload)
+    parts.optimizer.load_state_dict(torch.load(path / "optimizer.pt", map_location=device, weights_only=True))
+    parts.scheduler.load_state_dict(payload["scheduler"])
+    if parts.scaler is not None and payload.get("scaler"):
+        parts.scaler.load_state_dict(payload["scaler"])
+    restore_rng(load_file(str(path / "rng.safetensors")), parts.generators, rank)
+    state = state_type.from_record(payload["state"])
     # Best folders written after this checkpoint belong to the part of the run that is redone.
     if prune:
         prune_checkpoints(path.parent.parent, keep_step=state.step, keep_best=state.best_step)
@@ -192,22 +260,38 @@ def has_rank_rng(path: Path, rank: int) -> bool:
     return rank == 0 or f"rank{rank}_torch_cpu" in names
 
 
-def check_resumable(path: Path, config: TrainConfig, data_fingerprint: str, base_fingerprint: str) -> None:
-    """`InputError` when the checkpoint was made from other data, another base or other settings."""
-    meta = read_json(path / "state.json")
-    if meta.get("data_fingerprint") != data_fingerprint:
-        raise InputError("cannot resume: the training sentences differ from the checkpoint's")
-    if meta.get("base_fingerprint") != base_fingerprint:
-        raise InputError("cannot resume: the base model differs from the one the checkpoint started from")
-    saved = TrainConfig.from_dict(meta.get("config", {})).to_dict()
-    current = config.to_dict()
+def refuse_changed_settings(
+    saved: dict[str, Any], current: dict[str, Any], may_change: frozenset[str]
+) -> None:
+    """`InputError` naming every setting that differs from the checkpoint's, but those in `may_change`
+    (they change no number the run computes)."""
     changed = [
-        f"{k} {saved[k]!r} -> {current[k]!r}"
+        f"{k} {saved.get(k)!r} -> {current[k]!r}"
         for k in current
-        if k not in TrainConfig.RESUMABLE_CHANGES and saved.get(k) != current[k]
+        if k not in may_change and saved.get(k) != current[k]
     ]
     if changed:
         raise InputError(f"cannot resume with other settings than the checkpoint's: {'; '.join(changed)}")
+
+
+def check_train_resumable(path: Path, config: TrainConfig, made_from: dict[str, Any]) -> None:
+    """`InputError` when the checkpoint was made from other data, another base or other settings."""
+    meta = read_json(path / "state.json")
+    if meta.get("data_fingerprint") != made_from["data_fingerprint"]:
+        raise InputError("cannot resume: the training sentences differ from the checkpoint's")
+    if meta.get("base_fingerprint") != made_from["base_fingerprint"]:
+        raise InputError("cannot resume: the base model differs from the one the checkpoint started from")
+    saved = TrainConfig.from_dict(meta.get("config", {})).to_dict()
+    refuse_changed_settings(saved, config.to_dict(), TrainConfig.RESUMABLE_CHANGES)
+
+
+def check_adapt_resumable(path: Path, config: AdaptConfig, made_from: dict[str, Any]) -> None:
+    """`InputError` when the checkpoint was made from another index, model, queries or settings."""
+    saved = read_json(path / "state.json")
+    refuse_changed_settings(saved.get("config", {}), config.to_dict(), AdaptConfig.RESUMABLE_CHANGES)
+    for key, what in (("index", "the index's documents or vectors"), ("queries", "the pseudo queries")):
+        if saved.get(key) != made_from[key]:
+            raise InputError(f"cannot resume: {what} differ from the checkpoint's ({path})")
 
 
 def remove_checkpoints(out_dir: Path) -> None:
@@ -225,91 +309,45 @@ def prune_checkpoints(out_dir: Path, keep_step: int, keep_best: int | None) -> N
             shutil.rmtree(path, ignore_errors=True)
 
 
-def rng_tensors(
-    generator: torch.Generator | None,
-    aux_generator: torch.Generator | None = None,
-    rank_rng: list[dict[str, torch.Tensor]] | None = None,
-) -> dict[str, torch.Tensor]:
-    if rank_rng is None:
-        tensors = {"torch_cpu": torch.get_rng_state()}
-        if torch.cuda.is_available():
-            for i, rng in enumerate(torch.cuda.get_rng_state_all()):
-                tensors[f"torch_cuda_{i}"] = rng
-    else:  # rank 0's stream also under the single-process name, for a resume on one process
-        tensors = {"torch_cpu": rank_rng[0]["torch_cpu"].clone()}
-        for rank, states in enumerate(rank_rng):
-            tensors.update({f"rank{rank}_{name}": state for name, state in states.items()})
-    if generator is not None:
-        tensors["ami_sampler"] = generator.get_state()
-    if aux_generator is not None:
-        tensors["aux_masking"] = aux_generator.get_state()
-    return {k: v.contiguous() for k, v in tensors.items()}
+# --- best-N: the weights the model folder is made of -------------------------------------------------
 
 
-def restore_rng(
-    tensors: dict[str, torch.Tensor],
-    generator: torch.Generator | None,
-    aux_generator: torch.Generator | None = None,
-    rank: int | None = None,
-) -> None:
-    own = f"rank{rank if rank is not None else 0}_torch_"
-    if rank is not None and f"{own}cpu" in tensors:  # this rank's streams, saved by a run on several ranks
-        torch.set_rng_state(tensors[f"{own}cpu"])
-        if torch.cuda.is_available() and f"{own}cuda" in tensors:
-            torch.cuda.set_rng_state(tensors[f"{own}cuda"])  # the current device: this rank's
-    elif rank is None or rank == 0:
-        torch.set_rng_state(tensors["torch_cpu"])
-        if torch.cuda.is_available():
-            _restore_cuda_rng(tensors, every_device=rank is None)
-    if generator is not None and "ami_sampler" in tensors:
-        generator.set_state(tensors["ami_sampler"])
-    if aux_generator is not None and "aux_masking" in tensors:
-        aux_generator.set_state(tensors["aux_masking"])
+def best_dir(out_dir: Path, step: int) -> Path:
+    return checkpoint_dir(out_dir) / f"best-{step:06d}"
 
 
-def _restore_cuda_rng(tensors: dict[str, torch.Tensor], every_device: bool) -> None:
-    """A single-process checkpoint's CUDA streams: every device's, or only the current device's."""
-    if not every_device:
-        name = f"torch_cuda_{torch.cuda.current_device()}"
-        if name in tensors:
-            torch.cuda.set_rng_state(tensors[name])
-        return
-    names = [f"torch_cuda_{i}" for i in range(torch.cuda.device_count())]
-    cuda = [tensors[name] for name in names if name in tensors]
-    if len(cuda) == len(names):
-        torch.cuda.set_rng_state_all(cuda)
-    elif "rank0_torch_cuda" in tensors:  # a checkpoint of several ranks: rank 0's stream
-        torch.cuda.set_rng_state(tensors["rank0_torch_cuda"])
+@dataclass(frozen=True)
+class BestWeights:
+    """Where a run keeps the weights of its dev improvements: `module`'s weights, as `file_name`.
+
+    Train keeps the backbone alone (the model folder holds no training head); adapt its whole student.
+    """
+
+    run_dir: Path
+    module: nn.Module
+    file_name: str
+    base_path: Path  # the base model's folder: the weights given back when no step may replace them
+
+    def save(self, step: int, record: dict[str, object]) -> None:
+        """`best-N/` with the weights and `best.json` (the step and `record`)."""
+        with atomic_dir(best_dir(self.run_dir, step)) as tmp:
+            save_model(self.module, str(tmp / self.file_name), force_contiguous=True)
+            text = json.dumps({"step": step, **record}) + "\n"
+            (tmp / "best.json").write_text(text, encoding="utf-8")
+
+    def load(self, step: int) -> None:
+        path = best_dir(self.run_dir, step) / self.file_name
+        if not path.is_file():
+            raise RunFailure(f"the best weights of step {step} are missing: {path}")
+        load_model(self.module, str(path), device=str(next(self.module.parameters()).device))
+
+    def load_base(self) -> None:
+        from embedkit.encode.torch_backend import load_backbone
+
+        self.module.load_state_dict(load_backbone(self.base_path).state_dict())
 
 
-def prepare_out_dir(out: Path, resume: bool, overwrite: bool) -> Path | None:
-    """Check what `out` holds; return the checkpoint to resume from, or None to start afresh."""
-    if out.exists() and not out.is_dir():
-        raise InputError(f"--out {out} is a file, not a folder")
-    latest = latest_checkpoint(out) if out.is_dir() else None
-    busy = out.is_dir() and any(out.iterdir())
-    if resume:
-        if latest is None and busy and not overwrite:
-            raise InputError(f"nothing to resume in {out}: it holds no checkpoint (a finished model?)")
-        return latest
-    if busy and not overwrite:
-        if latest is not None:
-            raise InputError(f"{out} holds an unfinished run: pass --resume to continue it, or --overwrite")
-        raise InputError(f"{out} is not empty: choose another --out, or pass --overwrite to replace it")
-    return None
-
-
-def overwrite_run_path(out: Path) -> Path:
-    """Where a run that will replace the non-empty `out` keeps its checkpoints: a hidden sibling."""
-    return out.parent / f".{out.name}.overwrite-run"
-
-
-def overwrite_run_dir(out: Path) -> Path:
-    """`overwrite_run_path`, emptied: the caller holds `out`'s write lock, so a folder already there
-    is a killed run's."""
-    run_dir = overwrite_run_path(out)
-    shutil.rmtree(run_dir, ignore_errors=True)
-    return run_dir
+# --- the metrics log -----------------------------------------------------------------------------------
 
 
 def append_metrics(path: Path, record: dict[str, object]) -> None:

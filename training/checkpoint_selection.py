@@ -5,7 +5,7 @@ means what `embedkit eval` prints for the same data:
 - `--dev-sts FILE`: `StsEvaluator`, Spearman x 100 of cosine similarities against gold scores,
   SimCSE's model selection on STS-B dev (Gao et al. 2021, Sec. 4). Needs labelled pairs.
 - `--dev-retrieval BEIR_DIR`: `RetrievalEvaluator`, nDCG@10 on the user's own judged queries; the
-  base model is kept when no checkpoint beats it (the trainer's step 5).
+  base model is kept when no checkpoint beats it (`save.keeps_base`).
 - `--dev-pseudo N`: `PseudoQueryEvaluator`, nDCG@10 on N pseudo queries cut from the training
   corpus itself (the inverse cloze task of Lee et al. 2019). Label-free and in-domain: what a user
   with documents but no judgments can select on. The query sentences are held out of training.

@@ -35,7 +35,8 @@ from __future__ import annotations
 import inspect
 import os
 import re
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass
 from datetime import timedelta
 
@@ -120,6 +121,22 @@ def cleanup(context: Context) -> None:
     """Leave the process group `setup` created (a caller's own group is left alone)."""
     if context.owns_group and dist.is_initialized():
         dist.destroy_process_group()
+
+
+@contextmanager
+def session(device_name: str, timeout_s: float) -> Iterator[Context]:
+    """`setup` for the length of a run, then `cleanup`; an error that comes from a rank losing
+    contact with the others becomes `LostContact` (one line, not torch's traceback)."""
+    context = setup(device_name, timeout_s)
+    try:
+        yield context
+    except Exception as exc:
+        failure = lost_contact(exc, context)
+        if failure is not None:
+            raise failure from None
+        raise
+    finally:
+        cleanup(context)
 
 
 def barrier(context: Context) -> None:
@@ -314,5 +331,6 @@ __all__ = [
     "is_communication_failure",
     "lost_contact",
     "rank_seed",
+    "session",
     "setup",
 ]

@@ -33,26 +33,22 @@ from pathlib import Path
 from typing import Any
 
 from embedkit.data.corpus import load_sentences, read_documents
-from embedkit.encode.caching import CachingEncoder
 from embedkit.encode.devices import torch_device
 from embedkit.encode.identity import model_fingerprint
 from embedkit.encode.model_folder import read_json, read_model_spec
 from embedkit.encode.torch_backend import TorchEncoder
 from embedkit.errors import InputError
-from embedkit.evaluation import RetrievalEvaluator, StsEvaluator
 from embedkit.evaluation.pseudo_queries import (
     DEFAULT_QUERIES,
-    PSEUDO_METRICS,
     PseudoQuerySet,
     build_pseudo_queries,
-    evaluate_pseudo,
 )
-from embedkit.evaluation.sts_retrieval import RECALL_KS, evaluate_sts_retrieval, sts_retrieval_task
 from embedkit.report.tables import BASE_METHOD, ExperimentTable, RunRecord, aggregate
 from embedkit.storage.atomic import write_json_atomic
 from embedkit.storage.locking import locked
 from embedkit.training.batches import steps_per_epoch
 from embedkit.training.config import METHODS, TrainConfig
+from embedkit.training.experiment_evaluations import Evaluations
 from embedkit.training.experiment_manifest import MANIFEST, check_manifest, settings_key  # noqa: F401
 from embedkit.training.model import resolve_pooling
 from embedkit.training.trainer import train
@@ -60,7 +56,6 @@ from embedkit.training.views import sample_pairs
 
 # TrainConfig fields the experiment sets for each run; a --train-option for them is refused.
 RESERVED = {"method": "--methods", "seed": "--seeds", "limit": "--sizes", "limit_seed": "--seeds"}
-RETRIEVAL_TABLE_METRIC = "ndcg@10"  # BEIR's headline metric; the run files keep all the others
 
 Notify = Callable[[str], None]
 
@@ -130,61 +125,6 @@ class ExperimentResult:
     reused: list[str]  # runs found finished in OUT/runs
 
 
-class Evaluations:
-    """Every evaluation of the experiment, built once (files are read and checked up front)."""
-
-    def __init__(self, config: ExperimentConfig, pseudo: PseudoQuerySet | None) -> None:
-        batch = config.train.eval_batch_size
-        self.sts = StsEvaluator(list(config.eval_sts), batch_size=batch) if config.eval_sts else None
-        names = _unique_names([Path(p) for p in config.eval_retrieval])
-        self.retrieval = [(n, RetrievalEvaluator(p, batch_size=batch)) for n, p in names]
-        # read and checked now, so a bad file fails before the first run trains
-        sts_names = _unique_names([Path(p) for p in config.eval_sts_retrieval])
-        self.sts_retrieval = [(n.removesuffix(".tsv"), p, sts_retrieval_task(p)) for n, p in sts_names]
-        self.pseudo = pseudo
-        self.batch_size = batch
-
-    def __call__(self, encoder: Any) -> tuple[dict[str, float], dict[str, Any]]:
-        """Table metrics (x100) and each evaluator's full output."""
-        encoder = CachingEncoder(encoder)
-        metrics: dict[str, float] = {}
-        details: dict[str, Any] = {}
-        if self.sts is not None:
-            for result in self.sts.evaluate(encoder):
-                metrics[f"{result.name} spearman"] = result.spearman_cosine
-                details[result.name] = {"spearman_cosine": result.spearman_cosine, "pairs": result.pairs}
-        for name, evaluator in self.retrieval:
-            scores = evaluator(encoder)
-            metrics[f"{name} {RETRIEVAL_TABLE_METRIC}"] = 100.0 * scores[RETRIEVAL_TABLE_METRIC]
-            details[name] = scores
-        for name, _, task in self.sts_retrieval:
-            scores = evaluate_sts_retrieval(encoder, task, batch_size=self.batch_size)
-            metrics.update({f"{name} R@{k}": scores[f"recall@{k}"] for k in RECALL_KS})
-            details[f"{name} retrieval"] = scores
-        if self.pseudo is not None:
-            scores = evaluate_pseudo(encoder, self.pseudo, batch_size=self.batch_size)
-            metrics.update({f"pseudo {m}": 100.0 * scores[m] for m in PSEUDO_METRICS})
-            details["pseudo"] = scores
-        return metrics, details
-
-    def describe(self) -> dict[str, Any]:
-        described: dict[str, Any] = {
-            "sts": [str(p.resolve()) for p in (self.sts.paths if self.sts else [])],
-            "retrieval": [str(e.beir_dir.resolve()) for _, e in self.retrieval],
-            "pseudo": self.pseudo.fingerprint if self.pseudo else None,
-        }
-        if self.sts_retrieval:  # only when asked, so earlier experiment folders keep their key
-            described["sts_retrieval"] = [str(p.resolve()) for _, p, _ in self.sts_retrieval]
-        return described
-
-
-def _unique_names(paths: list[Path]) -> list[tuple[str, Path]]:
-    names = [p.name or str(p) for p in paths]
-    if len(set(names)) < len(names):
-        names = [str(p) for p in paths]
-    return list(zip(names, paths, strict=True))
-
-
 def prepare_pool(corpus: str | Path, config: ExperimentConfig) -> tuple[list[str], PseudoQuerySet | None]:
     """The texts every subset is drawn from, and the pseudo queries (kept out of that pool).
 
@@ -234,21 +174,14 @@ def run_experiment(
         raise InputError(
             f"the corpus gives {len(pool):,} training sentences, fewer than the size {max(config.sizes):,}"
         )
-    evaluations = Evaluations(config, pseudo)
+    sets = (config.eval_sts, config.eval_retrieval, config.eval_sts_retrieval)
+    evaluations = Evaluations(*sets, pseudo, config.train.eval_batch_size)
     torch_device(config.train.device)  # `--device cuda` without a GPU fails here, before any write
     config.train.validate()
     base_spec = read_model_spec(config.train.base_model)
     if base_spec.kind != "torch":
         raise InputError(f"--base {base_spec.path} is an ONNX folder: training needs the torch model")
-    run_fields = set(RESERVED) | {"column", "split_sentences"} | set(TrainConfig.RESUMABLE_CHANGES)
-    settings = {
-        "pool": load_sentences(pool).fingerprint,
-        "base_model": model_fingerprint(base_spec.path),
-        "train": {k: v for k, v in config.train.to_dict().items() if k not in run_fields},
-        "evaluations": evaluations.describe(),
-    }
-    out.mkdir(parents=True, exist_ok=True)
-    key = check_manifest(out, settings)
+    key = _settings_key(out, config, pool, base_spec.path, evaluations)
     if pseudo is not None:
         write_json_atomic(out / "pseudo-queries.json", pseudo.to_json())
 
@@ -260,39 +193,76 @@ def run_experiment(
     bar = _RunBar(len(plan), progress)
     try:
         for run in plan:
-            record_path = out / "runs" / f"{run.name}.json"
-            if record_path.is_file():
-                record = RunRecord.from_json(read_json(record_path), str(record_path))
-                if record.settings == key:
-                    records.append(record)
-                    reused.append(run.name)
-                    bar.advance()
-                    continue
-            bar.start_run(run.name)
-            started = time.perf_counter()
-            if run.method == BASE_METHOD:
-                pooling = resolve_pooling(config.train.pooling, base_spec.path)
-                encoder = TorchEncoder(base_spec.path, device=config.train.device, pooling=pooling)
-                metrics, details = evaluations(encoder)
-                train_info: dict[str, Any] = {}
-            else:
-                model_dir = out / "tmp" / run.name
-                metrics, details, train_info = _train_and_evaluate(
-                    pool, model_dir, config.train, run, evaluations, bar
-                )
-            record = RunRecord(run.name, run.method, run.size, run.seed, metrics, details, train_info, key)
-            record.wall_s = round(time.perf_counter() - started, 3)
-            write_json_atomic(record_path, record.to_json())
-            shutil.rmtree(out / "tmp" / run.name, ignore_errors=True)  # the scores are safe: drop the model
+            record = _finished_record(out / "runs" / f"{run.name}.json", key)
+            if record is not None:
+                records.append(record)
+                reused.append(run.name)
+                bar.advance()
+                continue
+            record = _run_and_record(run, out, config, pool, evaluations, base_spec.path, key, bar)
             records.append(record)
             trained.append(run.name)
             bar.advance()
             if notify is not None:
-                scores = ", ".join(f"{k} {v:.2f}" for k, v in metrics.items())
+                scores = ", ".join(f"{k} {v:.2f}" for k, v in record.metrics.items())
                 notify(f"{run.name}: {scores} ({record.wall_s:.0f}s)")
     finally:
         bar.stop()
     return ExperimentResult(records, aggregate(records, config.methods), trained, reused)
+
+
+def _settings_key(
+    out: Path, config: ExperimentConfig, pool: list[str], base_path: Path, evaluations: Evaluations
+) -> str:
+    """What every run of the grid shares (data, base model, settings, evaluations), checked against
+    the manifest of an experiment already in `out`; the key its run records carry."""
+    run_fields = set(RESERVED) | {"column", "split_sentences"} | set(TrainConfig.RESUMABLE_CHANGES)
+    settings = {
+        "pool": load_sentences(pool).fingerprint,
+        "base_model": model_fingerprint(base_path),
+        "train": {k: v for k, v in config.train.to_dict().items() if k not in run_fields},
+        "evaluations": evaluations.describe(),
+    }
+    out.mkdir(parents=True, exist_ok=True)
+    return check_manifest(out, settings)
+
+
+def _finished_record(record_path: Path, key: str) -> RunRecord | None:
+    """The record of a run finished with the same settings, or None."""
+    if not record_path.is_file():
+        return None
+    record = RunRecord.from_json(read_json(record_path), str(record_path))
+    return record if record.settings == key else None
+
+
+def _run_and_record(
+    run: PlannedRun,
+    out: Path,
+    config: ExperimentConfig,
+    pool: list[str],
+    evaluations: Evaluations,
+    base_path: Path,
+    key: str,
+    bar: _RunBar,
+) -> RunRecord:
+    """Evaluate the base or train and evaluate one run; its record, written before its model is dropped."""
+    bar.start_run(run.name)
+    started = time.perf_counter()
+    if run.method == BASE_METHOD:
+        pooling = resolve_pooling(config.train.pooling, base_path)
+        encoder = TorchEncoder(base_path, device=config.train.device, pooling=pooling)
+        metrics, details = evaluations(encoder)
+        train_info: dict[str, Any] = {}
+    else:
+        model_dir = out / "tmp" / run.name
+        metrics, details, train_info = _train_and_evaluate(
+            pool, model_dir, config.train, run, evaluations, bar
+        )
+    record = RunRecord(run.name, run.method, run.size, run.seed, metrics, details, train_info, key)
+    record.wall_s = round(time.perf_counter() - started, 3)
+    write_json_atomic(out / "runs" / f"{run.name}.json", record.to_json())
+    shutil.rmtree(out / "tmp" / run.name, ignore_errors=True)  # the scores are safe: drop the model
+    return record
 
 
 @dataclass(frozen=True)

@@ -72,6 +72,18 @@ class StepOutput:
     total: torch.Tensor  # the sum of `terms`: the loss of the whole batch, detached
 
 
+@dataclass
+class _Views:
+    """One batch's two views after the head, and what the other terms read of their forward pass."""
+
+    e1: torch.Tensor  # (B, D) the first view (the anchor's)
+    e2: torch.Tensor  # (B, D) the second view (the positive's)
+    key_inputs: dict[str, torch.Tensor]  # what the momentum encoder embeds: the texts, or the positives
+    aux_vectors: torch.Tensor  # what InfoCSE's auxiliary network reconstructs from (before the head)
+    aux_inputs: dict[str, torch.Tensor]
+    output: Any = None  # the doubled forward pass (dropout views only): its attentions feed AMI
+
+
 def resolve_pooling(pooling: str, base_path: Path) -> str:
     """`auto` takes the base folder's own pooling (`1_Pooling/config.json`), else cls (SimCSE).
 
@@ -173,44 +185,73 @@ class ContrastiveModel(nn.Module):
         positives, as MoCo and Contriever take them. With several ranks, `batch` is this rank's
         slice of the global batch that `shard` describes (see `distributed`).
         """
-        config = self.config
+        views = self._views(batch)
+        shard = shard or BatchShard.whole(views.e1.shape[0])
+        keys = self._momentum_keys(views.key_inputs, shard)
+        e1, e2 = views.e1, views.e2
+        if shard.world_size > 1:  # the negatives of the whole batch; the gradient flows through ours
+            e1, e2 = shard.gather_with_grad(torch.cat([e1, e2], dim=-1)).chunk(2, dim=-1)
+        terms = self._terms(views, e1, e2, generator, shard)
+        zero = torch.zeros((), device=e1.device)
+        loss = sum(terms.values(), zero)
+        reported = {k: v.detach() for k, v in terms.items()}
+        if shard.world_size > 1:
+            shares = [k for k in ("ami", "aux_mlm") if k in reported]  # per-sentence terms: sum the shares
+            if shares:
+                summed = shard.all_sum(torch.stack([reported[k] for k in shares]))
+                reported.update(zip(shares, summed, strict=True))
+            # DDP averages the ranks' gradients, while the batch gradient is their sum
+            loss = loss * shard.world_size
+        return StepOutput(loss, reported, keys, sum(reported.values(), zero))
+
+    def _views(self, batch: dict[str, Any]) -> _Views:
+        """The two views of every example after the head: two dropout masks of one text in one
+        forward pass, or the anchor and positive texts."""
         if "positive" in batch:
             anchor, positive = self.model_inputs(batch["anchor"]), self.model_inputs(batch["positive"])
             anchor_vectors = self._sentence_vectors(anchor)  # (B, D), before the head
             e1, e2 = self.head(anchor_vectors), self.head(self._sentence_vectors(positive))
-            out, key_inputs = None, positive
-            aux_vectors, aux_inputs = anchor_vectors, anchor  # InfoCSE reconstructs the anchors
-        else:
-            inputs = self.model_inputs(batch)
-            size = inputs["input_ids"].shape[0]
-            # (2B, T): one forward pass gives two views with independent dropout masks
-            doubled = {k: torch.cat([v, v]) for k, v in inputs.items()}
-            out = self._run("backbone", **doubled, output_attentions=config.needs_attentions)
-            sentences = pool(out.last_hidden_state, doubled["attention_mask"], self.pooling)  # (2B, D)
-            pooled = self.head(sentences)
-            e1, e2 = pooled[:size], pooled[size:]  # (B, D) each
-            key_inputs = inputs
-            aux_vectors, aux_inputs = sentences, doubled
-        shard = shard or BatchShard.whole(e1.shape[0])
+            # the momentum keys come from the positives; InfoCSE reconstructs the anchors
+            return _Views(e1, e2, positive, anchor_vectors, anchor)
+        inputs = self.model_inputs(batch)
+        size = inputs["input_ids"].shape[0]
+        # (2B, T): one forward pass gives two views with independent dropout masks
+        doubled = {k: torch.cat([v, v]) for k, v in inputs.items()}
+        out = self._run("backbone", **doubled, output_attentions=self.config.needs_attentions)
+        sentences = pool(out.last_hidden_state, doubled["attention_mask"], self.pooling)  # (2B, D)
+        pooled = self.head(sentences)
+        return _Views(pooled[:size], pooled[size:], inputs, sentences, doubled, out)  # (B, D) views
 
-        keys = None
-        if self.momentum is not None:
-            with torch.no_grad():
-                hidden = self._run("momentum", **key_inputs)  # (B, T, D)
-                keys = self.head(pool(hidden, key_inputs["attention_mask"], self.pooling)).float()
-                keys = shard.gather(keys)  # every rank's keys, so every rank holds the same queue
-        if shard.world_size > 1:  # the negatives of the whole batch; the gradient flows through ours
-            e1, e2 = shard.gather_with_grad(torch.cat([e1, e2], dim=-1)).chunk(2, dim=-1)
+    def _momentum_keys(self, key_inputs: dict[str, torch.Tensor], shard: BatchShard) -> torch.Tensor | None:
+        """The momentum encoder's keys (whole batch, B, D) for the queue; None without one."""
+        if self.momentum is None:
+            return None
+        with torch.no_grad():
+            hidden = self._run("momentum", **key_inputs)  # (B, T, D)
+            keys = self.head(pool(hidden, key_inputs["attention_mask"], self.pooling)).float()
+            return shard.gather(keys)  # every rank's keys, so every rank holds the same queue
 
+    def _terms(
+        self,
+        views: _Views,
+        e1: torch.Tensor,
+        e2: torch.Tensor,
+        generator: torch.Generator | None,
+        shard: BatchShard,
+    ) -> dict[str, torch.Tensor]:
+        """Each weighted loss term; `e1`, `e2` are the views of the whole batch (every rank's)."""
+        config = self.config
         queued = self.queue.keys() if self.queue is not None and len(self.queue) else None
         terms = {"info_nce": losses.info_nce(e1, e2, queue=queued, temperature=config.temperature)}
+        out = views.output
         if config.uses_ami and out is not None:
+            size = views.e1.shape[0]
             attn1 = [a[:size] for a in out.attentions]  # per layer (B, H, T, T)
             attn2 = [a[size:] for a in out.attentions]
             ami_sum, ami_count = ami.ami_sum_and_count(
                 attn1,
                 attn2,
-                inputs["attention_mask"],
+                views.key_inputs["attention_mask"],
                 weight=config.ami_weight,
                 layers=self.ami_layers,
                 num_samples=config.ami_samples,
@@ -223,19 +264,9 @@ class ContrastiveModel(nn.Module):
             terms["reconstruction"] = config.reconstruction_weight * losses.reconstruction_loss(e1, e2)
         if self.aux is not None:  # InfoCSE: the vectors before the MLP head, both views
             aux_shard = shard if out is None else shard.doubled()
-            mlm_sum, mlm_count = self.aux.sum_and_count(aux_vectors, aux_inputs, aux_shard)
+            mlm_sum, mlm_count = self.aux.sum_and_count(views.aux_vectors, views.aux_inputs, aux_shard)
             terms["aux_mlm"] = config.aux_weight * (mlm_sum / shard.all_sum(mlm_count).clamp(min=1))
-        zero = torch.zeros((), device=e1.device)
-        loss = sum(terms.values(), zero)
-        reported = {k: v.detach() for k, v in terms.items()}
-        if shard.world_size > 1:
-            shares = [k for k in ("ami", "aux_mlm") if k in reported]  # per-sentence terms: sum the shares
-            if shares:
-                summed = shard.all_sum(torch.stack([reported[k] for k in shares]))
-                reported.update(zip(shares, summed, strict=True))
-            # DDP averages the ranks' gradients, while the batch gradient is their sum
-            loss = loss * shard.world_size
-        return StepOutput(loss, reported, keys, sum(reported.values(), zero))
+        return terms
 
     def _run(self, name: str, **inputs: Any) -> Any:
         """The step's forward pass of the module `name`, compiled where `runners` has it."""

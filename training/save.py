@@ -10,15 +10,15 @@ The folder loads with `SentenceTransformer(DIR)`, `embedkit.TorchEncoder(DIR)` a
 - `embedkit.json`: how the model was made, and its `fingerprint`.
 
 The folder is written atomically (`atomic_dir`): it replaces `out_dir` as a whole, so a run
-folder with checkpoints becomes a clean model folder in one rename. `finish_run` picks the weights
-(the best dev checkpoint, the base, or the last) and what `embedkit.json` records of the run.
+folder with checkpoints becomes a clean model folder in one rename. `train_metadata` is what
+`embedkit.json` records of a train run; `keeps_base` the rule that gives the base model back.
 """
 
 from __future__ import annotations
 
 import json
 import shutil
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import asdict
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -27,16 +27,14 @@ from torch import nn
 
 from embedkit import __version__
 from embedkit.encode.identity import TOKENIZER_FILES  # those present in the base folder are copied
-from embedkit.encode.model_folder import ModelSpec, fingerprint_files, read_json
+from embedkit.encode.model_folder import fingerprint_files, read_json
 from embedkit.storage.atomic import atomic_dir
 
 if TYPE_CHECKING:
     from embedkit.evaluation.evaluator import Evaluator
     from embedkit.training.checkpoint import TrainState
     from embedkit.training.config import TrainConfig
-    from embedkit.training.model import ContrastiveModel
     from embedkit.training.views import TrainingExamples
-
 
 
 def sentence_transformers_files(
@@ -120,51 +118,6 @@ def _base_lower_case(base_path: Path) -> bool:
     return bool(read_json(path).get("do_lower_case", False)) if path.is_file() else False
 
 
-def finish_run(
-    out: Path,
-    run_dir: Path,
-    model: ContrastiveModel,
-    config: TrainConfig,
-    meta: dict[str, Any],
-    state: TrainState,
-    corpus: str | Path | Sequence[str],
-    sample: TrainingExamples,
-    spec: ModelSpec,
-    dev: Evaluator | None,
-    note: Callable[[str], None],
-) -> None:
-    """The end of a run: the best dev checkpoint's backbone (else the last weights) becomes `out`.
-
-    On the user's own judged queries (`dev_retrieval`), a run that never beat the base gives the
-    base back. `run_dir` holds the run's checkpoints and metrics (`out` itself, or its sibling when
-    the run replaces a folder); the metrics are copied into the model folder.
-    """
-    from embedkit.training import checkpoint as ckpt
-    from embedkit.training.checkpoint_selection import dev_label
-
-    if keeps_base(config, state):
-        from embedkit.encode.torch_backend import load_backbone
-
-        model.backbone.load_state_dict(load_backbone(spec.path).state_dict())
-        note(
-            f"no checkpoint beat the base model on {config.dev_retrieval} ({dev_label(dev)}: best "
-            f"{state.best_score:.4f}, base {state.base_score:.4f}): the output is the base model"
-        )
-    elif state.best_step is not None:
-        ckpt.load_best(run_dir, model, state.best_step)
-    metrics = run_dir / ckpt.METRICS
-    ckpt.append_metrics(metrics, {"event": "done", "step": state.step, "best_step": state.best_step})
-    write_model_folder(
-        out,
-        model.backbone,
-        spec.path,
-        model.pooling,
-        spec.max_seq_length,
-        _model_metadata(config, meta, state, corpus, sample, spec.path, meta["base_fingerprint"], dev),
-        extra_files={ckpt.METRICS: metrics},
-    )
-
-
 def beats_base(best: float | None, base: float | None) -> bool:
     """Whether a trained checkpoint scored above the untrained base (True without a base score)."""
     return best is not None and (base is None or best > base)
@@ -175,17 +128,18 @@ def keeps_base(config: TrainConfig, state: TrainState) -> bool:
     return bool(config.dev_retrieval) and not beats_base(state.best_score, state.base_score)
 
 
-def _model_metadata(
+def train_metadata(
     config: TrainConfig,
     meta: dict[str, Any],
     state: TrainState,
     corpus: str | Path | Sequence[str],
     sample: TrainingExamples,
     base_path: Path,
-    base_fingerprint: str,
     dev: Evaluator | None,
 ) -> dict[str, Any]:
-    """What `embedkit.json` records of a run: method, settings, data, base model and dev scores."""
+    """What `embedkit.json` records of a train run: method, settings, data, base model and dev scores.
+
+    `meta` is what its checkpoints record it was made from (settings, fingerprints, stage 1)."""
     source = str(corpus) if isinstance(corpus, (str, Path)) else "a list of texts"
     return {
         "method": config.method,
@@ -196,7 +150,7 @@ def _model_metadata(
             "final_losses": state.last_losses,
         },
         "data": {"source": source, "fingerprint": sample.fingerprint, "stats": asdict(sample.stats)},
-        "base_model": {"path": str(base_path), "fingerprint": base_fingerprint},
+        "base_model": {"path": str(base_path), "fingerprint": meta["base_fingerprint"]},
         "dev": None
         if dev is None
         else {

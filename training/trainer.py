@@ -1,18 +1,15 @@
-"""The training loop of `embedkit train`, to be read top to bottom.
+"""`embedkit train`: a sentence encoder trained on a corpus, one job of the shared loop (`loop.run`).
 
-`train` checks every input first (nothing is written for bad input), builds the model
-(`model.ContrastiveModel`), evaluates the untrained base on the dev set, then runs the steps:
-batch -> miCSE objective -> optimizer -> momentum update, logging to `OUT/metrics.jsonl`,
-evaluating every `eval_steps` and checkpointing every `save_steps` (`checkpoint`). At the end
-the best checkpoint (or the last weights, without a dev set) becomes the model folder (`save`),
-which replaces `OUT` atomically, so the checkpoints disappear with the unfinished run.
-With `overwrite` of a non-empty `OUT`, the run lives beside it (`ckpt.overwrite_run_dir`) until the
-new model replaces `OUT`: a failed or killed run leaves the old folder as it was. One writer at a
-time trains into `OUT` (`embedkit.storage.locking`).
-
-Under torchrun (`distributed`) every rank runs this function: each embeds its slice of every global
-batch through DistributedDataParallel, and rank 0 alone holds the lock, evaluates, logs, writes the
-checkpoints and the model folder while the others wait at a barrier.
+`TrainJob` supplies the loop's phases: every input checked (nothing is written for bad input); the
+model (`model.ContrastiveModel`); the base scored on the dev set, or a checkpoint resumed; the steps,
+batch -> miCSE objective -> optimizer -> momentum update, logged to `OUT/metrics.jsonl`; at the end
+the best checkpoint (or the last weights, without a dev set) becomes the model folder (`save`), which
+replaces `OUT` atomically, so the checkpoints disappear with the unfinished run. With `overwrite` of
+a non-empty `OUT`, the run lives beside it (`run_folder`) until the new model replaces
+`OUT`: a failed or killed run leaves the old folder as it was. One writer at a time trains into `OUT`
+(`embedkit.storage.locking`). Under torchrun (`distributed`) every rank runs the job: each embeds its
+slice of every global batch through DistributedDataParallel, and rank 0 alone holds the lock,
+evaluates, logs, writes the checkpoints and the model folder while the others wait at a barrier.
 """
 
 from __future__ import annotations
@@ -20,7 +17,8 @@ from __future__ import annotations
 import math
 import shutil
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager, nullcontext
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -33,12 +31,14 @@ from embedkit.encode.identity import model_fingerprint
 from embedkit.encode.model_folder import read_model_spec
 from embedkit.errors import InputError, RunFailure
 from embedkit.storage.locking import write_lock
-from embedkit.training import aux_stage1, distributed, step_speed
+from embedkit.training import aux_stage1, distributed, loop, run_folder, step_speed
 from embedkit.training import checkpoint as ckpt
 from embedkit.training.batches import autocast, epoch_order, resolve_precision, steps_per_epoch
+from embedkit.training.checkpoint import BASE, BestWeights, Kept, TrainState
 from embedkit.training.checkpoint_selection import InferenceEncoder, dev_evaluator, dev_label, dev_score
 from embedkit.training.config import TrainConfig
 from embedkit.training.display import TrainDisplay, format_terms
+from embedkit.training.loop import DevScore, Due, Schedule
 from embedkit.training.model import (
     ContrastiveModel,
     StepOutput,
@@ -46,7 +46,7 @@ from embedkit.training.model import (
     make_scheduler,
     optimizer_step,
 )
-from embedkit.training.save import finish_run, keeps_base
+from embedkit.training.save import keeps_base, train_metadata, write_model_folder
 from embedkit.training.token_table import TokenTable, position_limit
 from embedkit.training.views import PairStats, load_examples
 
@@ -102,224 +102,280 @@ def train(
     runs on every rank, and the dev scores of the result are rank 0's (None on the others).
     """
     config = (config or TrainConfig()).validate()
-    context = distributed.setup(config.device, config.dist_timeout)
-    options = {"progress": progress, "resume": resume, "overwrite": overwrite, "on_step": on_step}
-    try:
-        if not context.is_main:  # rank 0 holds the write lock for all of them
-            return _train(corpus, out_dir, config, context, **options)
-        with write_lock(out_dir):
-            return _train(corpus, out_dir, config, context, **options)
-    except Exception as exc:
-        failure = distributed.lost_contact(exc, context)
-        if failure is not None:
-            raise failure from None
-        raise
-    finally:
-        distributed.cleanup(context)
-
-
-def _train(
-    corpus: str | Path | Sequence[str],
-    out_dir: str | Path,
-    config: TrainConfig,
-    context: distributed.Context,
-    *,
-    progress: bool,
-    resume: bool,
-    overwrite: bool,
-    on_step: StepCallback | None,
-) -> TrainResult:
     out = Path(out_dir).expanduser()
-    main = context.is_main
+    with distributed.session(config.device, config.dist_timeout) as context:
+        job = TrainJob(corpus, out, config, context, progress, resume, overwrite, on_step)
+        with write_lock(out) if context.is_main else nullcontext():  # rank 0 holds it for all of them
+            return loop.run(job)
 
-    # 1. Check every input before anything is written (every rank checks, rank 0 writes).
-    dev = dev_evaluator(config, corpus)
-    # the dev pseudo queries' sentences are held out of training
-    sample = load_examples(corpus, config, getattr(dev, "pseudo_set", None))
-    if len(sample) < 2:
-        raise InputError("contrastive training needs at least 2 distinct sentences")
-    if config.batch_size % context.world_size:
-        raise InputError(
-            f"--batch-size {config.batch_size} does not divide by the {context.world_size} ranks: "
-            "each rank takes an equal slice of every batch"
-        )
-    device = context.device
-    dtype = resolve_precision(config.precision, device)
-    step_speed.check_compile(config.compile, device)
-    spec = read_model_spec(config.base_model)
-    if spec.kind != "torch":
-        raise InputError(f"--base {spec.path} is an ONNX folder: training needs the torch model")
-    base_fingerprint = model_fingerprint(spec.path)
-    resume_from = ckpt.prepare_out_dir(out, resume, overwrite)
-    if resume_from is not None:
-        ckpt.check_resumable(resume_from, config, sample.fingerprint, base_fingerprint)
-    aux_sentences = aux_stage1.stage1_sentences(config, sample.anchors) if resume_from is None else None
-    beside = overwrite and resume_from is None and _busy(out)
-    distributed.barrier(context)  # every rank has looked at OUT before rank 0 changes it
-    # A run that replaces a folder trains beside it: until the new model is complete, a failure or a
-    # kill leaves the old folder exactly as it was (its metrics, no checkpoints added).
-    run_dir = out if not beside else ckpt.overwrite_run_dir(out) if main else ckpt.overwrite_run_path(out)
 
-    # 2. Model (the head's init is seeded), tokenized data, optimizer, schedule, RNGs.
-    torch.manual_seed(config.seed)
-    model = ContrastiveModel.from_folder(spec.path, config).to(device)
-    positions = position_limit(model.backbone.config)
-    tokens = TokenTable.from_model(spec.path, min(config.max_seq_length, positions), sample.anchors)
-    # crop/ict positives are passages: their own truncation length (config.positive_max_length),
-    # never longer than the base model has position embeddings for
-    positive_length = min(config.positive_max_length, positions)
-    positive_tokens = TokenTable.from_model(spec.path, positive_length, sample.positives or [])
-    # The dev criterion embeds at the inference length, as a user of the saved folder will.
-    dev_encoder = InferenceEncoder(model, TokenBatcher(spec.path, spec.max_seq_length), dtype, spec.path)
-    per_epoch = steps_per_epoch(len(sample), config.batch_size, context.world_size)
-    total = int(min(config.epochs * per_epoch, config.max_steps or math.inf))
-    optimizer = make_optimizer(model, config)
-    scheduler = make_scheduler(optimizer, total, config.warmup_ratio)
-    scaler = torch.amp.GradScaler(device.type) if dtype == torch.float16 else None
-    generator = torch.Generator(device=device).manual_seed(config.seed) if config.uses_ami else None
-    if model.aux is not None:  # InfoCSE's masking RNG
-        model.aux.generator = torch.Generator(device=device).manual_seed(config.seed)
-    aux_generator = model.aux.generator if model.aux is not None else None
-    parts = ckpt.TrainingParts(model, optimizer, scheduler, scaler, generator, aux_generator)
-    meta = {
-        "config": config.to_dict(),
-        "data_fingerprint": sample.fingerprint,
-        "base_fingerprint": base_fingerprint,
-    }
-    if context.rank > 0:  # its own dropout masks; rank 0 keeps the single-process stream
-        torch.manual_seed(distributed.rank_seed(config.seed, context.rank))
+@dataclass
+class TrainJob:
+    """One `embedkit train` run on this process, as the loop's `Job`: its methods in the loop's order."""
 
-    # 3. Resume from the last checkpoint, or start afresh with the base model's dev score.
-    if main:
-        run_dir.mkdir(parents=True, exist_ok=True)
-    metrics = run_dir / ckpt.METRICS
-    display = TrainDisplay(total, enabled=progress and main)
-    ranks = f" x {context.world_size} ranks ({context.backend})" if context.distributed else ""
-    display.note(f"{config.method}: {sample.stats.describe()}; {total} steps on {device.type}{ranks}")
-    if config.ami_dropped:
-        views = config.views
-        display.note(f"note: AMI compares dropout views of the same tokens; --views {views} turns it off")
-    world = {"world_size": context.world_size}
-    if resume_from is not None:
+    corpus: str | Path | Sequence[str]
+    out: Path
+    config: TrainConfig
+    context: distributed.Context
+    show_progress: bool
+    resume: bool
+    overwrite: bool
+    on_step: StepCallback | None
+
+    def __post_init__(self) -> None:
+        self.writes = self.context.is_main
+        self.state = TrainState()
+
+    def check(self) -> None:
+        """Every input, before anything is written (every rank checks, rank 0 writes)."""
+        config, context, out = self.config, self.context, self.out
+        self.dev = dev_evaluator(config, self.corpus)
+        # the dev pseudo queries' sentences are held out of training
+        self.sample = load_examples(self.corpus, config, getattr(self.dev, "pseudo_set", None))
+        if len(self.sample) < 2:
+            raise InputError("contrastive training needs at least 2 distinct sentences")
+        if config.batch_size % context.world_size:
+            raise InputError(
+                f"--batch-size {config.batch_size} does not divide by the {context.world_size} ranks: "
+                "each rank takes an equal slice of every batch"
+            )
+        self.device = context.device
+        self.dtype = resolve_precision(config.precision, self.device)
+        step_speed.check_compile(config.compile, self.device)
+        self.spec = read_model_spec(config.base_model)
+        if self.spec.kind != "torch":
+            raise InputError(f"--base {self.spec.path} is an ONNX folder: training needs the torch model")
+        # what the run is made from: its checkpoints record it, a resume compares it
+        self.meta = {
+            "config": config.to_dict(),
+            "data_fingerprint": self.sample.fingerprint,
+            "base_fingerprint": model_fingerprint(self.spec.path),
+        }
+        self.resume_from = run_folder.prepare_out_dir(out, self.resume, self.overwrite)
+        if self.resume_from is not None:
+            ckpt.check_train_resumable(self.resume_from, config, self.meta)
+        fresh = self.resume_from is None
+        self.aux_sentences = aux_stage1.stage1_sentences(config, self.sample.anchors) if fresh else None
+        replacing = run_folder.replaces(out, self.resume_from)
+        distributed.barrier(context)  # every rank has looked at OUT before rank 0 changes it
+        self.run_dir = run_folder.run_dir(out, replacing, self.writes)
+
+    def build(self) -> None:
+        """The model (the head's init is seeded), tokenized data, optimizer, schedule, RNGs."""
+        config, spec, device = self.config, self.spec, self.device
+        torch.manual_seed(config.seed)
+        model = self.model = ContrastiveModel.from_folder(spec.path, config).to(device)
+        positions = position_limit(model.backbone.config)
+        anchors, positives = self.sample.anchors, self.sample.positives or []
+        self.tokens = TokenTable.from_model(spec.path, min(config.max_seq_length, positions), anchors)
+        # crop/ict positives are passages: their own truncation length (config.positive_max_length),
+        # never longer than the base model has position embeddings for
+        positive_length = min(config.positive_max_length, positions)
+        self.positive_tokens = TokenTable.from_model(spec.path, positive_length, positives)
+        # The dev criterion embeds at the inference length, as a user of the saved folder will.
+        batcher = TokenBatcher(spec.path, spec.max_seq_length)
+        self.dev_encoder = InferenceEncoder(model, batcher, self.dtype, spec.path)
+        self.per_epoch = steps_per_epoch(len(self.sample), config.batch_size, self.context.world_size)
+        total = int(min(config.epochs * self.per_epoch, config.max_steps or math.inf))
+        optimizer = make_optimizer(model, config)
+        scheduler = make_scheduler(optimizer, total, config.warmup_ratio)
+        scaler = torch.amp.GradScaler(device.type) if self.dtype == torch.float16 else None
+        self.generator = torch.Generator(device=device).manual_seed(config.seed) if config.uses_ami else None
+        if model.aux is not None:  # InfoCSE's masking RNG
+            model.aux.generator = torch.Generator(device=device).manual_seed(config.seed)
+        generators = {
+            "ami_sampler": self.generator,
+            "aux_masking": model.aux.generator if model.aux is not None else None,
+        }
+        self.parts = ckpt.Parts(model, optimizer, scheduler, scaler, generators, ckpt.QueueFile(model))
+        if self.context.rank > 0:  # its own dropout masks; rank 0 keeps the single-process stream
+            torch.manual_seed(distributed.rank_seed(config.seed, self.context.rank))
+        eval_steps = config.eval_steps if self.dev is not None else None
+        self.schedule = Schedule(total, eval_steps, config.save_steps)
+        self.best = BestWeights(self.run_dir, model.backbone, "backbone.safetensors", spec.path)
+
+    def begin(self) -> int:
+        """Resume from the last checkpoint, or start afresh with the base model's dev score."""
+        config, context = self.config, self.context
+        if self.writes:
+            self.run_dir.mkdir(parents=True, exist_ok=True)
+        self.metrics = self.run_dir / ckpt.METRICS
+        self.display = display = TrainDisplay(self.schedule.total, enabled=self.show_progress and self.writes)
+        ranks = f" x {context.world_size} ranks ({context.backend})" if context.distributed else ""
+        steps = f"{self.schedule.total} steps on {self.device.type}{ranks}"
+        display.note(f"{config.method}: {self.sample.stats.describe()}; {steps}")
+        if config.ami_dropped:
+            display.note(
+                f"note: AMI compares dropout views of the same tokens; --views {config.views} turns it off"
+            )
+        world = {"world_size": context.world_size}
+        if self.resume_from is not None:
+            self._resume(self.resume_from, world)
+        elif self.writes:
+            self._start(world)
+        step_speed.compile_model(self.model, config.compile, self.device)
+        self.network = distributed.data_parallel(self.model, context)
+        self.fixed = step_speed.fixed_shapes(config, self.device)  # pad to max_seq_length: one shape
+        self.every = step_speed.log_every(config, self.device)
+        return self.state.step
+
+    def _resume(self, path: Path, world: dict[str, int]) -> None:
+        context = self.context
         rank = context.rank if context.distributed else None
-        state = ckpt.load_checkpoint(resume_from, parts, rank=rank, prune=main)
-        if context.rank > 0 and not ckpt.has_rank_rng(resume_from, context.rank):
-            torch.manual_seed(distributed.rank_seed(config.seed, context.rank, state.step))
-        if main:
-            ckpt.truncate_metrics(metrics, state.step)
-            ckpt.append_metrics(metrics, {"event": "resume", "step": state.step, **world})
-        display.note(f"resumed from step {state.step}")
-    else:
-        state = ckpt.TrainState()
-    if resume_from is None and main:
-        if overwrite:
-            ckpt.remove_checkpoints(run_dir)
-            metrics.unlink(missing_ok=True)
+        self.state = ckpt.load_checkpoint(path, self.parts, TrainState, rank=rank, prune=self.writes)
+        if context.rank > 0 and not ckpt.has_rank_rng(path, context.rank):
+            torch.manual_seed(distributed.rank_seed(self.config.seed, context.rank, self.state.step))
+        if self.writes:
+            ckpt.truncate_metrics(self.metrics, self.state.step)
+            ckpt.append_metrics(self.metrics, {"event": "resume", "step": self.state.step, **world})
+        self.display.note(f"resumed from step {self.state.step}")
+
+    def _start(self, world: dict[str, int]) -> None:
+        config, model, dev = self.config, self.model, self.dev
+        if self.overwrite:
+            ckpt.remove_checkpoints(self.run_dir)
+            self.metrics.unlink(missing_ok=True)
         # Stage 1 (or its cache) before the first step, on its own RNG streams; DDP then hands
         # rank 0's auxiliary weights to the other ranks.
         if model.aux is not None:
-            meta["aux_stage1"] = aux_stage1.prepare_aux(
-                model, config, aux_sentences, base_fingerprint, spec.path, device, dtype, display.note
-            )
-        start = {"event": "start", "step": 0, "steps": total, "sentences": len(sample), **world}
-        ckpt.append_metrics(metrics, {**start, **meta})
+            self.meta["aux_stage1"] = aux_stage1.prepare_aux(
+                model, config, self.aux_sentences, self.meta["base_fingerprint"], self.spec.path, self.device,
+                self.dtype, self.display.note,
+            )  # fmt: skip
+        total, sentences = self.schedule.total, len(self.sample)
+        start = {"event": "start", "step": 0, "steps": total, "sentences": sentences, **world, **self.meta}
+        ckpt.append_metrics(self.metrics, start)
         if dev is not None:
-            state.base_score = dev_score(dev, dev_encoder)
-            record = {"step": 0, f"dev_{dev.primary_metric}": state.base_score, "base": True}
-            ckpt.append_metrics(metrics, record)
-            display.note(f"base model: {dev_label(dev)} {state.base_score:.4f}")
-    step_speed.compile_model(model, config.compile, device)
-    network = distributed.data_parallel(model, context)
-    fixed = step_speed.fixed_shapes(config, device)  # pad to max_seq_length: one shape for the run
-    every = step_speed.log_every(config, device)
+            self.state.base_score = dev_score(dev, self.dev_encoder)
+            record = {"step": 0, f"dev_{dev.primary_metric}": self.state.base_score, "base": True}
+            ckpt.append_metrics(self.metrics, record)
+            self.display.note(f"base model: {dev_label(dev)} {self.state.base_score:.4f}")
 
-    # 4. The steps. The loss terms stay on the device between reads, since a read is a host sync.
-    display.start(state.step)
-    started = time.perf_counter() - state.seconds
-    losses, speed, rate = step_speed.LossReader(), step_speed.Throughput(), 0.0
-    order_of: tuple[int, np.ndarray] | None = None  # (epoch, its order): one shuffle an epoch
-    try:
-        while state.step < total:
-            epoch, offset = divmod(state.step, per_epoch)
-            if order_of is None or order_of[0] != epoch:
-                order_of = (epoch, epoch_order(len(sample), config.seed, epoch))
-            rows = order_of[1][offset * config.batch_size : (offset + 1) * config.batch_size]
-            shard = distributed.BatchShard.split(len(rows), context)
-            batch = _rank_batch(tokens, rows, shard, device, fixed)
-            if sample.positives is not None:
-                positive = _rank_batch(positive_tokens, rows, shard, device, fixed)
-                batch = {"anchor": batch, "positive": positive}
-            network.train()
-            with autocast(device, dtype):
-                result = StepOutput(**network(batch, generator, shard))
-            step = state.step + 1
-            losses.add(step, result.total, result.terms)
-            speed.add(len(rows))
-            log = step % every == 0 or step == total
-            evaluate = dev is not None and (step % config.eval_steps == 0 or step == total)
-            save = step % config.save_steps == 0 or step == total
-            if log or evaluate or save:  # the losses come to the host: before a record, a score, a save
-                state.last_losses, bad_step = losses.read()
-                rate = speed.rate()
-                if bad_step is not None:  # the whole batch's loss: every rank stops here
-                    _stop_nonfinite(metrics, run_dir, bad_step, state.last_losses, main)
-                display.rate(rate)
-            lr = scheduler.get_last_lr()[0]
-            optimizer_step(result.loss, model, optimizer, scheduler, scaler, config.max_grad_norm)
-            model.after_step(result.keys)  # momentum EMA, then this step's keys enter the queue
-            state.step = step
-            state.seconds = time.perf_counter() - started
-            terms = state.last_losses  # those of the last read step
-            if main and log:
-                queued = len(model.queue) if model.queue is not None else 0
-                # seconds of training so far: differences between records are step times
-                record = {"step": state.step, "epoch": epoch, "lr": lr, **terms, "queue": queued}
-                record |= {"sentences_per_s": round(rate, 1), "seconds": round(state.seconds, 3)}
-                ckpt.append_metrics(metrics, record)
-            display.advance(state.step, terms)
-            rank_rng = distributed.gather_rng_states(context) if save and context.distributed else None
-            if main and evaluate:
-                score = dev_score(dev, dev_encoder)
-                improved = state.best_score is None or score > state.best_score
-                if improved:
-                    ckpt.save_best(run_dir, model, state.step, score)
-                    state.best_score, state.best_step = score, state.step
-                record = {"step": state.step, f"dev_{dev.primary_metric}": score, "best": improved}
-                ckpt.append_metrics(metrics, record)
-                best = " (best so far)" if improved else ""
-                display.note(f"step {state.step}: {dev_label(dev)} {score:.4f}{best}")
-            if main and save:
-                ckpt.save_checkpoint(run_dir, parts, state, meta, rank_rng)
-            if evaluate or save:
-                distributed.barrier(context)  # the other ranks wait for rank 0's evaluation and files
-                speed.rate()  # the next rate counts steps only, not this evaluation and checkpoint
-            if on_step is not None:
-                on_step(state.step, terms)
-    finally:
-        display.stop()
+    @contextmanager
+    def progress(self, done: int) -> Iterator[None]:
+        """The progress bar; the loss terms stay on the device between reads (a read is a host sync)."""
+        self.display.start(done)
+        self.started = time.perf_counter() - self.state.seconds
+        self.losses, self.speed, self.rate = step_speed.LossReader(), step_speed.Throughput(), 0.0
+        self.order_of: tuple[int, np.ndarray] | None = None  # (epoch, its order): one shuffle an epoch
+        try:
+            yield
+        finally:
+            self.display.stop()
 
-    # 5. The model folder, from the best dev checkpoint (else the last weights), replaces `out`.
-    # On the user's own judged queries, a run that never beat the base gives the base back.
-    kept_base = keeps_base(config, state)
-    if main:
-        finish_run(out, run_dir, model, config, meta, state, corpus, sample, spec, dev, display.note)
-        if run_dir != out:
-            shutil.rmtree(run_dir, ignore_errors=True)
-    distributed.barrier(context)  # the other ranks return once the model folder is in place
-    return TrainResult(
-        out,
-        config.method,
-        state.step,
-        len(sample),
-        sample.stats,
-        state.best_score,
-        state.best_step,
-        state.base_score,
-        state.last_losses,
-        state.seconds,
-        dev_label(dev) if dev is not None else None,
-        kept_base,
-    )
+    def step(self, step: int, due: Due) -> None:
+        """Batch -> objective -> optimizer -> momentum update; the losses come to the host only
+        when a record, a score or a checkpoint needs them."""
+        state, config, model = self.state, self.config, self.model
+        epoch, rows, shard, batch = self._batch(step)
+        self.network.train()
+        with autocast(self.device, self.dtype):
+            result = StepOutput(**self.network(batch, self.generator, shard))
+        self.losses.add(step, result.total, result.terms)
+        self.speed.add(len(rows))
+        log = step % self.every == 0 or step == self.schedule.total
+        if log or due.evaluate or due.save:
+            state.last_losses, bad_step = self.losses.read()
+            rate = self.speed.rate()
+            if bad_step is not None:  # the whole batch's loss: every rank stops here
+                _stop_nonfinite(self.metrics, self.run_dir, bad_step, state.last_losses, self.writes)
+            self.display.rate(rate)
+            self.rate = rate
+        optimizer, scheduler, scaler = self.parts.optimizer, self.parts.scheduler, self.parts.scaler
+        lr = scheduler.get_last_lr()[0]
+        optimizer_step(result.loss, model, optimizer, scheduler, scaler, config.max_grad_norm)
+        model.after_step(result.keys)  # momentum EMA, then this step's keys enter the queue
+        state.step = step
+        state.seconds = time.perf_counter() - self.started
+        terms = state.last_losses  # those of the last read step
+        if self.writes and log:
+            queued = len(model.queue) if model.queue is not None else 0
+            # seconds of training so far: differences between records are step times
+            record = {"step": step, "epoch": epoch, "lr": lr, **terms, "queue": queued}
+            record |= {"sentences_per_s": round(self.rate, 1), "seconds": round(state.seconds, 3)}
+            ckpt.append_metrics(self.metrics, record)
+        self.display.advance(step, terms)
+        # every rank's RNG goes into the checkpoint: gathered on all ranks, before rank 0 evaluates
+        gather = due.save and self.context.distributed
+        self.rank_rng = distributed.gather_rng_states(self.context) if gather else None
+
+    def _batch(self, step: int) -> tuple[int, np.ndarray, distributed.BatchShard, dict]:
+        """The epoch, the global batch's rows, this rank's share, and its tensors."""
+        epoch, offset = divmod(step - 1, self.per_epoch)
+        if self.order_of is None or self.order_of[0] != epoch:
+            self.order_of = (epoch, epoch_order(len(self.sample), self.config.seed, epoch))
+        size = self.config.batch_size
+        rows = self.order_of[1][offset * size : (offset + 1) * size]
+        shard = distributed.BatchShard.split(len(rows), self.context)
+        batch = _rank_batch(self.tokens, rows, shard, self.device, self.fixed)
+        if self.sample.positives is not None:
+            positive = _rank_batch(self.positive_tokens, rows, shard, self.device, self.fixed)
+            batch = {"anchor": batch, "positive": positive}
+        return epoch, rows, shard, batch
+
+    def evaluate(self, step: int) -> DevScore | None:
+        """Rank 0 scores the dev set; the others wait at the end of the step."""
+        if not self.writes or self.dev is None:
+            return None
+        score = dev_score(self.dev, self.dev_encoder)
+        return DevScore(score, {"score": score})
+
+    @property
+    def best_score(self) -> float | None:
+        return self.state.best_score
+
+    def selected(self, step: int, dev: DevScore, improved: bool) -> None:
+        if improved:
+            self.state.best_score, self.state.best_step = dev.score, step
+        record = {"step": step, f"dev_{self.dev.primary_metric}": dev.score, "best": improved}
+        ckpt.append_metrics(self.metrics, record)
+        best = " (best so far)" if improved else ""
+        self.display.note(f"step {step}: {dev_label(self.dev)} {dev.score:.4f}{best}")
+
+    def save(self, step: int) -> None:
+        if self.writes:
+            ckpt.save_checkpoint(self.run_dir, self.parts, self.state, self.meta, self.rank_rng)
+
+    def end_step(self, step: int, due: Due) -> None:
+        if due.evaluate or due.save:
+            distributed.barrier(self.context)  # the other ranks wait for rank 0's evaluation and files
+            self.speed.rate()  # the next rate counts steps only, not this evaluation and checkpoint
+        if self.on_step is not None:
+            self.on_step(step, self.state.last_losses)
+
+    def kept_step(self) -> Kept:
+        """The best dev checkpoint, else the last weights; on the user's own judged queries, a run
+        that never beat the base gives the base back."""
+        state = self.state
+        if keeps_base(self.config, state):
+            self.display.note(
+                f"no checkpoint beat the base model on {self.config.dev_retrieval} ({dev_label(self.dev)}: "
+                f"best {state.best_score:.4f}, base {state.base_score:.4f}): the output is the base model"
+            )
+            return BASE
+        return state.best_step
+
+    def finish(self, kept: Kept) -> TrainResult:
+        """The model folder replaces `out`; the run folder's metrics are copied into it."""
+        state, model, spec = self.state, self.model, self.spec
+        if self.writes:
+            done = {"event": "done", "step": state.step, "best_step": state.best_step}
+            ckpt.append_metrics(self.metrics, done)
+            metadata = train_metadata(
+                self.config, self.meta, state, self.corpus, self.sample, spec.path, self.dev
+            )
+            write_model_folder(
+                self.out, model.backbone, spec.path, model.pooling, spec.max_seq_length, metadata,
+                extra_files={ckpt.METRICS: self.metrics},
+            )  # fmt: skip
+            if self.run_dir != self.out:
+                shutil.rmtree(self.run_dir, ignore_errors=True)
+        distributed.barrier(self.context)  # the other ranks return once the model folder is in place
+        label = dev_label(self.dev) if self.dev is not None else None
+        return TrainResult(
+            self.out, self.config.method, state.step, len(self.sample), self.sample.stats, state.best_score,
+            state.best_step, state.base_score, state.last_losses, state.seconds, label, kept == BASE,
+        )  # fmt: skip
 
 
 def _rank_batch(
@@ -341,7 +397,3 @@ def _stop_nonfinite(metrics: Path, run_dir: Path, step: int, terms: dict[str, fl
         f"the loss became {terms['loss']} at step {step} ({format_terms(terms)}); "
         f"training stopped, {kept}; try a lower learning rate"
     )
-
-
-def _busy(out: Path) -> bool:
-    return out.is_dir() and any(out.iterdir())

@@ -9,6 +9,7 @@ from typing import Any
 
 from embedkit.data.input_files import check_input_file
 from embedkit.data.textfiles import find_data_file, json_objects, record_id, string_field, text_lines
+from embedkit.data.values import check_document
 from embedkit.errors import InputError
 
 
@@ -130,10 +131,9 @@ def _read_corpus(path: Path) -> dict[str, dict[str, str]]:
         doc_id = record_id(obj, path, number, keys=("_id",))
         if doc_id in corpus:
             raise InputError(f"{path}: line {number} repeats document id {doc_id!r}")
-        corpus[doc_id] = {
-            "title": string_field(obj, "title", path, number),
-            "text": string_field(obj, "text", path, number),
-        }
+        title, text = string_field(obj, "title", path, number), string_field(obj, "text", path, number)
+        check_document(doc_id, title, text, {}, f"{path}: line {number}")  # before anything is embedded
+        corpus[doc_id] = {"title": title, "text": text}
     if not corpus:
         raise InputError(f"{path} is empty")
     return corpus
@@ -147,5 +147,6 @@ def _read_queries(path: Path) -> dict[str, str]:
         if query_id in queries:
             raise InputError(f"{path}: line {number} repeats query id {query_id!r}")
         queries[query_id] = string_field(obj, "text", path, number)
+        check_document(query_id, "", queries[query_id], {}, f"{path}: line {number}")
     return queries
 

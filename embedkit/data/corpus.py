@@ -9,11 +9,14 @@
 - `.csv` (standard quoting) and `.tsv` (split on tabs, no quoting, as STS and BEIR files are):
   a header row; the text column is `column`, else `text`;
 - a BEIR folder: its `corpus.jsonl`;
-- any other folder: its `.txt` and `.md` files, one document each (`embedkit.data.textfolder`);
+- any other folder: its `.txt`, `.md`, `.pdf`, `.html` and `.docx` files, one document each
+  (`embedkit.data.textfolder`);
 - any of these gzipped (`name.jsonl.gz`).
 
 Blank documents are skipped and counted. A byte that is not UTF-8, a line that is not JSON or a
-missing column is one `InputError` naming the file and line. `load_sentences` turns a corpus (or
+missing column is one `InputError` naming the file and line; so is a value that the stores cannot
+hold (`embedkit.data.values`: NaN, an integer beyond 64 bits, a lone surrogate), found as the
+line is read, before anything is embedded. `load_sentences` turns a corpus (or
 a list of texts) into the de-duplicated, optionally sentence-split and sub-sampled list that
 training uses, with the counts of each step. No torch here.
 """
@@ -40,6 +43,7 @@ from embedkit.data.textfiles import (
     text_lines,
 )
 from embedkit.data.textfolder import folder_documents, is_text_folder
+from embedkit.data.values import check_document
 from embedkit.errors import InputError
 
 CORPUS_FORMATS = (".txt", ".jsonl", ".csv", ".tsv")
@@ -86,7 +90,7 @@ def read_documents(
     folder = Path(path).expanduser()
     if is_text_folder(folder):
         if column is not None or id_column is not None:
-            raise InputError(f"{folder}: a folder of text files has no columns; drop --column / --id-column")
+            raise InputError(f"{folder}: a folder of documents has no columns; drop --column / --id-column")
         records: Iterator[Document] = folder_documents(folder, counts)
         file, fmt = folder, "folder"
     else:
@@ -124,6 +128,7 @@ def _jsonl_documents(path: Path, column: str | None, id_column: str | None) -> I
         doc_id = record_id(record, path, number, column=id_column, keys=_ID_KEYS, default=str(number))
         used = {text_key, "title", id_column, *_ID_KEYS}
         metadata = {k: v for k, v in record.items() if k not in used}
+        check_document(doc_id, title, text, metadata, f"{path}: line {number}")  # before any embedding
         yield Document(doc_id, text, title, metadata)
 
 

@@ -1,14 +1,19 @@
 """A document as every reader yields it, a passage of one, and the counts kept while reading a corpus.
 
-Its own module so that the readers (`corpus`, `textfolder`) share it without importing each other;
-`embedkit.data.corpus` re-exports `Document` and `ReadStats`. A `Passage` is what an index of
-passages holds at a row (`embedkit.index.passages` cuts them).
+Its own module so that the readers (`corpus`, `textfolder`, `converters`) share it without
+importing each other; `embedkit.data.corpus` re-exports `Document` and `ReadStats`. A `Passage` is
+what an index of passages holds at a row (`embedkit.index.passages` cuts them).
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
 from typing import Any
+
+# The most text one document of a folder corpus may hold, as UTF-8: a file is one document,
+# tokenized whole before it is cut to the model's length (5 MB took 8 s of CPU here, 16 MB two
+# minutes on a busy machine). 4 MiB holds the longest novels.
+MAX_DOCUMENT_BYTES = 4 * 1024 * 1024
 
 
 @dataclass
@@ -65,5 +70,6 @@ class ReadStats:
 
     read: int = 0  # documents yielded
     blank: int = 0  # records skipped because their title and text are blank
-    hidden: int = 0  # hidden files and folders of a folder of text files, not read
-    binary: int = 0  # files of such a folder skipped as binary (a NUL byte, or not UTF-8)
+    hidden: int = 0  # hidden files and folders of a folder of documents, not read
+    binary: int = 0  # files of such a folder skipped as binary (a NUL byte)
+    recoded: list[str] = field(default_factory=list)  # files of such a folder read from another encoding

@@ -112,11 +112,12 @@ def open_input(
             yield raw
 
 
-def read_input_bytes(path: str | os.PathLike[str], what: str = "file") -> bytes:
-    """All the bytes of the regular file `path` (not decompressed)."""
+def read_input_bytes(path: str | os.PathLike[str], what: str = "file", limit: int | None = None) -> bytes:
+    """All the bytes of the regular file `path` (not decompressed); with `limit`, at most that many
+    (a caller that passes its bound plus one tells a file over it without reading it all)."""
     with open_input(path, what, gunzip=False) as handle:
         try:
-            return handle.read()
+            return handle.read() if limit is None else handle.read(limit)
         except OSError as exc:
             raise InputError(f"cannot read {what} {path}: {exc.strerror}") from None
 

@@ -111,6 +111,8 @@ def json_objects(path: Path, *, keep_blank: bool = False) -> Iterator[tuple[int,
             obj = json.loads(line)
         except json.JSONDecodeError as exc:
             raise InputError(f"{path}: line {number} is not valid JSON: {exc.msg}") from None
+        except RecursionError:  # the decoder's own bound on nested arrays and objects
+            raise InputError(f"{path}: line {number} nests arrays or objects too deeply") from None
         if not isinstance(obj, dict):
             raise InputError(f"{path}: line {number} is not a JSON object")
         yield number, obj

@@ -256,10 +256,11 @@ def _what_differs(recorded: str, recorded_model: str | Path | None, candidate: M
     spec = _read_recorded(recorded_model)
     if spec is None or candidate is None:
         return ""
-    theirs = model_identity(spec, candidate.precision)
-    if theirs.fingerprint != recorded:
-        return ""  # the recorded folder changed since: nothing to name against it
-    return f"it differs in {' and '.join(theirs.differences(candidate))}; "
+    for precision in ("fp32", "int8"):  # the folder at the precision class that made the vectors
+        theirs = model_identity(spec, precision)
+        if theirs.fingerprint == recorded:
+            return f"it differs in {' and '.join(theirs.differences(candidate))}; "
+    return ""  # the recorded folder changed since: nothing to name against it
 
 
 def model_fingerprint(model: str | Path | ModelSpec | None) -> str:

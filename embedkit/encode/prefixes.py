@@ -72,16 +72,27 @@ class Prefixes:
         return f"query prefix {self.query!r}, passage prefix {self.passage!r} ({self.source})"
 
 
+def model_prompts(model_dir: str | Path) -> dict[str, str]:
+    """The prompts sentence-transformers records in the folder (name -> text); {} where none."""
+    config = Path(model_dir) / "config_sentence_transformers.json"
+    if not config.is_file():
+        return {}
+    try:
+        prompts = json.loads(config.read_text(encoding="utf-8")).get("prompts") or {}
+    except (OSError, ValueError, AttributeError):
+        return {}
+    if not isinstance(prompts, dict):
+        return {}
+    return {str(name): text for name, text in prompts.items() if isinstance(text, str)}
+
+
 def detect_prefixes(model_dir: str | Path) -> Prefixes:
     """The prefixes the model folder states (see the module docstring); empty ones where it states none."""
     folder = Path(model_dir)
     config = folder / "config_sentence_transformers.json"
     if config.is_file():
-        try:
-            prompts = json.loads(config.read_text(encoding="utf-8")).get("prompts") or {}
-        except (OSError, ValueError, AttributeError):
-            prompts = {}
-        if isinstance(prompts, dict) and isinstance(prompts.get("query"), str):
+        prompts = model_prompts(folder)
+        if isinstance(prompts.get("query"), str):
             passage = next((prompts[k] for k in _PASSAGE_PROMPTS if isinstance(prompts.get(k), str)), "")
             if prompts["query"] or passage:
                 return Prefixes(prompts["query"], passage, config.name)
@@ -102,6 +113,12 @@ def resolve_prefixes(model_dir: str | Path | None, query: str | None, passage: s
     for name, value in (("--query-prefix", query), ("--passage-prefix", passage)):
         if value is not None and ("\n" in value or "\r" in value):
             raise InputError(f"{name} must be one line, got {value!r}")
+        if value:
+            from embedkit.data.values import check_text
+
+            check_text(value, name)  # recorded, then put before every text embedded for the index
+            if model_dir is not None:
+                _check_room(model_dir, name, value)
     if query is not None and passage is not None:
         return Prefixes(query, passage, "given")
     found = detect_prefixes(model_dir) if model_dir is not None else Prefixes()
@@ -111,6 +128,23 @@ def resolve_prefixes(model_dir: str | Path | None, query: str | None, passage: s
     return Prefixes(
         found.query if query is None else query, found.passage if passage is None else passage, source
     )
+
+
+def _check_room(model_dir: str | Path, name: str, prefix: str) -> None:
+    """An `InputError` for a prefix that leaves the model no room for the text it comes before."""
+    from embedkit.encode.batching import load_tokenizer
+    from embedkit.encode.model_folder import read_model_spec
+
+    spec = read_model_spec(model_dir)
+    tokenizer = load_tokenizer(spec.path, spec.max_seq_length)
+    tokenizer.no_truncation()
+    used = len(tokenizer.encode(prefix, add_special_tokens=False).ids)
+    room = spec.max_seq_length - 2  # [CLS] and [SEP], or the model's own two
+    if used >= room:
+        raise InputError(
+            f"{name} is {used:,} tokens long, and the model takes {spec.max_seq_length}: no room is left "
+            "for the text after it"
+        )
 
 
 def check_recorded(recorded: Prefixes, query: str | None, passage: str | None, what: str) -> None:

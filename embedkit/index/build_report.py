@@ -32,4 +32,5 @@ class IndexReport:
     passages: int = 0  # passages added (their vectors), where the index holds passages
     hidden_files: int = 0  # hidden files and folders of a folder of text files, left out
     binary_files: int = 0  # binary files of such a folder, skipped
+    recoded_files: tuple[str, ...] = ()  # files of such a folder read from another encoding than UTF-8
     prefixes: str = "no prefixes"  # the query and passage prefixes the index embeds with

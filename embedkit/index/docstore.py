@@ -71,6 +71,7 @@ class DocStore:
         self.path = path
         self.lexical: LexicalIndex | None = None  # the BM25 side, when the index has one
         self.deletions = Deletions(connection, path)  # the rows deleted, and those still masked
+        self._first_added: int | None = None  # the first document row this writer added
         try:
             marks = ",".join("?" * len(LEGACY_LEXICAL_TABLES))
             query = f"SELECT COUNT(*) FROM sqlite_master WHERE type = 'table' AND name IN ({marks})"
@@ -194,6 +195,8 @@ class DocStore:
             first_document, whole, spans = self._passage_records(first_row, documents)  # type: ignore[arg-type]
         else:
             first_document, whole, spans = first_row, list(documents), []
+        if self._first_added is None:
+            self._first_added = first_document
         try:
             self._db.executemany(
                 "INSERT INTO documents VALUES (?, ?, ?, ?, ?)", _records(first_document, whole)
@@ -204,10 +207,13 @@ class DocStore:
             if self.lexical is not None:  # committed with the documents: both, or neither
                 self.lexical.add_rows(range(first_row, first_row + len(documents)), documents)
         except sqlite3.IntegrityError:
-            raise InputError(
-                f"duplicate document id {self._first_duplicate(first_document, whole)!r}: "
-                "ids in an index must be unique"
-            ) from None
+            doc_id = self._first_duplicate(first_document, whole)
+            held = "SELECT 1 FROM documents WHERE id = ? AND row < ?"
+            if self._db.execute(held, (doc_id, self._first_added)).fetchone() is not None:
+                reason = "the index holds it already; `--append --upsert` replaces documents by id"
+            else:
+                reason = "the corpus gives it twice, and ids in an index must be unique"
+            raise InputError(f"duplicate document id {doc_id!r}: {reason}") from None
 
     def _passage_records(
         self, first_row: int, passages: Sequence[Passage]

@@ -199,6 +199,8 @@ class LexicalIndex:
             return cls(_tantivy().Index.open(str(folder)), folder, settings)
         except ValueError as exc:  # tantivy's errors arrive as ValueError
             raise InputError(f"corrupt lexical index {folder}: {exc}") from None
+        except BaseException as exc:
+            raise _corrupt(exc, folder) from None
 
     @staticmethod
     def copy_folder(source: Path, target: Path) -> None:
@@ -320,6 +322,8 @@ class LexicalIndex:
             return results
         except ValueError as exc:
             raise InputError(f"corrupt lexical index {self.folder}: {exc}") from None
+        except BaseException as exc:
+            raise _corrupt(exc, self.folder) from None
 
     @staticmethod
     def _hits(searcher, query, limit: int) -> list[tuple[int, float]]:
@@ -346,6 +350,18 @@ class LexicalIndex:
             snippet = generator.snippet_from_doc(record)
             found.append(snippet.to_html() if snippet.highlighted() else None)
         return found
+
+
+def _corrupt(exc: BaseException, folder: Path | None) -> BaseException:
+    """A Rust panic inside tantivy (a segment file it cannot read: pyo3's PanicException, a
+    BaseException) as the `InputError` of a damaged index; any other exception as it is."""
+    if type(exc).__name__ != "PanicException":
+        return exc
+    reason = " ".join(str(exc).split())[:120]
+    return InputError(
+        f"corrupt lexical index {folder}: tantivy cannot read it ({reason}): rebuild it with "
+        "`embedkit index --out INDEX --reindex-lexical`"
+    )
 
 
 def _runs(rows: Sequence[int]) -> list[tuple[int, int]]:

@@ -6,8 +6,10 @@ one version folder holds: the FAISS index (`vectors`), the document store (`docs
 compiled to the allowed rows (`embedkit.index.where`), kept for the last `FILTER_CACHE` expressions.
 
 Search among some rows (a metadata filter, or the rows not masked after a deletion) uses faiss's
-ID selectors (`SearchParameters(sel=...)`), so it returns `k` hits whenever `k` rows are allowed:
-flat search is exact; an HNSW or IVF search that finds fewer is repeated with a wider search
+ID selectors (`SearchParameters(sel=...)`), so it returns `k` hits whenever `k` rows are allowed,
+filtered or not: flat search is exact; an HNSW search looks at `max(efSearch, k)` candidates (its
+answers come from that list, as FAISS's own guidance says to size it); an HNSW or IVF search that
+finds fewer is repeated with a wider search
 (efSearch or nprobe x 4, up to the whole index), and an HNSW search that still falls short is
 answered by an exact search over the allowed rows.
 
@@ -29,19 +31,12 @@ from embedkit.encode.batching import l2_normalize
 from embedkit.errors import InputError
 from embedkit.index.docstore import DocStore
 from embedkit.index.folder import (
-    DOCS_FILE,
-    INDEX_FILE,
-    META_FILE,
     index_files_dir,
-    read_faiss,
-    read_index_meta,
 )
-from embedkit.index.integrity import load_consistent
+from embedkit.index.integrity import load_consistent, read_version
 from embedkit.index.kinds import HNSW_EF_SEARCH, SCORE_OVERSHOOT, faiss_module
-from embedkit.index.lexical import lexical_settings
 from embedkit.index.rows import labels
-from embedkit.index.where import rows_where
-from embedkit.storage.versioned import verify_checksums
+from embedkit.index.where_sql import rows_where
 
 Ranking = list[tuple[int, float]]
 FILTER_CACHE = 32  # metadata filters whose allowed rows a loaded index keeps (a server's repeats)
@@ -81,15 +76,7 @@ class LocalStore:
     def read(cls, folder: Path, path: Path) -> LocalStore:
         """The version folder `folder` of the index `path`, its files checked (a missing, truncated
         or corrupt file is an `InputError`)."""
-        verify_checksums(folder, required=(INDEX_FILE, DOCS_FILE, META_FILE))
-        meta = read_index_meta(folder)
-        vectors = read_faiss(folder / INDEX_FILE, meta)
-        docs = DocStore.open(folder / DOCS_FILE, lexical=lexical_settings(meta.get("lexical")))
-        # every vector is a document's, or a deleted document's that is masked (`embedkit.index.rows`)
-        held = docs.count() + len(docs.deletions.masked_rows()) if docs.deletions.any() else docs.next_row()
-        if held != vectors.ntotal:
-            docs.close()
-            raise InputError(f"{folder / DOCS_FILE} does not match {folder / INDEX_FILE}: rebuild the index")
+        meta, vectors, docs = read_version(folder)  # the checks `verify` makes too
         return cls(meta, vectors, docs, path, folder)
 
     def __len__(self) -> int:
@@ -204,13 +191,18 @@ def search_rows(
 ) -> tuple[np.ndarray, np.ndarray]:
     """faiss's (scores, rows) [q, k] of normalised `queries`, among the `allowed` rows (sorted; None:
     all) and never the `masked` ones; padded with row -1 only where fewer than `k` rows are allowed."""
-    if allowed is None and not len(masked):
-        return index.search(queries, k)
     faiss = faiss_module()
+    selector = None  # every row
+    available = int(index.ntotal)
+    plain = None  # an unfiltered IVF search as the index is set (on a GPU too), before any widening
+    if allowed is None and not len(masked) and kind != "hnsw":
+        plain = index.search(queries, k)
+        if kind == "flat" or ((plain[1] >= 0).sum(axis=1) >= min(k, available)).all():
+            return plain
     if allowed is not None:
         selector = faiss.IDSelectorBatch(np.ascontiguousarray(allowed, dtype=np.int64))
         available = len(allowed)
-    else:
+    elif len(masked):
         selector = faiss.IDSelectorNot(faiss.IDSelectorBatch(np.ascontiguousarray(masked)))
         available = int(index.ntotal) - len(masked)
     want = min(k, available)
@@ -220,6 +212,8 @@ def search_rows(
         try:
             scores, rows = index.search(queries, k, params=_parameters(kind, selector, width, k))
         except RuntimeError as exc:  # a faiss build or device without ID selectors for this index
+            if plain is not None:  # nor per-search parameters: the index's own answer stands
+                return plain
             reason = str(exc).strip().splitlines()[-1]
             raise InputError(f"this index cannot search among some rows (drop --gpu?): {reason}") from None
         short = (rows >= 0).sum(axis=1) < want
@@ -234,12 +228,15 @@ def search_rows(
 
 
 def _parameters(kind: str, selector, width: int, k: int):  # -> faiss.SearchParameters
+    """The search's parameters: HNSW's efSearch at least k (its candidate list is where the k
+    results come from: 64 candidates cannot give 1,000 hits), IVF's nprobe; `selector` None: all."""
     faiss = faiss_module()
+    chosen = {} if selector is None else {"sel": selector}
     if kind == "hnsw":
-        return faiss.SearchParametersHNSW(sel=selector, efSearch=max(width, k))
+        return faiss.SearchParametersHNSW(efSearch=max(width, k), **chosen)
     if kind == "ivf-pq":
-        return faiss.SearchParametersIVF(sel=selector, nprobe=width)
-    return faiss.SearchParameters(sel=selector)
+        return faiss.SearchParametersIVF(nprobe=width, **chosen)
+    return faiss.SearchParameters(**chosen)
 
 
 def _exact(index, queries: np.ndarray, k: int, rows: np.ndarray) -> tuple[np.ndarray, np.ndarray]:

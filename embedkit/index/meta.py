@@ -8,6 +8,7 @@ traceback. Readers that index the metadata as a dict (`read_index_meta` in `fold
 
 from __future__ import annotations
 
+import uuid
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, field, fields, replace
 from datetime import datetime, timezone
@@ -24,6 +25,15 @@ REQUIRED = ("version", "model", "model_fingerprint", "dim", "kind", "params", "c
 def now() -> str:
     """The time stamp of `created` and `updated`: UTC, seconds."""
     return datetime.now(timezone.utc).isoformat(timespec="seconds")
+
+
+def new_index_id() -> str:
+    """An index's identity, drawn when it is created: two indexes built in the same second differ.
+
+    `created` alone could not tell them apart (it has a resolution of seconds), and `push --append`
+    must never finish one index's rows with another's (`embedkit.remote.push`).
+    """
+    return uuid.uuid4().hex
 
 
 @dataclass(frozen=True)
@@ -45,6 +55,9 @@ class IndexMeta:
     corpus_fingerprint: str | None = None  # `embedkit.index.corpus_fingerprint` of what it holds
     created: str = ""
     updated: str = ""
+    # `new_index_id()` at creation; appends, edits and compaction keep it, a copy of the folder shares
+    # it; empty in an index an earlier embedkit built
+    index_id: str = ""
     sources: list[dict[str, Any]] = field(default_factory=list)  # each build or append's corpus
     fusion: dict[str, Any] | None = None  # the calibrated fusion (`embedkit.search.request.Calibration`)
     passages: dict[str, Any] | None = None  # `embedkit.index.passages.PassageSettings`; None: whole documents
@@ -115,6 +128,7 @@ def _check(meta: dict[str, Any], path: Path) -> None:
     for key in (
         "created",
         "updated",
+        "index_id",
         "kind_reason",
         "metric",
         "model_backend",

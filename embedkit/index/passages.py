@@ -9,7 +9,8 @@ exactly as without passages. A passage is the character span of its tokens in th
 from the text's start, the last to its end), so every character of the text is in a passage and
 snippets quote the user's text. The title, when there is one, is prepended to every passage (as
 DPR and BEIR embed "title + passage"), so `N` plus the title's tokens should stay within the
-model's `max_seq_length` (all-MiniLM-L6-v2: 256); longer passages are truncated and counted.
+model's `max_seq_length` (all-MiniLM-L6-v2: 256); an `N` over it is refused, and a passage that
+its title and special tokens take past it is truncated and counted.
 
 Search ranks documents by their best passage: a document's dense score is the largest cosine of
 its passages, its BM25 score the largest of its passages', and hybrid fusion combines those
@@ -110,7 +111,14 @@ class PassageSplitter:
 
     def __init__(self, model_dir: str | Path, settings: PassageSettings) -> None:
         from embedkit.encode.batching import load_tokenizer
+        from embedkit.encode.model_folder import read_model_spec
 
+        longest = read_model_spec(model_dir).max_seq_length
+        if settings.tokens > longest:  # every longer passage would lose its tail to truncation
+            raise InputError(
+                f"--passages {settings.describe()}: a passage of {settings.tokens:,} tokens is longer than "
+                f"the model takes ({longest} tokens, {model_dir}): give at most {longest}"
+            )
         self.settings = settings
         self.tokenizer = load_tokenizer(Path(model_dir), settings.tokens)
         self.tokenizer.no_truncation()  # every token of the text, however long

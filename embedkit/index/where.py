@@ -21,29 +21,32 @@ Fields are the top-level keys of the documents' metadata (a JSONL corpus's extra
   `not`, `and`, `or` follow SQL's three-valued logic: a document passes where the filter is true.
   So `lang != "en"` and `not lang = "en"` both leave out documents without `lang`, as in SQL and
   in Milvus (whose filter expressions `embedkit.remote.milvus.milvus_filter` writes).
+- Numbers are exact (`exact_number`): an integer literal is a 64-bit int (beyond is refused, as
+  the stores hold no more), a literal with a fraction a Decimal; `where_sql` compares integers
+  with either exactly and floats with the literal's nearest float.
 Checked against the fields the index holds before anything is searched: an unknown field, or a
 value of a type the field never holds, is an `InputError` naming the position (1-based), as is
-an expression that does not parse.
+an expression that does not parse or goes past a stated limit (`MAX_CHARS`, `MAX_DEPTH`,
+`MAX_COMPARISONS`, `MAX_IN_VALUES`; docs/guarantees.md, section 8).
 
-`parse` gives the tree; `rows_where` turns it into SQL over the document store (each search side
-then takes the allowed rows, `embedkit.index.rows` and `embedkit.index.lexical`); adapters of
-other engines translate the same tree (`embedkit.remote.milvus.milvus_filter`).
+`parse` gives the tree; `embedkit.index.where_sql.rows_where` turns it into SQL over the document
+store (each search side then takes the allowed rows, `embedkit.index.rows` and
+`embedkit.index.lexical`); adapters of other engines translate the same tree
+(`embedkit.remote.milvus.milvus_filter`).
 """
 
 from __future__ import annotations
 
 import functools
+import math
 import re
 from dataclasses import dataclass
 from datetime import datetime
-from typing import TYPE_CHECKING, Union
+from decimal import Decimal, InvalidOperation
+from typing import Union
 
+from embedkit.data.values import INT64_MAX, INT64_MIN, check_text, in_int64
 from embedkit.errors import InputError
-
-if TYPE_CHECKING:
-    import numpy as np
-
-    from embedkit.index.docstore import DocStore
 
 DATE_PATTERN = r"\d{4}-\d{2}-\d{2}(T\d{2}:\d{2}(:\d{2}(\.\d+)?)?(Z|[+-]\d{2}:\d{2})?)?"
 GRAMMAR = r"""
@@ -98,7 +101,16 @@ _FRIENDLY = {
     "COMMA": ",",
 }
 NUMERIC = ("integer", "real")  # `json_type` names of numbers
-Value = Union[int, float, str, bool, "Date"]
+# A number with a fraction (`0.5`, `1e-3`) stays exact (a Decimal): documents' integers are compared
+# with it exactly, their floats with its nearest float, as SQLite and Milvus hold them.
+Value = Union[int, Decimal, str, bool, "Date"]
+
+# The size of a filter, stated (docs/guarantees.md) rather than found as a RecursionError or as
+# SQLite's "Expression tree is too large"; each is far beyond a filter a person writes.
+MAX_CHARS = 100_000  # characters of the expression
+MAX_DEPTH = 32  # levels of parentheses and `not` around a comparison
+MAX_COMPARISONS = 1_000  # comparisons (each value of an `in` list is one)
+MAX_IN_VALUES = 1_000  # values of one `in` list
 
 
 @dataclass(frozen=True)
@@ -149,20 +161,34 @@ def _parser():  # -> lark.Lark, built once per process
 
 
 def parse(text: str) -> Expr:
-    """The tree of `text`; an `InputError` naming the position where it stops making sense."""
-    from lark import Token, Transformer, v_args
-    from lark.exceptions import (
-        UnexpectedCharacters,
-        UnexpectedEOF,
-        UnexpectedInput,
-        UnexpectedToken,
-        VisitError,
-    )
+    """The tree of `text`; an `InputError` naming the position where it stops making sense, or the
+    limit (`MAX_CHARS`, `MAX_DEPTH`, `MAX_COMPARISONS`, `MAX_IN_VALUES`) it goes beyond."""
+    from lark.exceptions import VisitError
 
+    check_text(text, "the filter (where)")  # SQLite and the tokenizer write UTF-8
     if not text.strip():
         raise InputError('the filter (where) is empty: give one such as year >= 2020 and lang = "en"')
+    if len(text) > MAX_CHARS:
+        raise InputError(
+            f"where: the expression has {len(text):,} characters; a filter takes at most {MAX_CHARS:,}"
+        )
+    tree = _syntax_tree(text)
     try:
-        tree = _parser().parse(text)
+        expr = _builder()().transform(tree)
+    except VisitError as exc:  # a bad date or number, raised inside the transformer
+        if isinstance(exc.orig_exc, InputError):
+            raise exc.orig_exc from None
+        raise
+    check_size(expr)
+    return expr
+
+
+def _syntax_tree(text: str):  # -> lark.Tree
+    """lark's parse of `text`; its errors as one line naming the position."""
+    from lark.exceptions import UnexpectedCharacters, UnexpectedEOF, UnexpectedInput, UnexpectedToken
+
+    try:
+        return _parser().parse(text)
     except UnexpectedEOF as exc:
         raise InputError(
             f"where: the expression ends early, at position {len(text) + 1}{_expected(exc)}"
@@ -184,15 +210,19 @@ def parse(text: str) -> Expr:
     except UnexpectedInput as exc:  # pragma: no cover - the three above are lark's kinds
         raise InputError(f"where: cannot parse the expression: {exc}") from None
 
+
+@functools.cache
+def _builder():  # -> the lark Transformer class that turns a syntax tree into an `Expr`
+    from lark import Token, Transformer_NonRecursive, v_args
+
     @v_args(inline=True)
-    class Build(Transformer):
+    class Build(Transformer_NonRecursive):  # a loop, not recursion: any depth reaches `check_size`
         def field(self, token: Token) -> tuple[str, int]:
             name = token[1:-1] if token.type == "QUOTED_NAME" else str(token)
             return name, token.start_pos + 1
 
-        def number(self, token: Token) -> int | float:
-            number = float(token)
-            return int(number) if number.is_integer() and re.fullmatch(r"[+-]?\d+", token) else number
+        def number(self, token: Token) -> int | Decimal:
+            return exact_number(str(token), token.start_pos + 1)
 
         def string(self, token: Token) -> str:
             return re.sub(r"\\(.)", r"\1", token[1:-1])
@@ -222,12 +252,59 @@ def parse(text: str) -> Expr:
         def or_(self, *parts: Expr) -> Or:
             return Or(parts)
 
+    return Build
+
+
+def exact_number(token: str, position: int) -> int | Decimal:
+    """A number literal as written: an int (64-bit, as the stores hold integers; beyond is an
+    `InputError`), or a Decimal where it has a fraction, never a float that rounds it."""
+    if re.fullmatch(r"[+-]?\d+", token):
+        value = int(token)
+        if not in_int64(value):
+            raise InputError(
+                f"where: the integer {token} at position {position} is beyond the 64-bit integers the "
+                f"document store holds ({INT64_MIN} to {INT64_MAX})"
+            )
+        return value
     try:
-        return Build().transform(tree)
-    except VisitError as exc:  # a bad date, raised inside the transformer
-        if isinstance(exc.orig_exc, InputError):
-            raise exc.orig_exc from None
-        raise
+        exact = Decimal(token)
+        finite = math.isfinite(float(exact))
+    except (InvalidOperation, OverflowError, ValueError):  # pragma: no cover - the grammar's NUMBER
+        finite = False
+    if not finite:
+        raise InputError(f"where: the number {token} at position {position} is beyond 64-bit floats")
+    if exact == exact.to_integral_value() and in_int64(int(exact)):
+        return int(exact)  # 2.0 and 2e3 are the integers they name
+    return exact
+
+
+def check_size(expr: Expr) -> None:
+    """An `InputError` naming the limit a filter goes beyond (walked without recursion)."""
+    comparisons = 0
+    stack: list[tuple[Expr, int]] = [(expr, 1)]
+    while stack:
+        node, depth = stack.pop()
+        if depth > MAX_DEPTH:
+            raise InputError(
+                f"where: the expression nests and, or and not over {MAX_DEPTH} levels deep; "
+                f"a filter takes at most {MAX_DEPTH}"
+            )
+        if isinstance(node, Member) and len(node.values) > MAX_IN_VALUES:
+            raise InputError(
+                f"where: the `in` list at position {node.position} has {len(node.values):,} values; "
+                f"a list takes at most {MAX_IN_VALUES:,}"
+            )
+        if isinstance(node, (Compare, Member)):
+            comparisons += len(node.values) if isinstance(node, Member) else 1
+            if comparisons > MAX_COMPARISONS:  # what bounds the SQL's parameters too
+                raise InputError(
+                    f"where: the expression has over {MAX_COMPARISONS:,} comparisons; a filter takes at "
+                    f"most {MAX_COMPARISONS:,} (each value of an `in` list counts as one)"
+                )
+        elif isinstance(node, Not):
+            stack.append((node.part, depth + 1))
+        else:
+            stack.extend((part, depth + 1) for part in node.parts)
 
 
 def _expected(exc) -> str:
@@ -249,7 +326,7 @@ def kind_of(value: Value) -> str:
     """The field type a literal compares with: number, string, date or bool."""
     if isinstance(value, bool):
         return "bool"
-    if isinstance(value, (int, float)):
+    if isinstance(value, (int, float, Decimal)):
         return "number"
     return "date" if isinstance(value, Date) else "string"
 
@@ -267,7 +344,7 @@ def check(expr: Expr, fields: dict[str, set[str]]) -> None:
                 f"where: unknown metadata field {field!r} at position {position} (fields: {known})"
             )
         held = _held(fields[field])
-        wanted = _compared_as(value, op, fields[field])
+        wanted = compared_as(value, op, fields[field])
         if op in ("<", "<=", ">", ">=") and wanted not in ("number", "date"):
             raise InputError(
                 f"where: {op} at position {position} compares numbers and dates; {field!r} "
@@ -292,7 +369,7 @@ def _held(types: set[str]) -> set[str]:
     return held | {"date", "string"} if "date" in types else held
 
 
-def _compared_as(value: Value, op: str, types: set[str]) -> str:
+def compared_as(value: Value, op: str, types: set[str]) -> str:
     """A quoted string is compared as a date where it is one and the field holds dates: in a range,
     or where the field holds no other text."""
     kind = kind_of(value)
@@ -314,60 +391,3 @@ def _comparisons(expr: Expr):  # -> Iterator[(field, op, value, position)]
     else:
         for part in expr.parts:
             yield from _comparisons(part)
-
-
-# --- SQL over the document store ----------------------------------------------------------------
-
-
-def rows_where(store: DocStore, text: str) -> np.ndarray:
-    """The rows of the documents in `store` that pass the filter `text` (sorted int64)."""
-    expr = parse(text)
-    fields = store.filters.fields()
-    check(expr, fields)
-    params: list[object] = []
-    sql = _sql(expr, fields, params)
-    return store.filters.rows_matching(sql, params)
-
-
-def json_path(field: str) -> str:
-    """SQLite's JSON path of a top-level key (quoted, so any key works)."""
-    return '$."' + field.replace("\\", "\\\\").replace('"', '\\"') + '"'
-
-
-def _sql(expr: Expr, fields: dict[str, set[str]], params: list[object]) -> str:
-    if isinstance(expr, Not):
-        return f"NOT ({_sql(expr.part, fields, params)})"
-    if isinstance(expr, (And, Or)):
-        joiner = " AND " if isinstance(expr, And) else " OR "
-        return "(" + joiner.join(_sql(part, fields, params) for part in expr.parts) + ")"
-    if isinstance(expr, Member):
-        parts = [_sql(Compare(expr.field, "=", v, expr.position), fields, params) for v in expr.values]
-        return "(" + " OR ".join(parts) + ")"
-    return _compare_sql(expr, _compared_as(expr.value, expr.op, fields[expr.field]), params)
-
-
-def _compare_sql(expr: Compare, kind: str, params: list[object]) -> str:
-    """One comparison: NULL (unknown) where the field is missing or of another type, so that `not`,
-    `and` and `or` follow SQL's three-valued logic and only documents for which it is true pass."""
-    path = json_path(expr.field)
-    op = "<>" if expr.op == "!=" else expr.op
-    value = "json_extract(metadata, ?)"
-    if kind == "bool":
-        params += [path, path, "true" if expr.value else "false"]
-        return (
-            f"(CASE WHEN json_type(metadata, ?) IN ('true', 'false') THEN json_type(metadata, ?) {op} ? END)"
-        )
-    if kind == "number":
-        params += [path, path, expr.value]
-        return f"(CASE WHEN json_type(metadata, ?) IN ('integer', 'real') THEN {value} {op} ? END)"
-    if kind == "date":
-        from embedkit.index.fields import ISO_DATE_GLOB
-
-        literal = expr.value.text if isinstance(expr.value, Date) else str(expr.value)
-        params += [path, path, ISO_DATE_GLOB, path, literal]
-        return (
-            f"(CASE WHEN json_type(metadata, ?) = 'text' AND {value} GLOB ? "
-            f"THEN julianday({value}) {op} julianday(?) END)"
-        )
-    params += [path, path, expr.value]
-    return f"(CASE WHEN json_type(metadata, ?) = 'text' THEN {value} {op} ? END)"

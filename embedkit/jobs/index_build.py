@@ -50,7 +50,7 @@ from embedkit.index.folder import (
 )
 from embedkit.index.kinds import KINDS, choose_kind, index_params, new_faiss_index, train_ivf
 from embedkit.index.lexical_rebuild import fill_lexical
-from embedkit.index.meta import IndexMeta, now
+from embedkit.index.meta import IndexMeta, new_index_id, now
 from embedkit.index.passages import PassageSettings, PassageSplitter, passage_settings
 from embedkit.index.rows import add_rows
 from embedkit.index.version_copy import copy_store, read_faiss_copy, write_faiss
@@ -163,6 +163,7 @@ def build_index(
         passages=filled.vectors if plan.split is not None else 0,
         hidden_files=filled.read.hidden,
         binary_files=filled.read.binary,
+        recoded_files=tuple(filled.read.recoded),
         prefixes=plan.prefixes.describe(),
     )
 
@@ -383,6 +384,7 @@ def record(plan: Plan, filled: Filled, tmp: Path, fusion: Calibration | None) ->
         index_bytes=write_faiss(filled.index, tmp / INDEX_FILE),
         created=old.get("created", stamp),
         updated=stamp,
+        index_id=old.get("index_id", "") if old else new_index_id(),
         sources=[*old.get("sources", []), source],
         fusion=fusion.to_json() if fusion is not None else old.get("fusion"),
         passages=plan.split.to_json() if plan.split is not None else None,

@@ -41,7 +41,7 @@ from embedkit.index.kinds import (
     new_faiss_index,
 )
 from embedkit.index.lexical_rebuild import fill_lexical
-from embedkit.index.meta import IndexMeta, now
+from embedkit.index.meta import IndexMeta, new_index_id, now
 from embedkit.index.version_copy import write_faiss
 from embedkit.jobs.parts import Part, check_corpus, model_of_parts, normalized, read_parts
 from embedkit.jobs.streaming import CorpusOptions, read_corpus
@@ -137,6 +137,7 @@ def _recorded(
         index_bytes=write_faiss(index, tmp / INDEX_FILE),
         created=stamp,
         updated=stamp,
+        index_id=new_index_id(),
         sources=[source],
         **built,
     )

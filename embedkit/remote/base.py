@@ -84,6 +84,7 @@ class PushRecord:
     model_backend: str = "torch"
     max_seq_length: int | None = None
     corpus_fingerprint: str | None = None
+    index_id: str = ""  # the pushed index's `index_id` (empty for part files and older indexes)
     index_created: str = ""  # the pushed index's `created` (empty for part files)
     index_updated: str = ""
     index_format: int | None = None  # embedkit-index.json's format version (None for part files)

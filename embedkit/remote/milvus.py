@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+from decimal import Decimal
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -335,8 +336,10 @@ def milvus_filter(expr: Expr) -> str:
     value = expr.value
     if isinstance(value, bool):
         literal = "true" if value else "false"
-    elif isinstance(value, (int, float)):
-        literal = repr(value)
+    elif isinstance(value, int):
+        literal = str(value)  # exact: Milvus holds 64-bit integers, as the filter's parser does
+    elif isinstance(value, (float, Decimal)):
+        literal = repr(float(value))  # a fraction compares as a float there
     else:
         literal = json.dumps(value.text if isinstance(value, Date) else value, ensure_ascii=False)
     op = "==" if expr.op == "=" else expr.op

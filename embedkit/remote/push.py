@@ -72,6 +72,7 @@ def push_index(
             dim=index.dim,
             count=len(index),
             corpus_fingerprint=meta.get("corpus_fingerprint"),
+            index_id=meta.get("index_id", ""),
             index_created=meta.get("created", ""),
             index_updated=meta.get("updated", ""),
             index_format=meta.get("version"),
@@ -278,16 +279,27 @@ def _check_same_source(
     target: RemoteTarget, held: PushRecord, record: PushRecord, prefix: Callable[[int], str]
 ) -> None:
     """`--append` sends only the rows a collection lacks, so the rows it has must be this source's:
-    the same index (its `created` stamp: its appends, deletions and updates since are carried by
-    `_plan`), or, where no stamp was recorded, a corpus whose first `held.count` documents are the
-    ones the last complete push recorded (a source that grew passes; another one never).
+    the same index (its `index_id`, drawn when it was created: its appends, deletions and updates
+    since are carried by `_plan`), or, where no identity was recorded, a corpus whose first
+    `held.count` documents are the ones the last complete push recorded (a source that grew passes;
+    another one never).
+
+    Indexes of an earlier embedkit have no `index_id`; theirs is told by `created`, which has a
+    resolution of seconds, so two of them built in the same second pass as one.
     """
     fix = "push without --append to replace its rows, or use another --collection"
-    if held.index_created and record.index_created:
+    if held.index_id and record.index_id:
+        if held.index_id != record.index_id:
+            raise InputError(
+                f"{target} holds another index ({held.source}, created {held.index_created}) than "
+                f"{record.source} (created {record.index_created}): {fix}"
+            )
+        return
+    if held.index_created and record.index_created and not (held.index_id or record.index_id):
         if held.index_created != record.index_created:
             raise InputError(
-                f"{target} holds the index {held.source} (created {held.index_created}); {record.source} "
-                f"is another index (created {record.index_created}): {fix}"
+                f"{target} holds another index ({held.source}, created {held.index_created}) than "
+                f"{record.source} (created {record.index_created}): {fix}"
             )
         return
     if held.corpus_fingerprint is not None and held.corpus_fingerprint == record.corpus_fingerprint:

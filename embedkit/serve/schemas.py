@@ -122,8 +122,19 @@ class Body:
     extra: dict[str, Any] = field(default_factory=dict)  # JSON Schema keywords beyond the fields'
 
     def check(self, body: dict[str, Any], config: ServeConfig) -> dict[str, Any]:
-        """The fields' values (defaults filled in) or a `BodyError`. Unknown keys are ignored, as
-        OpenAI's and TEI's clients send fields that this server has no use for."""
+        """The fields' values (defaults filled in) or a `BodyError`. A key that is not a field is a
+        422 naming it: a misspelled `k` answered as if absent is a wrong answer with no error. The
+        OpenAI and TEI bodies list every field those APIs define, so their clients pass."""
+        known = {spec.name for spec in self.fields}
+        unknown = [key for key in body if key not in known]
+        if unknown:
+            names = ", ".join(repr(key) for key in unknown)
+            raise BodyError(
+                422,
+                f"unknown field{'s' if len(unknown) > 1 else ''} {names}: this request takes "
+                f"{', '.join(spec.name for spec in self.fields)}",
+                unknown[0],
+            )
         for group in self.one_of:
             if sum(name in body for name in group) != 1:
                 raise BodyError(422, f"give exactly one of {', '.join(repr(n) for n in group)}")
@@ -142,6 +153,7 @@ class Body:
         out: dict[str, Any] = {
             "type": "object",
             "properties": {f.name: f.schema(config) for f in self.fields},
+            "additionalProperties": False,  # `check` refuses any other key
         }
         if self.description:
             out["description"] = self.description
@@ -213,9 +225,10 @@ OPENAI_EMBEDDINGS = Body(
             ("float", "base64"),
         ),
         Field("dimensions", INTEGER, "must equal the model's dimension if given", minimum=1),
+        Field("user", STRING, "accepted and ignored: an end user's id, for the provider's monitoring"),
     ),
     required=("input",),
-    description="OpenAI's embeddings request",
+    description="OpenAI's embeddings request (every field OpenAI defines)",
 )
 SEARCH = Body(
     "SearchRequest",
@@ -252,8 +265,22 @@ TEI_EMBED = Body(
         Field("inputs", TEXTS, "the text, or texts, to embed", max_items="max_texts"),
         Field("normalize", BOOLEAN, "L2-normalize the vectors", True),
         Field("truncate", BOOLEAN, "cut texts longer than max_input_length (else 413)", False, nullable=True),
+        Field(
+            "truncation_direction",
+            STRING,
+            "where truncate cuts: this server cuts the end (right)",
+            "right",
+            ("right", "Right", "left", "Left"),
+        ),
+        Field(
+            "prompt_name",
+            STRING,
+            "a key of the model's sentence-transformers prompts, put before every input",
+            nullable=True,
+        ),
+        Field("dimensions", INTEGER, "must equal the model's dimension if given", minimum=1, nullable=True),
     ),
     required=("inputs",),
-    description="text-embeddings-inference's /embed request",
+    description="text-embeddings-inference's /embed request (every field TEI defines)",
 )
 REQUESTS: Sequence[Body] = (OPENAI_EMBEDDINGS, SEARCH, TEI_EMBED)

@@ -3,7 +3,9 @@
 A client written for TEI (huggingface_hub's `InferenceClient(base_url).feature_extraction`, which
 posts to the base URL itself, LangChain's and LlamaIndex's TEI embeddings) works unchanged.
 The shapes follow TEI's router: the request `{"inputs": str | [str], "normalize": true,
-"truncate": false}`, the answer a list of vectors, and every error `{"error", "error_type"}` with
+"truncate": false, "truncation_direction": "right", "prompt_name": null, "dimensions": null}`
+(every field TEI defines; a value this server cannot honour is a 422, never ignored), the answer
+a list of vectors, and every error `{"error", "error_type"}` with
 TEI's statuses: an input over `max_input_length` tokens without `truncate` is a Validation
 error (413, as TEI answers it), an empty list 400 (Empty), the model loading 503 (Unhealthy), the
 queue full 429 (Overloaded), a failure inside the model 424 (Backend). A missing or wrong key is
@@ -66,6 +68,28 @@ def over_long(model: ServedModel, texts: list[str]) -> int | None:
     return None
 
 
+def _prompted(model: ServedModel, values: dict[str, Any]) -> list[str]:
+    """The inputs, each after the model's prompt `prompt_name`; TEI's other fields checked against
+    what this server does (a 422 where it cannot, never a field ignored)."""
+    if values["truncation_direction"].lower() == "left":
+        message = "truncation_direction 'left' is not supported: this server cuts the end of a text (right)"
+        raise TeiError(422, "Validation", message)
+    dimensions = values.get("dimensions")
+    if dimensions is not None and dimensions != model.dim:
+        message = f"dimensions {dimensions}: this model gives {model.dim}-d vectors and cannot change that"
+        raise TeiError(422, "Validation", message)
+    name = values.get("prompt_name")
+    if name is None:
+        return values["inputs"]
+    from embedkit.encode.prefixes import model_prompts
+
+    prompts = model_prompts(model.encoder.path)
+    if name not in prompts:
+        known = ", ".join(repr(p) for p in prompts) or "none"
+        raise TeiError(422, "Validation", f"prompt_name {name!r} is not one of the model's prompts ({known})")
+    return [prompts[name] + text for text in values["inputs"]]
+
+
 class TeiRoutes:
     """TEI's `/embed` (and `POST /`) and `/info` over `engine`; `helpers` has the app's `authorize`,
     `require_ready`, `read_object`, `embed` and its `ApiError` class."""
@@ -101,7 +125,7 @@ class TeiRoutes:
             values = TEI_EMBED.check(body, self.config)
         except BodyError as exc:
             raise TeiError(exc.status, "Validation", exc.message) from None
-        texts = values["inputs"]
+        texts = _prompted(model, values)
         if not values["normalize"] and getattr(model.encoder, "normalize_default", False):
             message = f"{model.name} L2-normalizes its vectors itself: normalize=false cannot give raw ones"
             raise TeiError(422, "Validation", message)

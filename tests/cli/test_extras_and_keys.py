@@ -34,6 +34,7 @@ COMMANDS = {
     "milvus": ["search", "{tmp}/x.db", "wing"],
     "distributed": ["embed", "{tmp}/c.txt", "--out", "{tmp}/parts", "--ray", "--model", "{model}"],
     "cpu": ["index", "{tmp}/c.txt", "--out", "{tmp}/idx", "--model", "{model}"],
+    "documents": ["index", "{tmp}/docs", "--out", "{tmp}/idx", "--model", "{model}"],
 }
 
 
@@ -65,6 +66,9 @@ def test_a_missing_extra_is_one_line_naming_it(extra, module, tmp_path: Path, ti
     (tmp_path / "beir" / "corpus.jsonl").write_text('{"_id": "d1", "text": "wing"}\n', encoding="utf-8")
     (tmp_path / "beir" / "queries.jsonl").write_text('{"_id": "q1", "text": "wing"}\n', encoding="utf-8")
     (tmp_path / "beir" / "qrels" / "test.tsv").write_text("q1\td1\t1\n", encoding="utf-8")
+    (tmp_path / "docs").mkdir()
+    (tmp_path / "docs" / "notes.md").write_text("# Notes\n", encoding="utf-8")
+    (tmp_path / "docs" / "report.pdf").write_bytes(b"%PDF-1.4\n")  # never read: the extra is checked first
     args = [a.replace("{tmp}", str(tmp_path)).replace("{model}", str(tiny_bert)) for a in COMMANDS[extra]]
     _hide(monkeypatch, module)
     result = CliRunner().invoke(app, args)

@@ -360,7 +360,7 @@ def test_a_part_write_killed_between_its_renames_is_completed_by_clean(tmp_path)
 
 
 @pytest.mark.parametrize(
-    ("args", "names"), [([], "train, adapt, export, embed"), (["eval"], "sts, sts-retrieval")]
+    ("args", "names"), [([], "embed, train, adapt, export"), (["eval"], "sts, sts-retrieval")]
 )
 def test_a_group_without_its_command_is_one_usage_line(runner, args, names):
     result = runner.invoke(app, args)

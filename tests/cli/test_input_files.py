@@ -133,7 +133,7 @@ def test_a_path_that_is_not_a_regular_file_is_one_line_and_exit_2(
             "{index}": str(search_index), "{beir}": str(beir)}
     args = [fill.get(a, a).replace("{tmp}", str(short_dir)) for a in template]
     if kind == "folder" and name == "c.txt":  # a corpus may be a folder of text files: an empty one
-        words = "holds no .txt or .md files"
+        words = "holds no .txt, .md, .pdf, .html or .docx files"
     code, stderr = invoke_with_deadline(args, DEADLINE_S)
     assert code == 2, stderr
     lines = stderr.strip().splitlines()

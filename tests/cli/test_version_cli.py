@@ -23,7 +23,7 @@ def test_version_names_embedkit_and_every_installed_library() -> None:
     assert lines[0].startswith(f"embedkit {metadata.version('embedkit')} from ")
     assert lines[0].endswith(f"(Python {platform.python_version()})")
     installed = {d.metadata["Name"].lower(): d.version for d in metadata.distributions()}
-    for name in ("torch", "onnxruntime", "faiss-cpu", "tantivy"):  # the test environment's ([cpu,dev])
+    for name in ("torch", "onnxruntime", "faiss-cpu", "tantivy"):  # the test environment's ([cpu,serve,test])
         if name in installed:
             assert any(line.split(" (")[0] == f"{name} {installed[name]}" for line in lines), lines
 

@@ -39,7 +39,6 @@ def notes(tmp_path):
     write(root / ".hidden.md", "# secret\n")
     write(root / ".git" / "config.txt", "not a note\n")
     write(root / "image.txt", b"\x89PNG\x00\x00binary")
-    write(root / "latin1.txt", "caf\xe9".encode("latin-1"))
     write(root / "data.csv", "text\nignored\n")
     return root
 
@@ -69,12 +68,13 @@ def test_a_folder_of_text_files_is_one_document_a_file(notes):
     )
     late = docs["late-heading.md"]
     assert late.title == "Real heading" and late.text.startswith("intro line")  # not the fenced one
-    assert (stats.read, stats.hidden, stats.binary) == (5, 2, 2)  # .hidden.md and .git; the PNG and latin-1
+    assert (stats.read, stats.hidden, stats.binary) == (5, 2, 1)  # .hidden.md and .git; the PNG
 
 
 def test_folder_errors_are_one_line(tmp_path):
     write(tmp_path / "empty" / ".keep.txt", "x")
-    with pytest.raises(InputError, match=r"holds no \.txt or \.md files \(1 hidden left out\).*BEIR"):
+    no_files = r"holds no \.txt, \.md, \.pdf, \.html or \.docx files \(1 hidden left out\).*BEIR"
+    with pytest.raises(InputError, match=no_files):
         list(read_documents(tmp_path / "empty"))
     write(tmp_path / "bad" / "x.md", "---\nyear: [2021\n---\ntext\n")
     with pytest.raises(InputError, match=r"x\.md: the front matter is not valid YAML"):
@@ -95,7 +95,7 @@ def test_a_folder_indexes_and_its_front_matter_is_metadata(notes, tmp_path, tiny
     docs = list(read_documents(notes))
     encoder = TableEncoder(tiny_bert, {d.full_text: [float(i + 1), 1.0] for i, d in enumerate(docs)})
     report = build_index(notes, tmp_path / "idx", encoder, IndexOptions(lexical=False))
-    assert (report.added, report.hidden_files, report.binary_files) == (5, 2, 2)
+    assert (report.added, report.hidden_files, report.binary_files) == (5, 2, 1)
     with SearchIndex.load(tmp_path / "idx") as index:
         (post,) = index.get_documents(["posts/2021.md"])
     assert post.metadata == {"year": 2021, "tags": ["x", "y"]}

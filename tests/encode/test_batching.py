@@ -109,3 +109,28 @@ def test_caching_encoder_embeds_each_text_once_and_keeps_order():
     np.testing.assert_array_equal(raw, [[4.0, 0.0, 1.0]])
     assert cached.encode([], normalize=True).shape == (0, 3)
     assert cached.dim == 3
+
+
+@pytest.mark.parametrize("size", [10**5, 2 * 10**6])
+def test_a_huge_text_is_tokenized_only_as_far_as_the_model_reads(tiny_bert, monkeypatch, size):
+    """The tokenizer is handed a bounded prefix of a huge text, and the vector is the one of its
+    first max_seq_length tokens (the reference: the same text cut to a few thousand characters)."""
+    from embedkit import load_encoder
+
+    encoder = load_encoder(tiny_bert, device="cpu")
+    words = ["wing", "flow", "air", "pressure", "boundary", "layer", "shock", "wave", "heat", "transfer"]
+    huge = " ".join(words[i % len(words)] for i in range(size // 6))
+    seen: list[int] = []
+    tokenizer = encoder.batcher.tokenizer
+    original = tokenizer.encode_batch
+    monkeypatch.setattr(
+        tokenizer,
+        "encode_batch",
+        lambda texts, *a, **k: seen.extend(map(len, texts)) or original(texts, *a, **k),
+    )
+    vectors = encoder.encode([huge, "wing"], normalize=True)
+    monkeypatch.undo()
+    reference = encoder.encode([huge[:5000], "wing"], normalize=True)
+    np.testing.assert_allclose(vectors, reference, atol=1e-6)
+    assert max(seen) <= encoder.max_seq_length * 1000 < len(huge)
+    assert encoder.batcher.truncated >= 1

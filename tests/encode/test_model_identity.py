@@ -300,6 +300,25 @@ def test_the_export_is_the_same_model_at_fp32_and_another_at_int8(exported: Path
 
 
 @pytest.mark.parametrize(
+    ("built", "asked"), [("int8", "fp32"), ("int8", "fp16"), ("fp32", "int8"), ("fp16", "int8")]
+)
+def test_an_index_of_the_export_names_the_precision_it_differs_in(
+    exported: Path, built: str, asked: str
+) -> None:
+    """The index records the export folder itself (built at one precision, searched at another)."""
+    from embedkit.encode.onnx_backend import OnnxEncoder
+
+    if "fp16" in (built, asked):
+        pytest.importorskip("onnxruntime")
+    recorded = OnnxEncoder(
+        exported, device="cpu", precision="int8" if built == "int8" else "fp32"
+    ).fingerprint
+    meta = {"model": str(exported), "model_fingerprint": recorded, "dim": read_model_spec(exported).dim}
+    with pytest.raises(InputError, match="it differs in precision; fingerprint"):
+        check_model_for(meta, exported, precision=asked)
+
+
+@pytest.mark.parametrize(
     ("change", "other"),
     [
         (lambda f: _edit_json(f / "embedkit.json", lambda m: m.update(max_seq_length=8)), True),

@@ -249,3 +249,20 @@ def test_append_splits_alike_and_equals_a_rebuilt_index(corpus, tiny_bert, tmp_p
             assert [[(h.id, round(h.score, 4)) for h in hits] for hits in a] == [
                 [(h.id, round(h.score, 4)) for h in hits] for hits in b
             ]
+
+
+@pytest.mark.parametrize("setting", ["65", "65:0", "256:64", "99999999999999999999:0", "100000"])
+def test_passages_longer_than_the_model_takes_are_refused_in_one_line(tmp_path, tiny_bert, setting):
+    """tiny_bert takes 64 tokens: a longer passage would lose its tail to truncation, silently."""
+    from typer.testing import CliRunner
+
+    from embedkit.cli.app import app
+
+    corpus = tmp_path / "c.jsonl"
+    corpus.write_text('{"_id": "a", "text": "wing flow"}\n', encoding="utf-8")
+    args = ["index", str(corpus), "--out", str(tmp_path / "idx"), "-m", str(tiny_bert), "--passages", setting]
+    result = CliRunner().invoke(app, args)
+    assert result.exit_code == 2, result.output
+    lines = result.output.strip().splitlines()
+    assert len(lines) == 1 and "longer than the model takes (64 tokens" in lines[0], lines
+    assert not (tmp_path / "idx").exists()

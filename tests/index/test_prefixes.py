@@ -169,3 +169,30 @@ def test_cli_folder_passages_and_prefixes(tmp_path, tiny_bert):
     assert hit["text"][hit["passage"]["start"] : hit["passage"]["end"]] == hit["passage"]["text"]
     result = runner.invoke(app, [*args, "--append", "--passages", "64:0"])
     assert result.exit_code == 2 and "differs from the index's passages 12:4" in result.stderr
+
+
+@pytest.mark.parametrize(
+    ("option", "prefix", "says"),
+    [
+        ("--query-prefix", "q\udcff: ", "not valid UTF-8 text: byte 0xff"),
+        ("--passage-prefix", "\ud800", "not valid UTF-8 text: U+D800"),
+        ("--query-prefix", "x " * 62, "is 62 tokens long, and the model takes 64"),
+        ("--passage-prefix", "wing " * 500, "is 500 tokens long"),
+        ("--query-prefix", "a\nb", "must be one line"),
+    ],
+)
+def test_prefixes_that_cannot_be_embedded_are_refused_before_indexing(
+    tmp_path, tiny_bert, option, prefix, says
+):
+    """A prefix is recorded and put before every text: one that is not text, or that leaves the
+    model (tiny_bert: 64 tokens) no room for the text, would break or blank every search later."""
+    corpus = tmp_path / "c.jsonl"
+    from embedkit.cli.app import app
+
+    corpus.write_text('{"_id": "a", "text": "wing flow"}\n', encoding="utf-8")
+    args = ["index", str(corpus), "--out", str(tmp_path / "idx"), "-m", str(tiny_bert), option, prefix]
+    result = CliRunner().invoke(app, args)
+    assert result.exit_code == 2, result.output
+    lines = result.output.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith(f"error: {option}") and says in lines[0], lines
+    assert not (tmp_path / "idx").exists()

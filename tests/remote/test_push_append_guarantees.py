@@ -33,6 +33,15 @@ pytest.importorskip("milvus_lite")
 DIM = 32
 
 
+@pytest.fixture(autouse=True)
+def same_second(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Every index here is built in the same second, as on a fast machine: `created` (seconds)
+    can't tell them apart, so only the index's own identity can."""
+    import embedkit.jobs.index_build
+
+    monkeypatch.setattr(embedkit.jobs.index_build, "now", lambda: "2026-01-01T00:00:00+00:00")
+
+
 def _corpus(path: Path, prefix: str, first: int, count: int) -> Path:
     with path.open("w", encoding="utf-8") as f:
         for i in range(first, first + count):

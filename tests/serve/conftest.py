@@ -39,3 +39,23 @@ def tiny_onnx_encoder(tiny_onnx: Path):
     from embedkit import load_encoder
 
     return load_encoder(tiny_onnx, device="cpu")
+
+
+@pytest.fixture(scope="module")
+def app_client(tiny_onnx: Path, tiny_index: Path):
+    """The app over `tiny_onnx` and `tiny_index` in a Starlette TestClient, once the model is ready."""
+    import time
+
+    from starlette.testclient import TestClient
+
+    from embedkit.serve.app import create_app
+    from embedkit.serve.engine import Engine
+    from embedkit.serve.settings import ServeConfig
+
+    config = ServeConfig(model=str(tiny_onnx), index=str(tiny_index), max_wait_ms=0)
+    with TestClient(create_app(Engine(config)), raise_server_exceptions=False) as test_client:
+        for _ in range(1000):
+            if test_client.get("/health").status_code == 200:
+                break
+            time.sleep(0.02)
+        yield test_client

@@ -3,9 +3,10 @@ dense model.
 
 One module per part, read in this order: `config` (the settings), `queries` (pseudo queries and the
 teacher's candidates), `losses` (listwise KL and candidate cosines, pure functions of tensors),
-`student` (the encoder being trained and its dev score), `checkpoint` (resume and the best step),
-`run` (the loop, top to bottom) and `report` (the before/after table). The names below load on first
-use, so `embedkit.training.adapt.config` is read without torch.
+`student` (the encoder being trained and its dev score), `dev` and `signals` (the dev evaluation and
+the step it keeps), `run` (the job the shared training loop runs, `embedkit.training.loop`) and
+`report` (the before/after table). The names below load on first use, so
+`embedkit.training.adapt.config` is read without torch.
 """
 
 from __future__ import annotations

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+import typing
 from dataclasses import dataclass
 from typing import Any
 
@@ -59,6 +60,9 @@ class AdaptConfig:
     margin: float = DEFAULT_MARGIN  # gain over the base the selected score needs (docs/training.md)
     min_base_overlap: float = DEFAULT_MIN_BASE_OVERLAP  # label-free selection: base top-10 share kept
     force: bool = False  # keep the best step even when it does not clear the margin
+
+    # Fields that may differ when a run is resumed: they change no number the run computes.
+    RESUMABLE_CHANGES: typing.ClassVar[frozenset[str]] = frozenset({"device"})
 
     @property
     def selection(self) -> str:

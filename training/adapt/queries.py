@@ -106,6 +106,22 @@ def unique_source_batches(
         pending = later
 
 
+def endless_batches(sources: Sequence[int], batch_size: int, seed: int) -> Iterator[list[int]]:
+    """`unique_source_batches` of epoch 0, 1, 2, ... one after the other, for as many steps as asked."""
+    epoch = 0
+    while True:
+        yield from unique_source_batches(sources, batch_size, seed, epoch)
+        epoch += 1
+
+
+def by_kind(queries: Sequence[PseudoQuery]) -> str:
+    """`12 ict, 12 title, 12 terms`: how many queries of each kind, in the order the kinds come."""
+    kinds: dict[str, int] = {}
+    for q in queries:
+        kinds[q.kind] = kinds.get(q.kind, 0) + 1
+    return ", ".join(f"{n:,} {k}" for k, n in kinds.items())
+
+
 __all__ = [
     "CANDIDATES",
     "words",
@@ -113,6 +129,8 @@ __all__ = [
     "QUERY_KINDS",
     "Candidates",
     "PseudoQuery",
+    "by_kind",
+    "endless_batches",
     "make_pseudo_queries",
     "mine_candidates",
     "near_duplicates",

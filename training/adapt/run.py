@@ -1,18 +1,22 @@
 """`embedkit adapt INDEX`: distil the index's hybrid ranking into its dense model, label-free.
 
-Read top to bottom:
-1. Check the inputs (the index has a lexical side, its model is a torch folder this code can save).
-2. Pseudo queries from the index's own documents (`queries`), a held-out share for dev.
-3. The teacher: the index's hybrid ranking of every query (`SearchIndex.search_text`), mined into
-   each query's candidate list and hard negatives.
-4. The student, the dense encoder (backbone + the model's pooling), trained on the query side:
-   listwise KL to the teacher's distribution over the candidates (`losses.listwise_kl`),
-   plus InfoNCE over in-batch positives and hard negatives (`losses.info_nce`). Each query's positive
-   (its document, without the ICT sentence or title) is embedded every step by the current model
-   without gradient; the other candidates' vectors start as the index's own and are embedded again
-   by the current model at every dev evaluation (ANCE's refreshed negatives, Xiong et al. 2021).
-5. Every `eval_steps` the dev score (held-out pseudo queries' nDCG@10, or judged queries with
-   `dev_retrieval`); the best weights, or the base when nothing beat it, become the model folder.
+`adapt` runs `AdaptJob` through the training loop that `embedkit train` runs too (`loop.run`); its
+methods are the loop's phases, in order:
+1. Check the inputs (the index has a lexical side, its model is a torch folder this code can save);
+   pseudo queries from the index's own documents (`queries`), a held-out share for dev.
+2. The teacher: the index's hybrid ranking of every query (`SearchIndex.search_text`), mined into
+   each query's candidate list and hard negatives; the student, the dense encoder (backbone + the
+   model's pooling).
+3. The base model's dev scores, or a killed run's checkpoint.
+4. The steps, on the query side: listwise KL to the teacher's distribution over the candidates
+   (`losses.listwise_kl`), plus InfoNCE over in-batch positives and hard negatives
+   (`losses.info_nce`). Each query's positive (its document, without the ICT sentence or title) is
+   embedded every step by the current model without gradient; the other candidates' vectors start as
+   the index's own and are embedded again by the current model at every dev evaluation (ANCE's
+   refreshed negatives, Xiong et al. 2021). Every `eval_steps` the dev score (held-out pseudo
+   queries' nDCG@10, or judged queries with `dev_retrieval`).
+5. The best weights, or the base when no step clears the margin (`signals.kept_step`), become the
+   model folder.
 The caller (`embedkit adapt`) then re-embeds the index with it (`embedkit.jobs.index_reembed`).
 """
 
@@ -40,36 +44,29 @@ from embedkit.index.search import SearchIndex
 from embedkit.progress import ProgressBar
 from embedkit.storage.locking import write_lock
 from embedkit.training import checkpoint as ckpt
-from embedkit.training.adapt.checkpoint import (
-    AdaptParts,
-    AdaptState,
-    check_adapt_resumable,
-    load_adapt_best,
-    load_adapt_checkpoint,
-    save_adapt_best,
-    save_adapt_checkpoint,
-)
+from embedkit.training import loop, run_folder
 from embedkit.training.adapt.config import AdaptConfig
 from embedkit.training.adapt.dev import DevSet
 from embedkit.training.adapt.queries import (
     HARD_NEGATIVE_RANKS,
     Candidates,
     PseudoQuery,
+    by_kind,
+    endless_batches,
     make_pseudo_queries,
     mine_candidates,
     near_duplicates,
-    unique_source_batches,
     words,
 )
 from embedkit.training.adapt.signals import SIGNALS, kept_step
 from embedkit.training.adapt.student import StudentEmbedder, step_loss
 from embedkit.training.batches import resolve_precision
+from embedkit.training.checkpoint import BASE, AdaptState, BestWeights, CandidateVectors, Kept
+from embedkit.training.loop import DevScore, Due, Schedule
 from embedkit.training.model import make_optimizer, make_scheduler, optimizer_step
 from embedkit.training.save import write_model_folder
 
 TEACHER_CHUNK = 128  # queries per hybrid search call (one progress-bar tick)
-PSEUDO_LABEL = SIGNALS["pseudo"]  # held-out pseudo queries' nDCG@10
-JUDGED_LABEL = SIGNALS["judged"]  # the user's judged queries (--dev-retrieval)
 Note = Callable[[str], None]
 
 
@@ -120,181 +117,200 @@ def adapt(
     out = Path(out_dir).expanduser()
     check_not_in_index(out)  # the index would delete the model it records
     with write_lock(out), SearchIndex.load(index_path) as index:
-        resume_from = ckpt.prepare_out_dir(out, resume, overwrite)
-        busy = out.is_dir() and any(out.iterdir())
+        resume_from = run_folder.prepare_out_dir(out, resume, overwrite)
         # overwriting a finished folder: the run lives beside it until the new model replaces it
-        run_dir = out if resume_from is not None or not busy else ckpt.overwrite_run_dir(out)
-        result = _adapt(index, out, run_dir, resume_from, config, progress, note)
-        if run_dir != out:
-            shutil.rmtree(run_dir, ignore_errors=True)
-        return result
+        run_dir = run_folder.run_dir(out, run_folder.replaces(out, resume_from))
+        return loop.run(AdaptJob(index, out, run_dir, resume_from, config, progress, note))
 
 
-def _adapt(
-    index: SearchIndex,
-    out: Path,
-    run_dir: Path,
-    resume_from: Path | None,
-    config: AdaptConfig,
-    progress: bool,
-    note: Note,
-) -> AdaptResult:
-    started = time.perf_counter()
-    # 1. Inputs.
-    if not index.has_lexical:
-        raise InputError(f"adapt distils the hybrid ranking: {index.no_lexical_reason()}")
-    spec = check_model_for(index.meta, config.base_model)
-    if spec.kind != "torch":
-        raise InputError(f"{spec.path} is an ONNX folder: adapt needs the torch model (--base FOLDER)")
-    if spec.pooling not in ("mean", "cls") or (spec.modules is not None and _has_dense(spec.modules)):
-        raise InputError(
-            f"{spec.path}: adapt saves mean or cls pooling without Dense layers, not {spec.pooling}"
+@dataclass
+class AdaptJob:
+    """One `embedkit adapt` run, as the training loop's `Job`: its methods in the loop's order."""
+
+    index: SearchIndex
+    out: Path
+    run_dir: Path
+    resume_from: Path | None
+    config: AdaptConfig
+    show_progress: bool
+    note: Note
+
+    def __post_init__(self) -> None:
+        self.writes = True
+        self.started = time.perf_counter()
+
+    def check(self) -> None:
+        """The index, its model and device, then the pseudo queries; the dev share is held out by document."""
+        index, config = self.index, self.config
+        if not index.has_lexical:
+            raise InputError(f"adapt distils the hybrid ranking: {index.no_lexical_reason()}")
+        spec = self.spec = check_model_for(index.meta, config.base_model)
+        if spec.kind != "torch":
+            raise InputError(f"{spec.path} is an ONNX folder: adapt needs the torch model (--base FOLDER)")
+        if spec.pooling not in ("mean", "cls") or (spec.modules is not None and _has_dense(spec.modules)):
+            raise InputError(
+                f"{spec.path}: adapt saves mean or cls pooling without Dense layers, not {spec.pooling}"
+            )
+        # before the minutes of mining: `cuda` without a GPU, or fp16 on the CPU, fails here
+        self.device = torch_device(config.device)
+        self.dtype = resolve_precision(config.precision, self.device)
+        self.dev_judged = None
+        if config.dev_retrieval:
+            from embedkit.evaluation.retrieval import RetrievalEvaluator
+
+            self.dev_judged = RetrievalEvaluator(config.dev_retrieval, batch_size=64)
+        if index.passages:  # the mining pairs each document with one vector
+            raise InputError(f"adapt works on an index of whole documents; {index.path} holds passages")
+        documents = [d for d in index.store.by_rows(range(len(index))) if d is not None]
+        if len(documents) != len(index) or len(documents) < 3:
+            raise InputError(f"the index {index.path} needs at least 3 documents in rows 0..n-1 to adapt on")
+        self.documents = documents
+        queries = make_pseudo_queries(documents, config.kinds, config.seed)
+        self.train_queries, self.dev_queries = split_queries(queries, config)
+        fingerprint = model_fingerprint(spec)
+        self.made_from = _made_from(index, fingerprint, self.train_queries, self.dev_queries, config)
+        if self.resume_from is not None:
+            ckpt.check_adapt_resumable(self.resume_from, config, self.made_from)
+        held_out = f"{len(self.dev_queries):,} held out"
+        self.note(f"{len(self.train_queries):,} pseudo queries ({by_kind(self.train_queries)}), {held_out}")
+
+    def build(self) -> None:
+        """The teacher's candidates, then the student and its optimizer, schedule and sampler."""
+        config, device, documents = self.config, self.device, self.documents
+        word_sets = {row: set(words(doc.full_text)) for row, doc in enumerate(documents)}
+        self.mined = teacher_candidates(self.index, self.train_queries, word_sets, config, self.show_progress)
+        dev_copies = [near_duplicates(q.source, range(len(documents)), word_sets) for q in self.dev_queries]
+        torch.manual_seed(config.seed)
+        student = self.student = TorchEncoder(self.spec, device=str(device))
+        optimizer = make_optimizer(student.model, config)
+        scheduler = make_scheduler(optimizer, config.steps, config.warmup_ratio)
+        scaler = torch.amp.GradScaler(device.type) if self.dtype == torch.float16 else None
+        index_vectors = self.index.vectors_of_rows(list(range(len(self.index))))
+        self.negatives = CandidateVectors(
+            torch.from_numpy(index_vectors).to(device), random.Random(config.seed)
         )
-    # before the minutes of mining: `cuda` without a GPU, or fp16 on the CPU, fails here
-    device = torch_device(config.device)
-    dtype = resolve_precision(config.precision, device)
-    dev_judged = None
-    if config.dev_retrieval:
-        from embedkit.evaluation.retrieval import RetrievalEvaluator
+        self.parts = ckpt.Parts(student.model, optimizer, scheduler, scaler, extra=self.negatives)
+        self.embed = StudentEmbedder(student, self.dtype)
+        self.texts = [d.full_text for d in documents]
+        self.dev = DevSet(self.dev_queries, dev_copies, self.texts, config, self.dev_judged)
+        # a checkpoint at each dev evaluation but the last: after it, the model folder is written
+        self.schedule = Schedule(config.steps, config.eval_steps, config.eval_steps, save_last=False)
+        self.best = BestWeights(self.run_dir, student.model, "model.safetensors", self.spec.path)
 
-        dev_judged = RetrievalEvaluator(config.dev_retrieval, batch_size=64)
+    def begin(self) -> int:
+        """The base model's dev scores (its top 10 too, for the overlap), or the checkpoint's state."""
+        config = self.config
+        self.dev.remember_base(
+            self.embed, self.negatives.vectors.cpu().numpy()
+        )  # the student is the base here
+        if self.resume_from is not None:
+            self.state = ckpt.load_checkpoint(self.resume_from, self.parts, AdaptState)
+            self.note(f"resumed from step {self.state.step}")
+        else:
+            base = self._scores(refresh=False)
+            self.state = AdaptState(0, SIGNALS[config.selection], base)
+            self.note(f"base model: {self.state.selection} {base[self.state.selection]:.4f}")
+        self.resumed_from = self.state.step if self.resume_from is not None else None
+        sources = [q.source for q in self.train_queries]
+        self.batches = endless_batches(sources, config.batch_size, config.seed)
+        for _ in range(self.state.step):  # the order is a function of (seed, epoch): skip what was done
+            next(self.batches)
+        return self.state.step
 
-    # 2. Pseudo queries; the dev share is held out by document.
-    if index.passages:  # the mining pairs each document with one vector
-        raise InputError(f"adapt works on an index of whole documents; {index.path} holds passages")
-    documents = [d for d in index.documents_at(range(len(index))) if d is not None]
-    if len(documents) != len(index) or len(documents) < 3:
-        raise InputError(f"the index {index.path} needs at least 3 documents in rows 0..n-1 to adapt on")
-    train_queries, dev_queries = split_queries(
-        make_pseudo_queries(documents, config.kinds, config.seed), config
-    )
-    made_from = _made_from(index, model_fingerprint(spec), train_queries, dev_queries, config)
-    if resume_from is not None:
-        check_adapt_resumable(resume_from, config, made_from)
-    note(f"{len(train_queries):,} pseudo queries ({_by_kind(train_queries)}), {len(dev_queries):,} held out")
+    def progress(self, done: int) -> ProgressBar:
+        self.bar = ProgressBar(self.config.steps, "adapting", enabled=self.show_progress, completed=done)
+        return self.bar
 
-    # 3. The teacher's candidates.
-    word_sets = {row: set(words(doc.full_text)) for row, doc in enumerate(documents)}
-    mined = teacher_candidates(index, train_queries, word_sets, config, progress)
-    dev_copies = [near_duplicates(q.source, range(len(documents)), word_sets) for q in dev_queries]
+    def step(self, step: int, due: Due) -> None:
+        rows = next(self.batches)
+        model, parts = self.student.model, self.parts
+        model.train()
+        queries, mined = [self.train_queries[i] for i in rows], [self.mined[i] for i in rows]
+        negatives = self.negatives
+        loss, terms = step_loss(self.embed, queries, mined, negatives.vectors, self.config, negatives.sampler)
+        if not math.isfinite(loss.item()):
+            raise RunFailure(f"the loss became {loss.item()} at step {step}; try a lower --lr")
+        optimizer_step(loss, model, parts.optimizer, parts.scheduler, parts.scaler, self.config.max_grad_norm)
+        self.state.step = step
+        self.bar.advance()
+        self.bar.update(status=" ".join(f"{k} {v:.4f}" for k, v in terms.items()))
 
-    # 4. The student.
-    torch.manual_seed(config.seed)
-    student = TorchEncoder(spec, device=str(device))
-    optimizer = make_optimizer(student.model, config)
-    parts = AdaptParts(
-        model=student.model,
-        optimizer=optimizer,
-        scheduler=make_scheduler(optimizer, config.steps, config.warmup_ratio),
-        scaler=torch.amp.GradScaler(device.type) if dtype == torch.float16 else None,
-        sampler=random.Random(config.seed),
-        doc_vectors=torch.from_numpy(index.vectors_of_rows(list(range(len(index))))).to(device),
-    )
-    embed = StudentEmbedder(student, dtype)
-    texts = [d.full_text for d in documents]
-    dev = DevSet(dev_queries, dev_copies, texts, config, dev_judged)
-
-    def evaluate(refresh: bool) -> dict[str, float]:
-        """Every dev signal's score by label (`signals`); the judged one when given."""
+    def _scores(self, refresh: bool) -> dict[str, float]:
+        """Every dev signal's score by label (`signals`); the judged one when given. `refresh` embeds
+        the candidates again with the current model first."""
         if refresh:
-            parts.doc_vectors = torch.from_numpy(embed.inference(texts, spec.max_seq_length, progress)).to(
-                device
-            )
-        return dev.scores(embed, parts.doc_vectors.cpu().numpy())
+            vectors = self.embed.inference(self.texts, self.spec.max_seq_length, self.show_progress)
+            self.negatives.vectors = torch.from_numpy(vectors).to(self.device)
+        return self.dev.scores(self.embed, self.negatives.vectors.cpu().numpy())
 
-    dev.remember_base(embed, parts.doc_vectors.cpu().numpy())  # the student is still the base here
-    if resume_from is not None:
-        state = load_adapt_checkpoint(resume_from, parts)
-        note(f"resumed from step {state.step}")
-    else:
-        base = evaluate(refresh=False)
-        state = AdaptState(0, SIGNALS[config.selection], base)
-        note(f"base model: {state.selection} {base[state.selection]:.4f}")
-    resumed_from = state.step if resume_from is not None else None
+    def evaluate(self, step: int) -> DevScore:
+        scores = self._scores(refresh=True)
+        self.state.history.append((step, scores))
+        return DevScore(scores[self.state.selection], {"scores": scores})
 
-    # 5. The steps.
-    batches = _endless_batches([q.source for q in train_queries], config)
-    for _ in range(state.step):  # the order is a function of (seed, epoch): skip what was done
-        next(batches)
-    with ProgressBar(config.steps, "adapting", enabled=progress, completed=state.step) as bar:
-        for step in range(state.step + 1, config.steps + 1):
-            rows = next(batches)
-            student.model.train()
-            loss, terms = step_loss(
-                embed,
-                [train_queries[i] for i in rows],
-                [mined[i] for i in rows],
-                parts.doc_vectors,
-                config,
-                parts.sampler,
-            )
-            if not math.isfinite(loss.item()):
-                raise RunFailure(f"the loss became {loss.item()} at step {step}; try a lower --lr")
-            optimizer_step(
-                loss, student.model, optimizer, parts.scheduler, parts.scaler, config.max_grad_norm
-            )
-            state.step = step
-            bar.advance()
-            bar.update(status=" ".join(f"{k} {v:.4f}" for k, v in terms.items()))
-            if step % config.eval_steps == 0 or step == config.steps:
-                scores = evaluate(refresh=True)
-                state.history.append((step, scores))
-                if scores[state.selection] > state.best:
-                    state.best_scores, state.best_step = scores, step
-                    save_adapt_best(run_dir, student.model, step, scores)
-                best = " (best so far)" if state.best_step == step else ""
-                note(f"step {step}: {state.selection} {scores[state.selection]:.4f}{best}")
-                if step < config.steps:
-                    save_adapt_checkpoint(run_dir, parts, state, made_from)
+    @property
+    def best_score(self) -> float | None:
+        return self.state.best_scores.get(self.state.selection)
 
-    # 6. The model folder: the best step's weights if they clear the margin (`signals.kept_step`),
-    #    else the base's.
-    rule = (config.selection, config.margin, config.min_base_overlap, config.force)
-    kept = kept_step(state.history, state.base_scores, *rule)
-    if kept is not None:
-        load_adapt_best(run_dir, student.model, kept)
-        adapted_scores = dict(state.history)[kept]
-    else:
-        note(f"no step gained {100 * config.margin:.2f} on {state.selection}: the output is the base model")
-        student.model.load_state_dict({k: v for k, v in _base_state(spec.path).items()})
-        adapted_scores = dict(state.base_scores)
-    seconds = time.perf_counter() - started
-    metadata = {
-        "method": f"adapt {config.method}",
-        "adapt": {
-            "config": config.to_dict(),
-            "index": str(index.path),
-            "made_from": made_from,
-            "queries": _by_kind(train_queries),
-            "dev": {
-                "label": state.selection,
-                "margin": config.margin,
-                "base_scores": state.base_scores,
-                "adapted_scores": adapted_scores,
-                "best_step": kept,
-                "history": [{"step": st, **sc} for st, sc in state.history],
+    def selected(self, step: int, dev: DevScore, improved: bool) -> None:
+        if improved:
+            self.state.best_scores, self.state.best_step = self.state.history[-1][1], step
+        best = " (best so far)" if improved else ""
+        self.note(f"step {step}: {self.state.selection} {dev.score:.4f}{best}")
+
+    def save(self, step: int) -> None:
+        ckpt.save_checkpoint(self.run_dir, self.parts, self.state, self.made_from, advice="lower --lr")
+
+    def end_step(self, step: int, due: Due) -> None:
+        pass
+
+    def kept_step(self) -> Kept:
+        """The best step's weights if they clear the margin (`signals.kept_step`), else the base's."""
+        config, state = self.config, self.state
+        rule = (config.selection, config.margin, config.min_base_overlap, config.force)
+        kept = kept_step(state.history, state.base_scores, *rule)
+        if kept is None:
+            self.note(
+                f"no step gained {100 * config.margin:.2f} on {state.selection}: the output is the base model"
+            )
+            return BASE
+        return kept
+
+    def finish(self, kept: Kept) -> AdaptResult:
+        config, state, spec = self.config, self.state, self.spec
+        best_step = kept if isinstance(kept, int) else None
+        adapted_scores = dict(state.history)[best_step] if best_step is not None else dict(state.base_scores)
+        seconds = time.perf_counter() - self.started
+        dev = {
+            "label": state.selection,
+            "margin": config.margin,
+            "base_scores": state.base_scores,
+            "adapted_scores": adapted_scores,
+            "best_step": best_step,
+            "history": [{"step": st, **sc} for st, sc in state.history],
+        }
+        metadata = {
+            "method": f"adapt {config.method}",
+            "adapt": {
+                "config": config.to_dict(),
+                "index": str(self.index.path),
+                "made_from": self.made_from,
+                "queries": by_kind(self.train_queries),
+                "dev": dev,
+                "seconds": round(seconds, 3),
+                "resumed_from": self.resumed_from,
             },
-            "seconds": round(seconds, 3),
-            "resumed_from": resumed_from,
-        },
-        "base_model": {"path": str(spec.path), "fingerprint": model_fingerprint(spec)},
-    }
-    write_model_folder(out, student.model, spec.path, spec.pooling, spec.max_seq_length, metadata)
-    counts = {k: sum(q.kind == k for q in train_queries) for k in config.kinds}
-    return AdaptResult(
-        out,
-        config.steps,
-        counts,
-        state.selection,
-        state.base_scores,
-        adapted_scores,
-        kept,
-        seconds,
-        resumed_from,
-        config.margin,
-        config.force,
-        tuple(state.history),
-    )
+            "base_model": {"path": str(spec.path), "fingerprint": model_fingerprint(spec)},
+        }
+        model = self.student.model
+        write_model_folder(self.out, model, spec.path, spec.pooling, spec.max_seq_length, metadata)
+        if self.run_dir != self.out:
+            shutil.rmtree(self.run_dir, ignore_errors=True)
+        counts = {k: sum(q.kind == k for q in self.train_queries) for k in config.kinds}
+        return AdaptResult(
+            self.out, config.steps, counts, state.selection, state.base_scores, adapted_scores, best_step,
+            seconds, self.resumed_from, config.margin, config.force, tuple(state.history),
+        )  # fmt: skip
 
 
 def _made_from(
@@ -364,30 +380,10 @@ def teacher_candidates(
     return mined
 
 
-def _endless_batches(sources: list[int], config: AdaptConfig):
-    epoch = 0
-    while True:
-        yield from unique_source_batches(sources, config.batch_size, config.seed, epoch)
-        epoch += 1
-
-
-def _by_kind(queries: Sequence[PseudoQuery]) -> str:
-    kinds: dict[str, int] = {}
-    for q in queries:
-        kinds[q.kind] = kinds.get(q.kind, 0) + 1
-    return ", ".join(f"{n:,} {k}" for k, n in kinds.items())
-
-
 def _has_dense(modules: object) -> bool:
     from embedkit.encode.st_modules import DenseLayer
 
     return any(isinstance(step, DenseLayer) for step in getattr(modules, "steps", ()))
-
-
-def _base_state(path: Path) -> dict[str, torch.Tensor]:
-    from embedkit.encode.torch_backend import load_backbone
-
-    return load_backbone(path).state_dict()
 
 
 __all__ = ["AdaptResult", "adapt", "split_queries", "step_loss", "teacher_candidates"]

@@ -6,7 +6,7 @@ on them learned the lexical teacher's habits and lost judged dense nDCG@10 where
 weak. The signals, each a score of the student at a dev evaluation (higher is better):
 
 - `pseudo`: the held-out pseudo queries' nDCG@10, each with its document's remaining text as the one
-  relevant target (`student.dev_ndcg`), as before;
+  relevant target (`student.dev_ndcg`);
 - `rare-cut`: the same queries with their rare words removed (words found in fewer than
   `RARE_SHARE` of the documents): what is left must be matched by meaning, not by a shared rare term;
 - `word-drop`: the same queries with a third of their words dropped (seeded per query): a paraphrase

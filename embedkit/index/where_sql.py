@@ -1,0 +1,150 @@
+"""A metadata filter (`embedkit.index.where`'s tree) as SQL over the document store's JSON metadata.
+
+Each comparison is NULL (unknown) for a document that lacks the field or holds another type there,
+so `not`, `and` and `or` follow SQL's three-valued logic and only documents for which the filter is
+true pass. The SQL stays shallow whatever the filter's size: `and`/`or` of many parts as a balanced
+tree, an `in` list as SQL's `IN` (SQLite refuses an expression tree over 1,000 levels deep).
+Numbers: integers compare exactly (SQLite compares integers with integers and floats exactly), a
+literal with a fraction becomes, for integers, the integer bound it implies (`_number_sql`).
+"""
+
+from __future__ import annotations
+
+import math
+from decimal import Decimal
+from typing import TYPE_CHECKING
+
+from embedkit.data.values import INT64_MAX, INT64_MIN
+from embedkit.index.where import And, Compare, Date, Expr, Member, Not, Or, Value, check, compared_as, parse
+
+if TYPE_CHECKING:
+    import numpy as np
+
+    from embedkit.index.docstore import DocStore
+
+
+def rows_where(store: DocStore, text: str) -> np.ndarray:
+    """The rows of the documents in `store` that pass the filter `text` (sorted int64)."""
+    expr = parse(text)
+    fields = store.filters.fields()
+    check(expr, fields)
+    params: list[object] = []
+    sql = _sql(expr, fields, params)
+    return store.filters.rows_matching(sql, params)
+
+
+def json_path(field: str) -> str:
+    """SQLite's JSON path of a top-level key (quoted, so any key works)."""
+    return '$."' + field.replace("\\", "\\\\").replace('"', '\\"') + '"'
+
+
+def _sql(expr: Expr, fields: dict[str, set[str]], params: list[object]) -> str:
+    if isinstance(expr, Not):
+        return f"NOT ({_sql(expr.part, fields, params)})"
+    if isinstance(expr, (And, Or)):
+        return _balanced([_sql(part, fields, params) for part in expr.parts], expr)
+    if isinstance(expr, Member):
+        return _member_sql(expr, fields[expr.field], params)
+    return _compare_sql(expr, compared_as(expr.value, expr.op, fields[expr.field]), params)
+
+
+def _balanced(parts: list[str], expr: And | Or) -> str:
+    """`parts` joined by AND or OR as a balanced tree: SQLite nests `a AND b AND c ...` one level a
+    term, and refuses an expression over 1,000 levels deep."""
+    if len(parts) == 1:
+        return parts[0]
+    joiner = " AND " if isinstance(expr, And) else " OR "
+    middle = len(parts) // 2
+    return f"({_balanced(parts[:middle], expr)}{joiner}{_balanced(parts[middle:], expr)})"
+
+
+_OF_TYPE = {
+    "bool": "json_type(metadata, ?) IN ('true', 'false')",
+    "string": "json_type(metadata, ?) = 'text'",
+}
+_VALUE = "json_extract(metadata, ?)"
+
+
+def _compare_sql(expr: Compare, kind: str, params: list[object]) -> str:
+    """One comparison: NULL (unknown) where the field is missing or of another type, so that `not`,
+    `and` and `or` follow SQL's three-valued logic and only documents for which it is true pass."""
+    path = json_path(expr.field)
+    op = "<>" if expr.op == "!=" else expr.op
+    if kind == "number":
+        return _number_sql(path, op, [expr.value], params)
+    if kind == "bool":
+        params += [path, path, "true" if expr.value else "false"]
+        return f"(CASE WHEN {_OF_TYPE['bool']} THEN json_type(metadata, ?) {op} ? END)"
+    if kind == "date":
+        return _date_sql(path, f"{op} julianday(?)", [expr.value], params)
+    params += [path, path, expr.value]
+    return f"(CASE WHEN {_OF_TYPE['string']} THEN {_VALUE} {op} ? END)"
+
+
+def _member_sql(expr: Member, types: set[str], params: list[object]) -> str:
+    """`field in (...)` as SQL's IN for each kind of value in the list (one level deep, however long)."""
+    path = json_path(expr.field)
+    by_kind: dict[str, list[Value]] = {}
+    for value in expr.values:
+        by_kind.setdefault(compared_as(value, "=", types), []).append(value)
+    parts = []
+    for kind, values in by_kind.items():
+        marks = ", ".join("?" * len(values))
+        if kind == "number":
+            parts.append(_number_sql(path, "IN", values, params))
+        elif kind == "date":
+            parts.append(_date_sql(path, f"IN ({', '.join(['julianday(?)'] * len(values))})", values, params))
+        elif kind == "bool":
+            params += [path, path, *("true" if v else "false" for v in values)]
+            parts.append(f"(CASE WHEN {_OF_TYPE['bool']} THEN json_type(metadata, ?) IN ({marks}) END)")
+        else:
+            params += [path, path, *values]
+            parts.append(f"(CASE WHEN {_OF_TYPE['string']} THEN {_VALUE} IN ({marks}) END)")
+    return parts[0] if len(parts) == 1 else "(" + " OR ".join(parts) + ")"
+
+
+def _date_sql(path: str, test: str, values: list[Value], params: list[object]) -> str:
+    from embedkit.index.fields import ISO_DATE_GLOB
+
+    literals = [v.text if isinstance(v, Date) else str(v) for v in values]
+    params += [path, path, ISO_DATE_GLOB, path, *literals]
+    dated = f"json_type(metadata, ?) = 'text' AND {_VALUE} GLOB ?"
+    return f"(CASE WHEN {dated} THEN julianday({_VALUE}) {test} END)"
+
+
+def _number_sql(path: str, op: str, values: list[Value], params: list[object]) -> str:
+    """A number comparison (`op` IN: membership of `values`) that is exact for the documents'
+    integers: SQLite compares an integer with an integer or a float exactly, and a literal with a
+    fraction is turned, for integers, into the integer bound it implies (`v < 2.5` is `v <= 2`),
+    never rounded to a float first. Documents' floats compare with the literal's nearest float."""
+    if all(isinstance(v, int) for v in values):
+        marks = ", ".join("?" * len(values))
+        params += [path, path, *values]
+        test = f"IN ({marks})" if op == "IN" else f"{op} ?"
+        return f"(CASE WHEN json_type(metadata, ?) IN ('integer', 'real') THEN {_VALUE} {test} END)"
+    floats = [v if isinstance(v, int) else float(v) for v in values]  # integers stay exact
+    params.append(path)  # the CASE's json_type, then each branch's own
+    if op == "IN":
+        whole = [v for v in values if isinstance(v, int)]
+        integer = f"{_VALUE} IN ({', '.join('?' * len(whole))})" if whole else "0"
+        params += [path, *whole] if whole else []
+        real = f"{_VALUE} IN ({', '.join('?' * len(floats))})"
+    else:
+        integer = _integer_bound(path, op, Decimal(values[0]), params)
+        real = f"{_VALUE} {op} ?"
+    params += [path, *floats]
+    return f"(CASE json_type(metadata, ?) WHEN 'integer' THEN {integer} WHEN 'real' THEN {real} END)"
+
+
+def _integer_bound(path: str, op: str, value: Decimal, params: list[object]) -> str:
+    """`integer op value` for a `value` that no 64-bit integer equals, as exact integer SQL."""
+    if op in ("=", "<>"):
+        return "0" if op == "=" else "1"
+    below = op in ("<", "<=")
+    bound = math.floor(value) if below else math.ceil(value)
+    if bound > INT64_MAX:
+        return "1" if below else "0"
+    if bound < INT64_MIN:
+        return "0" if below else "1"
+    params += [path, bound]
+    return f"{_VALUE} {'<=' if below else '>='} ?"
