@@ -33,7 +33,7 @@ import re
 import shutil
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Literal, Protocol, TypeVar
+from typing import TYPE_CHECKING, Any, ClassVar, Literal, Protocol, TypeVar
 
 import torch
 from safetensors.torch import load_file, load_model, save_file, save_model
@@ -42,7 +42,6 @@ from torch import nn
 from embedkit.encode.model_folder import read_json
 from embedkit.errors import InputError, RunFailure
 from embedkit.storage.atomic import atomic_dir, write_text_atomic
-from embedkit.training.adapt.config import AdaptConfig
 from embedkit.training.config import TrainConfig
 from embedkit.training.rng import restore_rng, rng_tensors
 
@@ -285,10 +284,18 @@ def check_train_resumable(path: Path, config: TrainConfig, made_from: dict[str, 
     refuse_changed_settings(saved, config.to_dict(), TrainConfig.RESUMABLE_CHANGES)
 
 
-def check_adapt_resumable(path: Path, config: AdaptConfig, made_from: dict[str, Any]) -> None:
+class ResumableSettings(Protocol):
+    """A run's settings as a checkpoint records them (`AdaptConfig`), and those a resume may change."""
+
+    RESUMABLE_CHANGES: ClassVar[frozenset[str]]
+
+    def to_dict(self) -> dict[str, Any]: ...
+
+
+def check_adapt_resumable(path: Path, config: ResumableSettings, made_from: dict[str, Any]) -> None:
     """`InputError` when the checkpoint was made from another index, model, queries or settings."""
     saved = read_json(path / "state.json")
-    refuse_changed_settings(saved.get("config", {}), config.to_dict(), AdaptConfig.RESUMABLE_CHANGES)
+    refuse_changed_settings(saved.get("config", {}), config.to_dict(), config.RESUMABLE_CHANGES)
     for key, what in (("index", "the index's documents or vectors"), ("queries", "the pseudo queries")):
         if saved.get(key) != made_from[key]:
             raise InputError(f"cannot resume: {what} differ from the checkpoint's ({path})")

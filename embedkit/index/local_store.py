@@ -191,7 +191,6 @@ def search_rows(
 ) -> tuple[np.ndarray, np.ndarray]:
     """faiss's (scores, rows) [q, k] of normalised `queries`, among the `allowed` rows (sorted; None:
     all) and never the `masked` ones; padded with row -1 only where fewer than `k` rows are allowed."""
-    faiss = faiss_module()
     selector = None  # every row
     available = int(index.ntotal)
     plain = None  # an unfiltered IVF search as the index is set (on a GPU too), before any widening
@@ -199,6 +198,7 @@ def search_rows(
         plain = index.search(queries, k)
         if kind == "flat" or ((plain[1] >= 0).sum(axis=1) >= min(k, available)).all():
             return plain
+    faiss = faiss_module()
     if allowed is not None:
         selector = faiss.IDSelectorBatch(np.ascontiguousarray(allowed, dtype=np.int64))
         available = len(allowed)

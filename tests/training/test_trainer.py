@@ -16,6 +16,7 @@ import numpy as np
 import pytest
 import torch
 
+from embedkit.encode.identity import model_fingerprint
 from embedkit.encode.model_folder import read_model_spec
 from embedkit.errors import InputError, RunFailure
 from embedkit.training import checkpoint as ckpt
@@ -163,8 +164,8 @@ def test_saved_model_loads_and_records_its_making(tmp_path: Path, tiny_bert: Pat
     sha = lambda *parts: hashlib.sha256(b"".join(parts)).hexdigest()[:16]  # noqa: E731
     assert meta["fingerprint"] == sha(b"model.safetensors", (out / "model.safetensors").read_bytes())
     # the base is named by its full identity (weights, tokenizer, pooling: `embedkit.encode.identity`)
-    assert meta["base_model"]["fingerprint"] == read_model_spec(tiny_bert).fingerprint
-    assert meta["base_model"]["fingerprint"] != read_model_spec(out).fingerprint
+    assert meta["base_model"]["fingerprint"] == model_fingerprint(tiny_bert)
+    assert meta["base_model"]["fingerprint"] != model_fingerprint(out)
     assert meta["data"]["fingerprint"] == sha("".join(s + "\n" for s in CORPUS).encode())
     assert meta["method"] == "micse" and meta["training"]["config"]["learning_rate"] == 1e-3
     assert meta["training"]["steps"] == 4
@@ -199,7 +200,6 @@ def test_each_method_runs(tmp_path: Path, tiny_bert: Path, method: str, terms: s
 def test_model_without_token_type_ids_and_cls_pooling(tmp_path: Path, tiny_bert_no_types: Path) -> None:
     from sentence_transformers import SentenceTransformer
 
-    from embedkit.encode.model_folder import read_model_spec
 
     out = tmp_path / "out"
     train(CORPUS, out, config(tiny_bert_no_types, method="micse", max_steps=2), progress=False)

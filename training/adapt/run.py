@@ -161,7 +161,7 @@ class AdaptJob:
             self.dev_judged = RetrievalEvaluator(config.dev_retrieval, batch_size=64)
         if index.passages:  # the mining pairs each document with one vector
             raise InputError(f"adapt works on an index of whole documents; {index.path} holds passages")
-        documents = [d for d in index.store.by_rows(range(len(index))) if d is not None]
+        documents = [d for d in index.documents_at(range(len(index))) if d is not None]
         if len(documents) != len(index) or len(documents) < 3:
             raise InputError(f"the index {index.path} needs at least 3 documents in rows 0..n-1 to adapt on")
         self.documents = documents
