@@ -45,7 +45,7 @@ from pathlib import Path
 from embedkit.data import converters
 from embedkit.data.document import MAX_DOCUMENT_BYTES, Document, ReadStats
 from embedkit.data.front_matter import split_front_matter
-from embedkit.data.input_files import read_input_bytes
+from embedkit.data.input_files import check_input_file, read_input_bytes
 from embedkit.data.markdown_title import markdown_title
 from embedkit.data.values import check_document, lone_surrogate
 from embedkit.errors import InputError
@@ -65,16 +65,18 @@ def is_text_folder(path: Path) -> bool:
     return path.is_dir() and find_data_file(path, "corpus.jsonl") is None
 
 
+def check_folder(folder: Path) -> None:
+    """The checks of `folder_documents` that need no file read: it holds corpus files, each a regular
+    file, and the libraries they need are installed. A build makes them before it opens its model,
+    so that such input is one line at once, not after a model load."""
+    stats = ReadStats()
+    for relative in _listed_files(folder, stats):
+        check_input_file(folder / relative)
+
+
 def folder_documents(folder: Path, stats: ReadStats) -> Iterator[Document]:
     """The documents of the files under `folder` (see the module docstring)."""
-    files = sorted(_corpus_files(folder, stats))
-    if not files:
-        hidden = f" ({stats.hidden} hidden left out)" if stats.hidden else ""
-        raise InputError(
-            f"{folder} holds no .txt, .md, .pdf, .html or .docx files{hidden}, and no corpus.jsonl (it is "
-            "not a BEIR folder either): give a folder of documents, a BEIR folder or a corpus file"
-        )
-    _check_converters(folder, files)
+    files = _listed_files(folder, stats)
     for relative in files:
         document = _read_file(folder, relative, stats)
         if document is None:
@@ -84,6 +86,20 @@ def folder_documents(folder: Path, stats: ReadStats) -> Iterator[Document]:
                 document.id, document.title, document.text, document.metadata, str(folder / relative)
             )
             yield document
+
+
+def _listed_files(folder: Path, stats: ReadStats) -> list[str]:
+    """The corpus files under `folder`, sorted; an `InputError` when there are none, or when some need
+    the `documents` extra and it is not installed."""
+    files = sorted(_corpus_files(folder, stats))
+    if not files:
+        hidden = f" ({stats.hidden} hidden left out)" if stats.hidden else ""
+        raise InputError(
+            f"{folder} holds no .txt, .md, .pdf, .html or .docx files{hidden}, and no corpus.jsonl (it is "
+            "not a BEIR folder either): give a folder of documents, a BEIR folder or a corpus file"
+        )
+    _check_converters(folder, files)
+    return files
 
 
 def _corpus_files(folder: Path, stats: ReadStats) -> Iterator[str]:

@@ -27,6 +27,7 @@ import numpy as np
 
 from embedkit.data.corpus import ReadStats, is_line_file
 from embedkit.data.fingerprint import CorpusFingerprint, combined
+from embedkit.data.textfolder import check_folder, is_text_folder
 from embedkit.encode.default_onnx import recorded_model_path
 from embedkit.encode.prefixes import Prefixes, check_recorded, recorded_prefixes, resolve_prefixes
 from embedkit.errors import InputError
@@ -188,6 +189,8 @@ def prepare(corpus: str | Path, out: Path, model: Encoder | str | Path | None, o
     if old is not None and placement is not None and old["kind"] == "hnsw":
         raise InputError(f"faiss has no GPU HNSW index: append to this index without {placement.asked}")
     split = passage_settings(options.passages, old)
+    if is_text_folder(Path(corpus)):  # its files checked before the model opens (a model load is long)
+        check_folder(Path(corpus))
     # line ids go on after the index's, not from 1 again; an upsert keeps them, to meet its lines
     if old is not None and not options.upsert and is_line_file(corpus):
         options = replace(options, corpus=replace(options.corpus, first_line_id=_largest_number_id(out)))
