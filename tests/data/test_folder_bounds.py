@@ -111,6 +111,28 @@ def _laughs(width: int, levels: int) -> str:
     return "\n".join(lines)
 
 
+def _expanded_values(width: int, levels: int) -> int:
+    """Values in `_laughs`' front matter once loaded: the mapping, each key, and each list with its
+    items, every level expanded in full (a list of level k holds `width` lists of level k - 1)."""
+    lists = [1 + width]  # level 0: the list and its `width` scalars
+    for _ in range(1, levels):
+        lists.append(1 + width * lists[-1])
+    return 1 + levels + sum(lists)
+
+
+def _count(value) -> int:
+    if isinstance(value, dict):
+        return 1 + sum(1 + _count(v) for v in value.values())
+    if isinstance(value, list):
+        return 1 + sum(_count(v) for v in value)
+    return 1
+
+
+@pytest.mark.parametrize(("width", "levels"), [(2, 2), (3, 4), (5, 3), (2, 9)])
+def test_the_expanded_count_is_what_a_yaml_load_holds(width: int, levels: int) -> None:
+    assert _expanded_values(width, levels) == _count(yaml.safe_load(_laughs(width, levels)))
+
+
 FRONT_MATTERS = {
     "laughs 9x9": (_laughs(9, 9), f"over {MAX_VALUES:,} values"),
     "laughs 30x5": (_laughs(30, 5), f"over {MAX_VALUES:,} values"),
@@ -156,7 +178,7 @@ def test_front_matter_is_bounded(tmp_path, case):
 def test_alias_bombs_of_any_shape_are_refused_or_read_fast(tmp_path_factory, width, levels):
     folder = tmp_path_factory.mktemp("laughs")
     (folder / "a.md").write_text(f"---\n{_laughs(width, levels)}\n---\ntext\n", encoding="utf-8")
-    expanded = sum(width**level for level in range(1, levels + 1)) + levels + 1  # values once expanded
+    expanded = _expanded_values(width, levels)
     start = time.monotonic()
     if expanded > MAX_VALUES:
         with pytest.raises(InputError, match="values"):
