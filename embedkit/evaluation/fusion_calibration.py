@@ -32,7 +32,7 @@ from embedkit.encode.caching import RepeatCache
 from embedkit.encode.prefixes import Prefixes, recorded_prefixes
 from embedkit.encode.protocol import Encoder
 from embedkit.errors import InputError
-from embedkit.evaluation.fusion_rule import CANDIDATES, COMMON, LEXICAL, choose
+from embedkit.evaluation.fusion_rule import CANDIDATES, COMMON, LEXICAL, choose, score_table
 from embedkit.evaluation.memory_store import MemoryStore
 from embedkit.evaluation.metrics import evaluate_run
 from embedkit.evaluation.pseudo_kinds import (
@@ -169,8 +169,9 @@ def score_task(
     encoder: Encoder,
     lexical_settings: Any = None,
     prefixes: Prefixes | None = None,  # the index's query and passage prefixes (none: no prefix)
-) -> dict:
-    """candidate -> kind -> nDCG@10 x 100 of the task; `vectors` are the sample's stored vectors."""
+) -> dict[str, dict[str, list[float]]]:
+    """candidate -> kind -> nDCG@10 x 100 of each of the task's queries of that kind, in task order;
+    `vectors` are the sample's stored vectors."""
     prefixes = prefixes or Prefixes()
     doc_vectors = np.array(vectors, dtype=np.float32)
     if task.changed:  # the sources without their query's text, embedded as the index would
@@ -184,14 +185,15 @@ def score_task(
         store.close()
     query_ids = [f"q{i}" for i in range(len(task.queries))]
     kinds = sorted({q.kind for q in task.queries}, key=(*QUERY_KINDS, COMMON).index)
-    table: dict[str, dict[str, float]] = {}
-    for name, values in scores.items():
-        row = {}
-        for kind in kinds:
-            mine = [values[qid] for qid, q in zip(query_ids, task.queries, strict=True) if q.kind == kind]
-            row[kind] = round(100 * float(np.mean(mine)), 2)
-        table[name] = row
-    return table
+    return {
+        name: {
+            kind: [
+                100 * values[qid] for qid, q in zip(query_ids, task.queries, strict=True) if q.kind == kind
+            ]
+            for kind in kinds
+        }
+        for name, values in scores.items()
+    }
 
 
 # --- calibrating an index ---------------------------------------------------------------------------
@@ -229,14 +231,16 @@ def calibrate(
         reason = f"{len(task.queries)} pseudo queries, fewer than {config.min_queries}: the default"
         return Calibration(method, alpha, reason, documents=len(sample), count=count, seed=config.seed)
     vectors = pipeline.stored_vectors(store, sample, encoder, prefixes)
-    table = score_task(task, vectors, encoder, lexical_settings, prefixes)
-    picked = choose(table)
+    scores = score_task(task, vectors, encoder, lexical_settings, prefixes)
+    table, intervals = score_table(scores, config.seed)
+    picked = choose(scores, config.seed)
     queries = {kind: sum(q.kind == kind for q in task.queries) for kind in config.kinds}
     return Calibration(
         picked.method,
         picked.alpha,
         picked.reason,
         table=table,
+        intervals=intervals,
         queries={k: n for k, n in queries.items() if n},
         documents=len(sample),
         count=count,
