@@ -32,7 +32,7 @@ from embedkit.encode.caching import RepeatCache
 from embedkit.encode.prefixes import Prefixes, recorded_prefixes
 from embedkit.encode.protocol import Encoder
 from embedkit.errors import InputError
-from embedkit.evaluation.fusion_rule import CANDIDATES, COMMON, LEXICAL, choose, score_table
+from embedkit.evaluation.fusion_rule import CANDIDATES, COMMON, LEXICAL, RULE_KINDS, choose, score_table
 from embedkit.evaluation.memory_store import MemoryStore
 from embedkit.evaluation.metrics import evaluate_run
 from embedkit.evaluation.pseudo_kinds import (
@@ -60,7 +60,9 @@ class CalibrationConfig:
     """How many pseudo queries of which kinds, over how large a sample of the index."""
 
     queries: int = 200  # per kind: the size of a typical judged test set (Cranfield has 225)
-    kinds: tuple[str, ...] = QUERY_KINDS  # those `embedkit adapt` makes; the rule reads ict (or title)
+    kinds: tuple[str, ...] = (
+        QUERY_KINDS  # those `embedkit adapt` makes, and window; the rule reads RULE_KINDS
+    )
     documents: int = 10_000  # searched sample: bounds the cost on a large index (docs/hybrid.md)
     min_queries: int = 30  # fewer pseudo queries than this: keep the default, say why
     common: bool = (
@@ -97,7 +99,9 @@ def pseudo_task(documents: Sequence[Document], config: CalibrationConfig) -> Pse
     by_kind = {kind: [q for q in made if q.kind == kind] for kind in config.kinds}
     used: set[int] = set()
     chosen: list[PseudoQuery] = []
-    for kind in config.kinds:  # in QUERY_KINDS order: ict first, it needs the most documents
+    # the kinds the rule reads first (ict needs the most documents), then terms: a small corpus's
+    # documents go to the queries that decide
+    for kind in sorted(config.kinds, key=lambda k: (k not in RULE_KINDS, QUERY_KINDS.index(k))):
         pool = by_kind[kind]
         rng.shuffle(pool)
         taken = [q for q in pool if q.source not in used][: config.queries]
