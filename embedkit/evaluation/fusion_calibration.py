@@ -233,7 +233,10 @@ def calibrate(
     if len(task.queries) < config.min_queries:
         method, alpha = default_choice()
         reason = f"{len(task.queries)} pseudo queries, fewer than {config.min_queries}: the default"
-        return Calibration(method, alpha, reason, documents=len(sample), count=count, seed=config.seed)
+        seconds = round(time.perf_counter() - start, 2)
+        return Calibration(
+            method, alpha, reason, documents=len(sample), count=count, seconds=seconds, seed=config.seed
+        )
     vectors = pipeline.stored_vectors(store, sample, encoder, prefixes)
     scores = score_task(task, vectors, encoder, lexical_settings, prefixes)
     table, intervals = score_table(scores, config.seed)

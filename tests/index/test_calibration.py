@@ -377,3 +377,19 @@ def test_index_no_calibrate_then_calibrate_then_search(tmp_path: Path, tiny_bert
     line = json.loads(result.stdout.splitlines()[-1])
     expected = fusion_for({"fusion": record.to_json()})
     assert line["mode"] != "hybrid" or (line["fusion"], line["alpha"]) == expected
+
+
+def test_the_build_line_shows_the_calibrations_share_of_the_seconds(tmp_path: Path, tiny_bert: Path) -> None:
+    corpus, out = _write(tmp_path / "c.jsonl", _documents()), tmp_path / "idx"
+    result = runner.invoke(
+        app, ["index", str(corpus), "--out", str(out), "-m", str(tiny_bert), "--device", "cpu"]
+    )
+    assert result.exit_code == 0, result.output
+    found = re.search(
+        r" in ([\d.]+) s, of which fusion calibration ([\d.]+) s: ", result.stdout.splitlines()[0]
+    )
+    assert found, result.stdout
+    record = Calibration.from_json(SearchIndex.load(out).meta["fusion"])
+    assert float(found[2]) == pytest.approx(record.seconds, abs=0.051) and 0 < record.seconds <= float(
+        found[1]
+    )
