@@ -32,7 +32,15 @@ from embedkit.encode.caching import RepeatCache
 from embedkit.encode.prefixes import Prefixes, recorded_prefixes
 from embedkit.encode.protocol import Encoder
 from embedkit.errors import InputError
-from embedkit.evaluation.fusion_rule import CANDIDATES, COMMON, LEXICAL, RULE_KINDS, choose, score_table
+from embedkit.evaluation.fusion_rule import (
+    CANDIDATES,
+    COMMON,
+    LEXICAL,
+    MIN_RULE_QUERIES,
+    RULE_KINDS,
+    choose,
+    score_table,
+)
 from embedkit.evaluation.memory_store import MemoryStore
 from embedkit.evaluation.metrics import evaluate_run
 from embedkit.evaluation.pseudo_kinds import (
@@ -104,6 +112,10 @@ def pseudo_task(documents: Sequence[Document], config: CalibrationConfig) -> Pse
     for kind in sorted(config.kinds, key=lambda k: (k not in RULE_KINDS, QUERY_KINDS.index(k))):
         pool = by_kind[kind]
         rng.shuffle(pool)
+        if kind == "window" and any(
+            sum(q.kind == k for q in chosen) >= MIN_RULE_QUERIES for k in ("ict", "title")
+        ):
+            continue  # a stand-in where sentences and titles are too few: here the rule would not read it
         taken = [q for q in pool if q.source not in used][: config.queries]
         used.update(q.source for q in taken)
         chosen.extend(taken)

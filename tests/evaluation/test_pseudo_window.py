@@ -50,3 +50,15 @@ def test_the_calibration_draws_window_queries_before_terms_on_a_small_corpus() -
     task = pseudo_task(_records(60, 40), CalibrationConfig(queries=40, min_queries=5))
     counts = {kind: sum(q.kind == kind for q in task.queries) for kind in ("window", "terms")}
     assert counts == {"window": 40, "terms": 20}
+
+
+def test_window_queries_are_not_drawn_where_the_rule_reads_ict() -> None:
+    sentences = [
+        Document(
+            f"s{i}", f"The wing stalls at angle {i}. The jet noise rises with speed {i}. Heat flows out."
+        )
+        for i in range(40)
+    ]
+    task = pseudo_task([*sentences, *_records(40, 40)], CalibrationConfig(queries=40, min_queries=5))
+    kinds = {q.kind for q in task.queries}
+    assert "ict" in kinds and "window" not in kinds
