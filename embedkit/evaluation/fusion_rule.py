@@ -120,12 +120,7 @@ def choose(scores: Scores, bootstrap_seed: int = 0) -> Choice:
             fallback_alpha,
             f"BM25 clearly below dense {where} ({lexical.describe()}): the default",
         )
-    fusions = [(m, a) for m, a in CANDIDATES if m in WEIGHTED or m == "rrf"]
-    # the best; among equal means the larger dense weight, then the earlier candidate
-    best_method, best_alpha = max(
-        fusions,
-        key=lambda c: (float(np.mean(of[label(*c)])), c[1] if c[1] is not None else 0.0, -fusions.index(c)),
-    )
+    best_method, best_alpha = _best_fusion(of)
     best = label(best_method, best_alpha)
     gain = boot.difference(of[best], of[fallback])
     measured = f"BM25 - dense {lexical.describe()}, {best} - {fallback} {gain.describe()} {where}"
@@ -134,8 +129,20 @@ def choose(scores: Scores, bootstrap_seed: int = 0) -> Choice:
             fallback_method, fallback_alpha, f"{measured}: no fusion clearly above the default; the default"
         )
     if best_alpha is None:
-        alpha, moved = DEFAULT_ALPHA, ""
-    else:
-        alpha = round(min(best_alpha + TOWARD_DENSE, max(a for _, a in fusions if a is not None)), 2)
-        moved = f", moved to {alpha:g}"
-    return Choice(best_method, alpha, f"{measured}: {best}{moved}")
+        return Choice(best_method, DEFAULT_ALPHA, f"{measured}: {best}")
+    alpha = round(min(best_alpha + TOWARD_DENSE, max(a for m, a in _fusions() if a is not None)), 2)
+    return Choice(best_method, alpha, f"{measured}: {best}, moved to {alpha:g}")
+
+
+def _fusions() -> list[tuple[str, float | None]]:
+    return [(m, a) for m, a in CANDIDATES if m in WEIGHTED or m == "rrf"]
+
+
+def _best_fusion(of: Mapping[str, Sequence[float]]) -> tuple[str, float | None]:
+    """The weighted fusion or rrf with the highest mean; among equal means the larger dense weight,
+    then the earlier candidate."""
+    fusions = _fusions()
+    return max(
+        fusions,
+        key=lambda c: (float(np.mean(of[label(*c)])), c[1] if c[1] is not None else 0.0, -fusions.index(c)),
+    )
