@@ -8,9 +8,12 @@ each candidate of `embedkit.evaluation.fusion_rule.CANDIDATES` (and BM25 alone) 
    terms; plus `ict-common`, the ict sentences without their rare words, a guard against the
    lexical bias of a sentence cut from its own document), as `embedkit calibrate` scores them;
 and the rule's choice (`embedkit.evaluation.fusion_rule.choose`) with its judged nDCG@10. docs/hybrid.md holds
-the tables.
+the tables. A collection is a name under ../shared/data or a BEIR folder (a shortened one from
+`benchmarks/short_collections.py`); with `--indexes DIR`, the documents and vectors are read back
+from the index DIR/<collection name> (`embedkit index` of that collection) instead of embedded.
 
     python benchmarks/calibration.py --cache /tmp/calibration-cache --seeds 0 1 --json calibration.json
+    python benchmarks/calibration.py --indexes /tmp/idx --collections cranfield /tmp/short/cranfield-short
     python benchmarks/calibration.py --cache /tmp/calibration-cache --cost   # seconds per 10k documents
 """
 
@@ -33,7 +36,7 @@ from embedkit.evaluation.fusion_calibration import (
     pseudo_task,
     score_task,
 )
-from embedkit.evaluation.fusion_rule import choose
+from embedkit.evaluation.fusion_rule import choose, score_table
 from embedkit.evaluation.memory_store import MemoryStore
 
 DATA = Path(__file__).resolve().parents[2] / "shared" / "data"
@@ -51,9 +54,24 @@ def embed(encoder, texts: list[str], cache: Path | None, name: str) -> np.ndarra
     return vectors
 
 
-def judged(encoder, name: str, documents: list[Document], doc_vectors: np.ndarray, cache: Path | None):
+def collection_dir(name: str) -> Path:
+    return Path(name) if "/" in name else DATA / name
+
+
+def from_index(folder: Path) -> tuple[list[Document], np.ndarray]:
+    """An index's documents and stored vectors, in row order."""
+    from embedkit import SearchIndex
+
+    with SearchIndex.load(folder) as index:
+        store = index.store
+        rows = store.docs.rows_between(0, store.docs.next_row())
+        held = store.held_at(rows)
+        return [held[r] for r in rows], store.vectors_of_rows(rows)
+
+
+def judged(encoder, folder: Path, documents: list[Document], doc_vectors: np.ndarray):
     """candidate -> nDCG@10 x 100 on the judged test queries."""
-    data = read_beir(DATA / name, "test")
+    data = read_beir(folder, "test")
     query_ids = [q for q in data.queries if q in data.qrels]
     texts = [data.queries[q] for q in query_ids]
     store = MemoryStore(documents, doc_vectors)  # searched by the pipeline, as the calibration does
@@ -89,6 +107,7 @@ def main() -> None:
         "--queries", type=int, default=CalibrationConfig.queries, help="pseudo queries per kind"
     )
     parser.add_argument("--collections", nargs="+", default=list(COLLECTIONS))
+    parser.add_argument("--indexes", type=Path, help="read each collection's vectors from DIR/<name>")
     parser.add_argument("--json", type=Path)
     parser.add_argument(
         "--cost", action="store_true", help="only time `calibrate` on 5,000 and 10,000 passages"
@@ -101,18 +120,30 @@ def main() -> None:
         cost(encoder, args.cache)
         return
     result = {}
-    for name in args.collections:
-        data = read_beir(DATA / name, "test")
-        documents = [Document(i, d["text"], d["title"]) for i, d in data.corpus.items()]
-        doc_vectors = embed(encoder, [d.full_text for d in documents], args.cache, f"{name}-docs")
-        real = judged(encoder, name, documents, doc_vectors, args.cache)
+    for collection in args.collections:
+        folder = collection_dir(collection)
+        name = folder.name
+        if args.indexes:
+            documents, doc_vectors = from_index(args.indexes / name)
+        else:
+            data = read_beir(folder, "test")
+            documents = [Document(i, d["text"], d["title"]) for i, d in data.corpus.items()]
+            doc_vectors = embed(encoder, [d.full_text for d in documents], args.cache, f"{name}-docs")
+        real = judged(encoder, folder, documents, doc_vectors)
         pseudo = {}
         for seed in args.seeds:
             start = time.perf_counter()
             task = pseudo_task(documents, CalibrationConfig(queries=args.queries, seed=seed, common=True))
-            table = score_task(task, doc_vectors, encoder)
+            scores = score_task(task, doc_vectors, encoder)
             seconds = time.perf_counter() - start
-            pseudo[seed] = {"table": table, "seconds": round(seconds, 1), "choice": choose(table)._asdict()}
+            table, intervals = score_table(scores, seed)
+            pseudo[seed] = {
+                "table": table,
+                "intervals": intervals,
+                "scores": scores,
+                "seconds": round(seconds, 1),
+                "choice": choose(scores, seed)._asdict(),
+            }
             print(f"{name} seed {seed}: {len(task.queries)} pseudo queries in {seconds:.1f} s", flush=True)
         result[name] = {"judged": real, "pseudo": pseudo, "documents": len(documents)}
         kinds = list(next(iter(pseudo.values()))["table"]["dense"])

@@ -65,11 +65,21 @@ def _print(calibration: Calibration) -> None:
     console = make_console()
     if calibration.table:
         kinds = list(next(iter(calibration.table.values())))
-        table = Table(title="nDCG@10 x 100 on pseudo queries, by kind")
+        title = "nDCG@10 x 100 on pseudo queries, by kind"
+        if calibration.intervals:
+            title += " [95% bootstrap interval]"
+        table = Table(title=title)
         table.add_column("candidate")
         for kind in kinds:
             table.add_column(f"{kind} ({calibration.queries.get(kind, '-')})", justify="right")
-        for name, row in calibration.table.items():
-            table.add_row(name, *(f"{row[k]:.2f}" for k in kinds))
+        for name in calibration.table:
+            table.add_row(name, *(_cell(calibration, name, k) for k in kinds))
         print_table(console, table)
     console.print(calibration.describe(), markup=False)
+
+
+def _cell(calibration: Calibration, name: str, kind: str) -> str:
+    """`61.65 [58.1, 65.2]`, or the mean alone in a record made before intervals were kept."""
+    mean = f"{calibration.table[name][kind]:.2f}"
+    interval = calibration.intervals.get(name, {}).get(kind)
+    return f"{mean} [{interval[0]:.1f}, {interval[1]:.1f}]" if interval else mean

@@ -32,7 +32,15 @@ from embedkit.encode.caching import RepeatCache
 from embedkit.encode.prefixes import Prefixes, recorded_prefixes
 from embedkit.encode.protocol import Encoder
 from embedkit.errors import InputError
-from embedkit.evaluation.fusion_rule import CANDIDATES, COMMON, LEXICAL, choose
+from embedkit.evaluation.fusion_rule import (
+    CANDIDATES,
+    COMMON,
+    LEXICAL,
+    MIN_RULE_QUERIES,
+    RULE_KINDS,
+    choose,
+    score_table,
+)
 from embedkit.evaluation.memory_store import MemoryStore
 from embedkit.evaluation.metrics import evaluate_run
 from embedkit.evaluation.pseudo_kinds import (
@@ -60,7 +68,9 @@ class CalibrationConfig:
     """How many pseudo queries of which kinds, over how large a sample of the index."""
 
     queries: int = 200  # per kind: the size of a typical judged test set (Cranfield has 225)
-    kinds: tuple[str, ...] = QUERY_KINDS  # those `embedkit adapt` makes; the rule reads ict (or title)
+    kinds: tuple[str, ...] = (
+        QUERY_KINDS  # those `embedkit adapt` makes, and window; the rule reads RULE_KINDS
+    )
     documents: int = 10_000  # searched sample: bounds the cost on a large index (docs/hybrid.md)
     min_queries: int = 30  # fewer pseudo queries than this: keep the default, say why
     common: bool = (
@@ -97,9 +107,15 @@ def pseudo_task(documents: Sequence[Document], config: CalibrationConfig) -> Pse
     by_kind = {kind: [q for q in made if q.kind == kind] for kind in config.kinds}
     used: set[int] = set()
     chosen: list[PseudoQuery] = []
-    for kind in config.kinds:  # in QUERY_KINDS order: ict first, it needs the most documents
+    # the kinds the rule reads first (ict needs the most documents), then terms: a small corpus's
+    # documents go to the queries that decide
+    for kind in sorted(config.kinds, key=lambda k: (k not in RULE_KINDS, QUERY_KINDS.index(k))):
         pool = by_kind[kind]
         rng.shuffle(pool)
+        if kind == "window" and any(
+            sum(q.kind == k for q in chosen) >= MIN_RULE_QUERIES for k in ("ict", "title")
+        ):
+            continue  # a stand-in where sentences and titles are too few: here the rule would not read it
         taken = [q for q in pool if q.source not in used][: config.queries]
         used.update(q.source for q in taken)
         chosen.extend(taken)
@@ -169,8 +185,9 @@ def score_task(
     encoder: Encoder,
     lexical_settings: Any = None,
     prefixes: Prefixes | None = None,  # the index's query and passage prefixes (none: no prefix)
-) -> dict:
-    """candidate -> kind -> nDCG@10 x 100 of the task; `vectors` are the sample's stored vectors."""
+) -> dict[str, dict[str, list[float]]]:
+    """candidate -> kind -> nDCG@10 x 100 of each of the task's queries of that kind, in task order;
+    `vectors` are the sample's stored vectors."""
     prefixes = prefixes or Prefixes()
     doc_vectors = np.array(vectors, dtype=np.float32)
     if task.changed:  # the sources without their query's text, embedded as the index would
@@ -184,14 +201,15 @@ def score_task(
         store.close()
     query_ids = [f"q{i}" for i in range(len(task.queries))]
     kinds = sorted({q.kind for q in task.queries}, key=(*QUERY_KINDS, COMMON).index)
-    table: dict[str, dict[str, float]] = {}
-    for name, values in scores.items():
-        row = {}
-        for kind in kinds:
-            mine = [values[qid] for qid, q in zip(query_ids, task.queries, strict=True) if q.kind == kind]
-            row[kind] = round(100 * float(np.mean(mine)), 2)
-        table[name] = row
-    return table
+    return {
+        name: {
+            kind: [
+                100 * values[qid] for qid, q in zip(query_ids, task.queries, strict=True) if q.kind == kind
+            ]
+            for kind in kinds
+        }
+        for name, values in scores.items()
+    }
 
 
 # --- calibrating an index ---------------------------------------------------------------------------
@@ -227,16 +245,21 @@ def calibrate(
     if len(task.queries) < config.min_queries:
         method, alpha = default_choice()
         reason = f"{len(task.queries)} pseudo queries, fewer than {config.min_queries}: the default"
-        return Calibration(method, alpha, reason, documents=len(sample), count=count, seed=config.seed)
+        seconds = round(time.perf_counter() - start, 2)
+        return Calibration(
+            method, alpha, reason, documents=len(sample), count=count, seconds=seconds, seed=config.seed
+        )
     vectors = pipeline.stored_vectors(store, sample, encoder, prefixes)
-    table = score_task(task, vectors, encoder, lexical_settings, prefixes)
-    picked = choose(table)
+    scores = score_task(task, vectors, encoder, lexical_settings, prefixes)
+    table, intervals = score_table(scores, config.seed)
+    picked = choose(scores, config.seed)
     queries = {kind: sum(q.kind == kind for q in task.queries) for kind in config.kinds}
     return Calibration(
         picked.method,
         picked.alpha,
         picked.reason,
         table=table,
+        intervals=intervals,
         queries={k: n for k, n in queries.items() if n},
         documents=len(sample),
         count=count,

@@ -11,8 +11,12 @@ it (`embedkit.search.request.fusion_for`) unless told otherwise: nothing is comp
 
 from __future__ import annotations
 
+from collections.abc import Mapping, Sequence
 from typing import Any, NamedTuple
 
+import numpy as np
+
+from embedkit.evaluation.paired_bootstrap import PairedBootstrap
 from embedkit.search.fusion import DEFAULT_ALPHA
 from embedkit.search.request import default_choice, label
 
@@ -37,13 +41,16 @@ def needs_calibration(meta: dict[str, Any], count: int) -> bool:
 
 
 # --- the rule -------------------------------------------------------------------------------------
-# Measured on Cranfield and msmarco-5k (judged queries beside pseudo queries) and a pilot on four
-# collections; the tables and the reasoning are in docs/hybrid.md.
+# Measured on Cranfield and msmarco-5k, whole and cut short (judged queries beside pseudo queries);
+# the tables and the reasoning are in docs/hybrid.md.
 
-RULE_KINDS = ("ict", "title")  # what the rule reads, in this order: terms queries are BM25's own words
-MIN_SHARE = 1.0  # BM25 alone must match dense on pseudo queries before any weight below the default's
+# what the rule reads, the first with enough queries: terms queries are BM25's own words
+RULE_KINDS = ("ict", "title", "window")
+MIN_RULE_QUERIES = 30  # fewer queries of a kind than this: its intervals are too wide to read
 TOWARD_DENSE = 0.1  # the weight chosen sits this much toward dense from the best on pseudo queries
 WEIGHTED = ("zscore", "minmax")
+
+Scores = Mapping[str, Mapping[str, Sequence[float]]]  # candidate -> kind -> nDCG@10 x 100 per query
 
 
 class Choice(NamedTuple):
@@ -52,47 +59,90 @@ class Choice(NamedTuple):
     reason: str
 
 
-def choose(table: dict[str, dict[str, float]]) -> Choice:
-    """The rule: the fusion to record, from nDCG@10 per candidate and pseudo-query kind.
+def score_table(scores: Scores, bootstrap_seed: int = 0) -> tuple[dict, dict]:
+    """candidate -> kind -> mean nDCG@10 x 100, and -> [low, high] its bootstrap interval."""
+    table: dict[str, dict[str, float]] = {}
+    intervals: dict[str, dict[str, list[float]]] = {}
+    for name, by_kind in scores.items():
+        table[name], intervals[name] = {}, {}
+        for kind, values in by_kind.items():
+            low, high = PairedBootstrap(len(values), seed=bootstrap_seed).interval(values)
+            table[name][kind] = round(float(np.mean(values)), 2)
+            intervals[name][kind] = [round(low, 2), round(high, 2)]
+    return table, intervals
 
-    1. Read the first of `RULE_KINDS` the table holds (none: the default).
-    2. prf 0.7 below dense even on these BM25-flattering queries: the lexical side only hurts; dense.
-    3. BM25's share of dense below `MIN_SHARE`: the never-harm default, prf 0.7. A sentence cut from
-       its document shares its words, so pseudo queries flatter BM25 and fusion beats dense on them
-       everywhere; only where BM25 alone keeps up with dense did fusion gain on judged queries.
-    4. Else the best of zscore, minmax (dense weight 0.5-0.8) and rrf on the pseudo queries, its
-       weight moved `TOWARD_DENSE` (capped at 0.8): the best weight on pseudo queries sat that
-       much toward BM25 from the best on judged ones.
+
+def rule_kind(scores: Scores) -> str | None:
+    """The first of `RULE_KINDS` with at least `MIN_RULE_QUERIES` queries, else None."""
+    dense = scores.get("dense", {})
+    return next((k for k in RULE_KINDS if len(dense.get(k, ())) >= MIN_RULE_QUERIES), None)
+
+
+def choose(scores: Scores, bootstrap_seed: int = 0) -> Choice:
+    """The rule: the fusion to record, from nDCG@10 x 100 per query, candidate and pseudo-query kind.
+
+    Every comparison is a paired bootstrap over the kind's queries (`paired_bootstrap`); a choice
+    other than the default, prf 0.7 (the one that never fell below dense on judged queries), is
+    taken only on a clear difference.
+    1. Read the first kind of `RULE_KINDS` with enough queries (none: the default).
+    2. prf 0.7 clearly below dense even on these BM25-flattering queries: the lexical side only
+       hurts; dense.
+    3. BM25 clearly below dense: the default. A passage cut from its document shares its words, so
+       pseudo queries flatter BM25; only where BM25 alone kept up with dense did fusion gain on
+       judged queries.
+    4. The best of zscore, minmax (dense weight 0.5-0.8) and rrf not clearly above prf 0.7: the
+       default. Else that fusion, its weight moved `TOWARD_DENSE` (capped at 0.8): the best weight
+       on pseudo queries sat that much toward BM25 from the best on judged ones.
     """
-    kind = next((k for k in RULE_KINDS if k in table.get("dense", {})), None)
+    kind = rule_kind(scores)
     fallback_method, fallback_alpha = default_choice()
+    fallback = label(fallback_method, fallback_alpha)
     if kind is None:
-        return Choice(fallback_method, fallback_alpha, "no ict or title pseudo queries: the default")
-    dense, bm25 = table["dense"][kind], table[LEXICAL][kind]
-    default = table[label(fallback_method, fallback_alpha)][kind]
-    if default < dense:
-        return Choice("dense", DEFAULT_ALPHA, f"prf 0.7 fell below dense on {kind} pseudo queries: no fusion")
-    share = bm25 / dense if dense > 0 else float("inf")
-    if share < MIN_SHARE:
         return Choice(
             fallback_method,
             fallback_alpha,
-            f"BM25 reaches {share:.2f} of dense on {kind} pseudo queries (< {MIN_SHARE:.2f}): the default",
+            f"fewer than {MIN_RULE_QUERIES} ict, title or window pseudo queries: the default",
         )
-    fusions = [(m, a) for m, a in CANDIDATES if m in WEIGHTED or m == "rrf"]
-    # the best; among equal scores the larger dense weight, then the earlier candidate
-    best_method, best_alpha = max(
-        fusions, key=lambda c: (table[label(*c)][kind], c[1] if c[1] is not None else 0.0, -fusions.index(c))
-    )
+    of = {name: by_kind[kind] for name, by_kind in scores.items()}
+    boot = PairedBootstrap(len(of["dense"]), seed=bootstrap_seed)
+    where = f"on {len(of['dense'])} {kind} pseudo queries"
+    versus_dense = boot.difference(of[fallback], of["dense"])
+    if versus_dense.verdict == "below":
+        return Choice(
+            "dense",
+            DEFAULT_ALPHA,
+            f"{fallback} clearly below dense {where} ({versus_dense.describe()}): no fusion",
+        )
+    lexical = boot.difference(of[LEXICAL], of["dense"])
+    if lexical.verdict == "below":
+        return Choice(
+            fallback_method,
+            fallback_alpha,
+            f"BM25 clearly below dense {where} ({lexical.describe()}): the default",
+        )
+    best_method, best_alpha = _best_fusion(of)
+    best = label(best_method, best_alpha)
+    gain = boot.difference(of[best], of[fallback])
+    measured = f"BM25 - dense {lexical.describe()}, {best} - {fallback} {gain.describe()} {where}"
+    if gain.verdict != "above":
+        return Choice(
+            fallback_method, fallback_alpha, f"{measured}: no fusion clearly above the default; the default"
+        )
     if best_alpha is None:
-        alpha, moved = DEFAULT_ALPHA, ""
-    else:
-        alpha = round(min(best_alpha + TOWARD_DENSE, max(a for _, a in fusions if a is not None)), 2)
-        moved = f", moved to {alpha:g}"
-    best = table[label(best_method, best_alpha)][kind]
-    return Choice(
-        best_method,
-        alpha,
-        f"BM25 reaches {share:.2f} of dense on {kind} pseudo queries; best fusion there "
-        f"{label(best_method, best_alpha)} ({best:.2f} against dense {dense:.2f}){moved}",
+        return Choice(best_method, DEFAULT_ALPHA, f"{measured}: {best}")
+    alpha = round(min(best_alpha + TOWARD_DENSE, max(a for m, a in _fusions() if a is not None)), 2)
+    return Choice(best_method, alpha, f"{measured}: {best}, moved to {alpha:g}")
+
+
+def _fusions() -> list[tuple[str, float | None]]:
+    return [(m, a) for m, a in CANDIDATES if m in WEIGHTED or m == "rrf"]
+
+
+def _best_fusion(of: Mapping[str, Sequence[float]]) -> tuple[str, float | None]:
+    """The weighted fusion or rrf with the highest mean; among equal means the larger dense weight,
+    then the earlier candidate."""
+    fusions = _fusions()
+    return max(
+        fusions,
+        key=lambda c: (float(np.mean(of[label(*c)])), c[1] if c[1] is not None else 0.0, -fusions.index(c)),
     )

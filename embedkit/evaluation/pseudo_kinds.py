@@ -1,4 +1,4 @@
-"""Label-free pseudo queries of three kinds, each with its known source document (no torch here).
+"""Label-free pseudo queries of four kinds, each with its known source document (no torch here).
 
 Shared by `embedkit adapt` (its training and dev queries, `embedkit.training.adapt.queries`) and by
 the fusion calibration of an index (`embedkit.evaluation.fusion_calibration`), so both read one generator:
@@ -8,7 +8,11 @@ the fusion calibration of an index (`embedkit.evaluation.fusion_calibration`), s
   A document without sentence punctuation gives a word span instead (`ICT_SPAN_WORDS`);
 - `title`: a document's title, matched against its text alone (where the corpus has titles);
 - `terms`: a short keyword query, `TERMS_PER_QUERY` of the document's highest tf-idf words in the
-  order they first appear (closer to what people type than a whole sentence).
+  order they first appear (closer to what people type than a whole sentence);
+- `window`: for a document ict cannot cut into sentences (a short record without punctuation, one
+  long line), a window of `WINDOW_WORDS` consecutive words, as long as a typed query, removed from
+  the document, which keeps at least twice as many words (`WINDOW_KEEPS`) and so stays
+  recognisable. Where `window` is asked for, it replaces ict's word span.
 """
 
 from __future__ import annotations
@@ -25,11 +29,13 @@ from embedkit.data.sentences import split_into_sentences
 from embedkit.errors import InputError
 from embedkit.index.lexical import LUCENE_ENGLISH_STOPWORDS
 
-QUERY_KINDS = ("ict", "title", "terms")
+QUERY_KINDS = ("ict", "title", "terms", "window")
 TERMS_PER_QUERY = (3, 6)  # salient-term query length, drawn uniformly: a typical keyword query
 MIN_TERM_DOCS = 2  # a word in one document only is more often a typo or a number than a topic
 ICT_SPAN_WORDS = (8, 24)  # the stand-in sentence of an unpunctuated document: a typical sentence
 MIN_ICT_WORDS = 2 * ICT_SPAN_WORDS[0]  # the stand-in must leave at least as much context as it takes
+WINDOW_WORDS = (4, 8)  # a window query's length, drawn uniformly: a typical typed query (MS MARCO's: 6)
+WINDOW_KEEPS = 2  # the document keeps at least this many times the window's words
 _WORD = re.compile(r"[a-z][a-z0-9-]{2,}")
 
 
@@ -88,7 +94,11 @@ def make_pseudo_queries(documents: Sequence[Document], kinds: Sequence[str], see
     queries: list[PseudoQuery] = []
     for row, doc in enumerate(documents):
         text = " ".join(doc.full_text.split())
-        if "ict" in kinds and ict_usable(text):
+        sentences = len(split_into_sentences(text)) >= 2
+        if "window" in kinds and not sentences:
+            if len(text.split()) >= (1 + WINDOW_KEEPS) * WINDOW_WORDS[0]:
+                queries.append(_window_query(text, row, rng))
+        elif "ict" in kinds and ict_usable(text):
             queries.append(_ict_query(text, row, rng))
         if "title" in kinds and doc.title.strip() and doc.text.strip():
             queries.append(PseudoQuery(" ".join(doc.title.split()), row, "title", " ".join(doc.text.split())))
@@ -99,7 +109,8 @@ def make_pseudo_queries(documents: Sequence[Document], kinds: Sequence[str], see
     if not queries:
         raise InputError(
             f"no pseudo query of kind {', '.join(kinds)} could be cut from the {len(documents):,} documents "
-            "(ict needs two sentences or 16 words, title a title, terms three words found in other documents)"
+            "(ict needs two sentences or 16 words, title a title, terms three words found in other "
+            "documents, window 12 words)"
         )
     return queries
 
@@ -115,3 +126,12 @@ def _ict_query(text: str, row: int, rng: random.Random) -> PseudoQuery:
     start = rng.randrange(len(tokens) - length + 1)
     rest = tokens[:start] + tokens[start + length :]
     return PseudoQuery(" ".join(tokens[start : start + length]), row, "ict", " ".join(rest))
+
+
+def _window_query(text: str, row: int, rng: random.Random) -> PseudoQuery:
+    """A window of `WINDOW_WORDS` words, and the document without it (`WINDOW_KEEPS` times as long)."""
+    tokens = text.split()
+    length = rng.randint(WINDOW_WORDS[0], min(WINDOW_WORDS[1], len(tokens) // (1 + WINDOW_KEEPS)))
+    start = rng.randrange(len(tokens) - length + 1)
+    rest = tokens[:start] + tokens[start + length :]
+    return PseudoQuery(" ".join(tokens[start : start + length]), row, "window", " ".join(rest))

@@ -79,6 +79,8 @@ class Calibration:
     alpha: float  # the dense weight (unused by dense and rrf)
     reason: str  # the rule's words: why this candidate
     table: dict[str, dict[str, float]] = field(default_factory=dict)  # candidate -> kind -> nDCG@10 x 100
+    # candidate -> kind -> [low, high]: the 95% paired-bootstrap interval of each table entry
+    intervals: dict[str, dict[str, list[float]]] = field(default_factory=dict)
     queries: dict[str, int] = field(default_factory=dict)  # kind -> pseudo queries scored
     documents: int = 0  # documents searched (the sample)
     count: int = 0  # documents in the index when calibrated (an append recalibrates at REGROW x)

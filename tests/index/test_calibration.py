@@ -144,7 +144,7 @@ def test_calibration_picks_what_a_brute_force_search_says_is_best(tmp_path: Path
         _write(tmp_path / "r.jsonl", searched), reference, encoder, IndexOptions(kind="flat", calibrate=False)
     )
     kinds = sorted({q.kind for q in task.queries})
-    table: dict[str, dict[str, float]] = {}
+    scores: dict[str, dict[str, list[float]]] = {}
     with SearchIndex.load(reference) as index:
         for method, alpha in [*CANDIDATES, ("lexical", None)]:
             mode = method if method in ("dense", "lexical") else "hybrid"
@@ -157,15 +157,17 @@ def test_calibration_picks_what_a_brute_force_search_says_is_best(tmp_path: Path
                 for q, found in zip(task.queries, hits, strict=True)
             ]
             name = LEXICAL if method == "lexical" else label(method, alpha)
-            table[name] = {
-                kind: 100
-                * float(np.mean([g for g, q in zip(gains, task.queries, strict=True) if q.kind == kind]))
+            scores[name] = {
+                kind: [100 * g for g, q in zip(gains, task.queries, strict=True) if q.kind == kind]
                 for kind in kinds
             }
-    for name, row in table.items():
-        for kind, value in row.items():
-            assert chosen.table[name][kind] == pytest.approx(value, abs=0.006), (name, kind)
-    expected = choose(table)
+    for name, row in scores.items():
+        for kind, values in row.items():
+            mean = float(np.mean(values))
+            assert chosen.table[name][kind] == pytest.approx(mean, abs=0.006), (name, kind)
+            low, high = chosen.intervals[name][kind]  # recorded beside it: a range around the mean
+            assert low - 0.006 <= mean <= high + 0.006 and (low < high or min(values) == max(values))
+    expected = choose(scores, CONFIG.seed)
     assert (chosen.method, chosen.alpha) == (expected.method, expected.alpha)
     with SearchIndex.load(out) as index:  # recorded in the new version's metadata
         assert index.meta["fusion"]["method"] == chosen.method
@@ -287,32 +289,75 @@ def _scores(results) -> list[list[tuple[str, float]]]:
     return [[(h.id, round(h.score, 6)) for h in hits] for hits in results]
 
 
-def _table(dense: float, bm25: float, prf: float, best: str | None = None, kind: str = "ict") -> dict:
-    """A table where every fusion scores 50 on `kind` except `best` (60), and terms favour BM25."""
-    table = {label(m, a): {kind: 50.0, "terms": 90.0} for m, a in CANDIDATES}
-    table["dense"][kind], table[LEXICAL] = dense, {kind: bm25, "terms": 99.0}
-    table["prf 0.7"][kind] = prf
-    if best is not None:
-        table[best][kind] = 60.0
-    return table
+# --- the rule, on hand-built per-query scores ----------------------------------------------------------
+# 200 queries with one relevant document each: nDCG@10 x 100 per query is 0 (missed) or 100 / log2(rank + 1)
+N = 200
+BASE = np.random.default_rng(0).choice([0.0, 100.0, 63.09, 50.0, 38.69], size=N, p=[0.5, 0.2, 0.1, 0.1, 0.1])
+
+
+def _swapped(up: float, down: float, count: int = 10) -> np.ndarray:
+    """BASE with `count` queries raised by `up` and `count` others lowered by `down`: noise."""
+    values = BASE.copy()
+    values[:count] += up
+    values[count : 2 * count] -= down
+    return values
+
+
+def _per_query(kind: str = "ict", n: int = N, **candidates: np.ndarray) -> dict:
+    """Every candidate scores BASE on `kind` (terms favour BM25) unless given (zscore_05: zscore 0.5)."""
+    named = {k.replace("_0", " 0.") if "_0" in k else k: v for k, v in candidates.items()}
+    scores = {label(m, a): {kind: list(BASE[:n]), "terms": [90.0] * n} for m, a in CANDIDATES}
+    scores[LEXICAL] = {kind: list(BASE[:n]), "terms": [99.0] * n}
+    for name, values in named.items():
+        scores[name][kind] = list(values[:n])
+    return scores
 
 
 @pytest.mark.parametrize(
-    ("table", "expected"),
+    ("scores", "expected"),
     [
-        ({"dense": {"terms": 60.0}, LEXICAL: {"terms": 99.0}}, ("prf", 0.7)),  # terms alone: the default
-        (_table(dense=50, bm25=55, prf=49), ("dense", 0.7)),  # prf below dense even here
-        (_table(dense=50, bm25=49.9, prf=51, best="zscore 0.5"), ("prf", 0.7)),  # share 0.998 < 1
-        (_table(dense=50, bm25=50, prf=51, best="zscore 0.5"), ("zscore", 0.6)),  # share 1: best + 0.1
-        (_table(dense=50, bm25=60, prf=51, best="minmax 0.8"), ("minmax", 0.8)),  # capped at 0.8
-        (_table(dense=50, bm25=60, prf=51, best="rrf"), ("rrf", 0.7)),
-        (_table(dense=50, bm25=60, prf=51, best="zscore 0.6", kind="title"), ("zscore", 0.7)),
-        (_table(dense=50, bm25=60, prf=51), ("zscore", 0.8)),  # all equal: the largest dense weight
+        ({"dense": {"terms": [60.0] * N}, LEXICAL: {"terms": [99.0] * N}}, ("prf", 0.7)),  # terms alone
+        (_per_query(prf_07=BASE - 5), ("dense", 0.7)),  # prf clearly below dense even here
+        (_per_query(bm25=BASE - 5, zscore_05=BASE + 10), ("prf", 0.7)),  # BM25 clearly behind dense
+        (_per_query(prf_07=BASE + 1, zscore_05=BASE + 10), ("zscore", 0.6)),  # a clear win: best + 0.1
+        (_per_query(zscore_05=_swapped(60, 40)), ("prf", 0.7)),  # best by +2 on 20 of 200 queries: noise
+        (_per_query(minmax_08=BASE + 3), ("minmax", 0.8)),  # capped at 0.8
+        (_per_query(rrf=BASE + 3), ("rrf", 0.7)),
+        (_per_query(kind="title", zscore_06=BASE + 3), ("zscore", 0.7)),  # title where no ict
+        (_per_query(kind="window", zscore_06=BASE + 3), ("zscore", 0.7)),  # window where neither
+        (_per_query(n=29, zscore_06=BASE + 3), ("prf", 0.7)),  # 29 queries: too few to read
+        (
+            _per_query(
+                **{
+                    f"{m}_0{int(a * 10)}": BASE + 3
+                    for m in ("zscore", "minmax")
+                    for a in (0.5, 0.6, 0.7, 0.8)
+                }
+            ),
+            ("zscore", 0.8),
+        ),  # all equal: the largest dense weight
     ],
 )
-def test_the_rule_on_hand_made_tables(table: dict, expected: tuple[str, float]) -> None:
-    chosen = choose(table)
+def test_the_rule_on_hand_built_per_query_scores(scores: dict, expected: tuple[str, float]) -> None:
+    chosen = choose(scores)
     assert (chosen.method, chosen.alpha) == expected, chosen.reason
+
+
+def test_a_gap_inside_the_noise_decides_nothing() -> None:
+    # dense 0.36 points above prf 0.7 over 200 queries, from 20 queries that moved either way; BM25
+    # ahead of dense and zscore 0.6 clearly above prf 0.7: fusion, not dense
+    prf = _swapped(50, 57.2)
+    assert float(np.mean(BASE) - np.mean(prf)) == pytest.approx(0.36)
+    scores = _per_query(prf_07=prf, bm25=_swapped(60, 23.6), zscore_06=prf + 4)
+    chosen = choose(scores)
+    assert (chosen.method, chosen.alpha) == ("zscore", 0.7), chosen.reason
+    assert "prf 0.7" in chosen.reason and "[" in chosen.reason  # the differences, with their intervals
+
+
+def test_where_the_best_fusion_is_not_clearly_above_the_default_the_default_says_why() -> None:
+    chosen = choose(_per_query(zscore_05=_swapped(60, 40)))
+    assert (chosen.method, chosen.alpha) == ("prf", 0.7)
+    assert "no fusion clearly above the default" in chosen.reason
 
 
 def test_index_no_calibrate_then_calibrate_then_search(tmp_path: Path, tiny_bert: Path) -> None:
@@ -332,3 +377,19 @@ def test_index_no_calibrate_then_calibrate_then_search(tmp_path: Path, tiny_bert
     line = json.loads(result.stdout.splitlines()[-1])
     expected = fusion_for({"fusion": record.to_json()})
     assert line["mode"] != "hybrid" or (line["fusion"], line["alpha"]) == expected
+
+
+def test_the_build_line_shows_the_calibrations_share_of_the_seconds(tmp_path: Path, tiny_bert: Path) -> None:
+    corpus, out = _write(tmp_path / "c.jsonl", _documents()), tmp_path / "idx"
+    result = runner.invoke(
+        app, ["index", str(corpus), "--out", str(out), "-m", str(tiny_bert), "--device", "cpu"]
+    )
+    assert result.exit_code == 0, result.output
+    found = re.search(
+        r" in ([\d.]+) s, of which fusion calibration ([\d.]+) s: ", result.stdout.splitlines()[0]
+    )
+    assert found, result.stdout
+    record = Calibration.from_json(SearchIndex.load(out).meta["fusion"])
+    assert float(found[2]) == pytest.approx(record.seconds, abs=0.051) and 0 < record.seconds <= float(
+        found[1]
+    )
