@@ -92,6 +92,9 @@ class PushRecord:
     pushed: str = ""  # when
     lexical: dict[str, Any] | None = None  # the server-side analyzer's settings
     metadata_fields: dict[str, list[str]] | None = None  # `DocStore.metadata_fields`: checks `--where`
+    # the pushed index's calibrated fusion (`embedkit.search.request.Calibration`, its `fusion`
+    # metadata), so a search of the collection defaults to what the index's does; None: the default
+    fusion: dict[str, Any] | None = None
     format: int = RECORD_FORMAT
 
     def to_json(self) -> dict[str, Any]:
@@ -113,6 +116,13 @@ class PushRecord:
             or not record.model_fingerprint
         ):
             raise InputError(f"{where}: damaged push record (dim, count or model fingerprint)")
+        if record.fusion is not None:
+            from embedkit.search.request import Calibration
+
+            try:
+                Calibration.from_json(record.fusion)
+            except InputError as exc:
+                raise InputError(f"{where}: damaged push record (fusion: {exc})") from None
         return record
 
     def as_index_meta(self) -> dict[str, Any]:
@@ -131,6 +141,7 @@ class PushRecord:
             "normalized": True,
             "created": self.index_created,
             "updated": self.index_updated,
+            "fusion": self.fusion,
         }
 
 

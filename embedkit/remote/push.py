@@ -10,7 +10,8 @@ deleted there, so a push, with `--append` or not, carries deletions and updates.
 is written the target is checked: same model (fingerprint), same dimension, no row beyond this
 source's (else it holds another corpus). The push record
 (`PushRecord`) is written when the collection is created (count 0) and again when the push is
-complete, so `count` is the rows of the last complete push.
+complete, so `count` is the rows of the last complete push. It carries the index's calibrated
+fusion (`fusion`), so a search of the collection defaults to what the index's own search runs.
 """
 
 from __future__ import annotations
@@ -79,6 +80,7 @@ def push_index(
             source=str(index_dir),
             lexical={"analyzer": ANALYZER, **BM25},
             metadata_fields={name: sorted(types) for name, types in index.docs.filters.fields().items()},
+            fusion=meta.get("fusion"),  # its search defaults travel with it (`embedkit.search.request`)
         )
 
         def batches(wanted: list[int]) -> Iterator[Batch]:

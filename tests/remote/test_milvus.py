@@ -294,3 +294,43 @@ def test_a_smaller_source_is_not_pushed_over_a_larger_collection(
     )
     with pytest.raises(InputError, match="holds rows this source never had"):
         push_index(fewer, target)
+
+
+def test_a_pushed_index_searches_with_its_recorded_fusion_by_default(tmp_path: Path, tiny_bert: Path) -> None:
+    """The collection's default search is the index's: the recorded (non-default) fusion, the
+    same ranking; an explicit --fusion overrides it on both."""
+    from eval_data import QUERIES as BEIR_QUERIES
+    from eval_data import write_beir
+
+    from embedkit.search.fusion import DEFAULT_FUSION
+    from embedkit.search.request import Calibration
+
+    chosen = Calibration("rrf", 0.5, "recorded for this test")
+    assert chosen.method != DEFAULT_FUSION  # else the default would pass for the recorded choice
+    folder = write_beir(tmp_path / "beir")
+    out = tmp_path / "index"
+    build_index(folder / "corpus.jsonl", out, tiny_bert, IndexOptions(kind="flat"), fusion=chosen)
+    db = str(tmp_path / "f.db")
+    runner = CliRunner()
+    pushed = runner.invoke(app, ["push", str(out), db, "-c", "beir"])
+    assert pushed.exit_code == 0, pushed.output
+    queries = tmp_path / "q.txt"
+    queries.write_text("\n".join(BEIR_QUERIES.values()) + "\n", encoding="utf-8")
+    for extra, fusion in (([], "rrf"), (["--fusion", "zscore", "--alpha", "0.3"], "zscore")):
+        local = runner.invoke(app, ["search", str(out), "--queries", str(queries), "--json", *extra])
+        remote = runner.invoke(app, ["search", db, "-c", "beir", "--queries", str(queries), "--json", *extra])
+        assert local.exit_code == 0 and remote.exit_code == 0, remote.output
+        here, there = _json_lines(local.output), _json_lines(remote.output)
+        assert len(here) == len(there) == len(BEIR_QUERIES)
+        for a, b in zip(here, there, strict=True):
+            assert (b["mode"], b["fusion"]) == (a["mode"], a["fusion"]) == ("hybrid", fusion)
+            assert b["alpha"] == a["alpha"]
+            if fusion == "rrf":  # ranks only: the same whatever the two BM25s' scales
+                assert [h["id"] for h in b["hits"]] == [h["id"] for h in a["hits"]]
+    with SearchIndex.load(out) as index, open_pushed(RemoteTarget.parse(db, "beir")) as collection:
+        texts = list(BEIR_QUERIES.values())
+        encoder = index.encoder()
+        assert collection.default_fusion() == index.default_fusion() == ("rrf", 0.5)
+        local_hits = index.search_text(texts, k=5, encoder=encoder)
+        remote_hits = collection.search_text(texts, k=5, encoder=encoder)
+        assert [[h.id for h in q] for q in remote_hits] == [[h.id for h in q] for q in local_hits]
