@@ -43,6 +43,7 @@ from embedkit.evaluation.fusion_rule import (
 )
 from embedkit.evaluation.memory_store import MemoryStore
 from embedkit.evaluation.metrics import evaluate_run
+from embedkit.evaluation.passage_sample import PassageSample, sample_passages
 from embedkit.evaluation.pseudo_kinds import (
     QUERY_KINDS,
     PseudoQuery,
@@ -57,6 +58,7 @@ from embedkit.search.request import Calibration, SearchRequest, default_choice, 
 from embedkit.storage.locking import locked
 
 if TYPE_CHECKING:
+    from embedkit.index.passages import PassageSettings
     from embedkit.search.store import SearchStore
 
 DEPTH = 100  # the single sides' runs, as deep as each side's candidates before fusion (FUSION_DEPTH)
@@ -123,7 +125,7 @@ def pseudo_task(documents: Sequence[Document], config: CalibrationConfig) -> Pse
     changed = []
     for q in chosen:
         if q.kind != "terms":  # terms queries leave their document whole
-            searched[q.source] = Document(documents[q.source].id, q.positive)
+            searched[q.source] = without_query(documents[q.source], q)
             changed.append(q.source)
     df = document_frequencies([d.full_text for d in searched])
     common = [
@@ -132,6 +134,15 @@ def pseudo_task(documents: Sequence[Document], config: CalibrationConfig) -> Pse
         if q.kind == "ict" and config.common
     ]
     return PseudoTask(chosen + [q for q in common if q.text], searched, changed)
+
+
+def without_query(document: Document, query: PseudoQuery) -> Document:
+    """The document searched for `query`: its text without the query's, its title kept where the
+    query left it whole (an index of passages puts the title before every passage)."""
+    title = " ".join(document.title.split())
+    if query.kind != "title" and title and query.positive.startswith(title + " "):
+        return Document(document.id, query.positive[len(title) + 1 :], title)
+    return Document(document.id, query.positive)
 
 
 def without_rare_words(text: str, df: Counter[str], min_df: int) -> str:
@@ -185,15 +196,20 @@ def score_task(
     encoder: Encoder,
     lexical_settings: Any = None,
     prefixes: Prefixes | None = None,  # the index's query and passage prefixes (none: no prefix)
+    passages: PassageSample | None = None,  # the sample's passages, in an index of passages
 ) -> dict[str, dict[str, list[float]]]:
     """candidate -> kind -> nDCG@10 x 100 of each of the task's queries of that kind, in task order;
-    `vectors` are the sample's stored vectors."""
+    `vectors` are the sample's stored vectors (unused where `passages` holds them)."""
     prefixes = prefixes or Prefixes()
-    doc_vectors = np.array(vectors, dtype=np.float32)
-    if task.changed:  # the sources without their query's text, embedded as the index would
-        texts = prefixes.passages([task.documents[row].full_text for row in task.changed])
-        doc_vectors[task.changed] = encoder.encode(texts, normalize=True)
-    store = MemoryStore(task.documents, doc_vectors, lexical_settings)
+    if passages is not None:  # an index of passages: documents ranked by their best passage
+        units, unit_vectors, numbers = passages.searched(task.documents, task.changed, encoder, prefixes)
+        store = MemoryStore(units, unit_vectors, lexical_settings, numbers)
+    else:
+        doc_vectors = np.array(vectors, dtype=np.float32)
+        if task.changed:  # the sources without their query's text, embedded as the index would
+            texts = prefixes.passages([task.documents[row].full_text for row in task.changed])
+            doc_vectors[task.changed] = encoder.encode(texts, normalize=True)
+        store = MemoryStore(task.documents, doc_vectors, lexical_settings)
     try:
         texts = [q.text for q in task.queries]
         scores = per_query_ndcg(candidate_runs(store, texts, encoder, prefixes), task.qrels)
@@ -222,9 +238,13 @@ def calibrate(
     lexical_settings: Any = None,
     config: CalibrationConfig | None = None,
     prefixes: Prefixes | None = None,
+    passages: PassageSettings | None = None,  # how an index of passages split its documents
 ) -> Calibration:
     """Score the candidates on pseudo queries from a sample of the `store`'s `rows` (those held);
-    choose by the rule. The sample's documents and stored vectors are read from the store.
+    choose by the rule. The sample's documents and stored vectors are read from the store; in a
+    store of passages the sample is of documents, each with all its passages
+    (`embedkit.evaluation.passage_sample`), and the queries are scored on documents ranked by
+    their best passage, as search ranks them.
 
     Too few pseudo queries (one-sentence documents without titles, a tiny index) keep the default,
     with the reason recorded.
@@ -233,11 +253,26 @@ def calibrate(
     prefixes = prefixes or Prefixes()
     start = time.perf_counter()
     count = len(rows)
-    sample = list(rows)
-    if count > config.documents:
-        sample = sorted(random.Random(config.seed).sample(sample, config.documents))
-    held = store.held_at(sample)
-    documents = [held.get(r) or Document(f"row-{r}", "") for r in sample]  # type: ignore[misc]
+    split: PassageSample | None = None
+    if store.passages:  # whole documents sampled, searched by their passages
+        if passages is None:
+            raise InputError("an index of passages is calibrated with its passage settings")
+        split = sample_passages(
+            store,
+            rows,
+            config.documents,
+            config.seed,
+            passages,
+            lambda wanted: pipeline.stored_vectors(store, wanted, encoder, prefixes),
+        )
+        documents: list[Document] = split.documents
+        sample: list[int] = []
+    else:
+        sample = list(rows)
+        if count > config.documents:
+            sample = sorted(random.Random(config.seed).sample(sample, config.documents))
+        held = store.held_at(sample)
+        documents = [held.get(r) or Document(f"row-{r}", "") for r in sample]  # type: ignore[misc]
     try:
         task = pseudo_task(documents, config)  # type: ignore[arg-type]
     except InputError:  # no document gives any pseudo query
@@ -247,10 +282,13 @@ def calibrate(
         reason = f"{len(task.queries)} pseudo queries, fewer than {config.min_queries}: the default"
         seconds = round(time.perf_counter() - start, 2)
         return Calibration(
-            method, alpha, reason, documents=len(sample), count=count, seconds=seconds, seed=config.seed
+            method, alpha, reason, documents=len(documents), count=count, seconds=seconds, seed=config.seed
         )
-    vectors = pipeline.stored_vectors(store, sample, encoder, prefixes)
-    scores = score_task(task, vectors, encoder, lexical_settings, prefixes)
+    if split is not None:
+        vectors = split.vectors
+    else:
+        vectors = pipeline.stored_vectors(store, sample, encoder, prefixes)
+    scores = score_task(task, vectors, encoder, lexical_settings, prefixes, split)
     table, intervals = score_table(scores, config.seed)
     picked = choose(scores, config.seed)
     queries = {kind: sum(q.kind == kind for q in task.queries) for kind in config.kinds}
@@ -261,7 +299,7 @@ def calibrate(
         table=table,
         intervals=intervals,
         queries={k: n for k, n in queries.items() if n},
-        documents=len(sample),
+        documents=len(documents),
         count=count,
         seconds=round(time.perf_counter() - start, 2),
         seed=config.seed,
@@ -281,11 +319,13 @@ def calibrate_version(
     from embedkit.index.docstore import DocStore
     from embedkit.index.folder import DOCS_FILE
     from embedkit.index.local_store import LocalStore
+    from embedkit.index.passages import PassageSettings
 
     store = LocalStore(meta, vectors, DocStore.open(folder / DOCS_FILE), folder)
     try:
         rows = store.docs.rows_between(0, store.docs.next_row())
-        return calibrate(store, rows, encoder, settings, config, recorded_prefixes(meta))
+        split = PassageSettings.from_json(meta["passages"]) if meta.get("passages") else None
+        return calibrate(store, rows, encoder, settings, config, recorded_prefixes(meta), split)
     finally:
         store.close()
 
@@ -336,11 +376,6 @@ def calibrate_index(
         )
     else:
         encoder = model
-    if meta.get("passages"):
-        raise InputError(
-            f"the index {out} holds passages: it is not calibrated and searches with the default fusion "
-            "(or --fusion / --alpha)"
-        )
     live = index_files_dir(out)
     with new_version(out) as tmp:
         shutil.copytree(live, tmp, ignore=shutil.ignore_patterns(META_FILE, CHECKSUMS), dirs_exist_ok=True)

@@ -3,7 +3,9 @@
 What `eval retrieval` searches without an index, and what the fusion calibration searches its
 sample of an index with: a `embedkit.search.store.SearchStore`, so both run the one search
 pipeline (`embedkit.search.pipeline`) as `embedkit search` does, on plain arrays. Row i is
-`documents[i]` and `vectors[i]`.
+`documents[i]` and `vectors[i]`; given each row's document number (`numbers`), the rows are
+passages (`embedkit.data.document.Passage`) and the pipeline ranks their documents by their best
+passage, as in an index of passages.
 
 Exact search (`exact_search`, `exact_top_k`) scores in blocks (`QUERY_BLOCK` x `SEARCH_CHUNK`) to
 bound memory; among equal scores the larger doc id ranks first, so the chosen set matches the
@@ -20,7 +22,7 @@ from typing import Any
 
 import numpy as np
 
-from embedkit.data.document import Document, TextSpan
+from embedkit.data.document import Document, Passage, TextSpan
 from embedkit.errors import InputError
 
 SEARCH_CHUNK = 16384  # documents scored at once; a 1024 x 16384 float32 block is 64 MiB
@@ -33,16 +35,20 @@ Ranking = list[tuple[int, float]]
 class MemoryStore:
     """Documents (and their vectors) in memory, searched exactly (see the module docstring)."""
 
-    passages = False
     makes_snippets = False
 
     def __init__(
         self,
-        documents: Sequence[Document],
+        documents: Sequence[TextSpan],
         vectors: np.ndarray | None = None,  # [len(documents), dim], unit rows; None: lexical only
         lexical_settings: Any = None,  # `embedkit.index.lexical.LexicalSettings` (None: the defaults)
+        numbers: Sequence[int] | None = None,  # passages: each row's document number; None: documents
     ) -> None:
         self.documents = list(documents)
+        if numbers is not None and len(numbers) != len(self.documents):
+            raise InputError("MemoryStore: one document number per passage is needed")
+        self.passages = numbers is not None
+        self.numbers = list(numbers) if numbers is not None else list(range(len(self.documents)))
         self.ids = [str(doc.id) for doc in self.documents]
         self.vectors = None if vectors is None else _matrix(vectors, "document vectors")
         self.dim = 0 if self.vectors is None else int(self.vectors.shape[1])
@@ -59,7 +65,7 @@ class MemoryStore:
         return len(self.documents)
 
     def document_count(self) -> int:
-        return len(self.documents)
+        return len(set(self.numbers)) if self.passages else len(self.documents)
 
     def search_dense(self, vectors: np.ndarray, k: int, allowed: Any) -> list[Ranking]:
         if self.vectors is None:
@@ -101,10 +107,11 @@ class MemoryStore:
         return {int(r): self.documents[int(r)] for r in rows if 0 <= int(r) < len(self.documents)}
 
     def document_numbers(self, rows: Sequence[int]) -> dict[int, int]:
-        return {int(r): int(r) for r in rows if 0 <= int(r) < len(self.documents)}
+        return {int(r): self.numbers[int(r)] for r in rows if 0 <= int(r) < len(self.documents)}
 
     def documents_by_id(self, ids: Sequence[str]) -> list[Document | None]:
-        by_id = dict(zip(self.ids, self.documents, strict=True))
+        whole = [unit.document if isinstance(unit, Passage) else unit for unit in self.documents]
+        by_id = dict(zip(self.ids, whole, strict=True))
         return [by_id.get(str(i)) for i in ids]
 
     def snippets(self, query: str, texts: Sequence[str]) -> list[str | None]:

@@ -354,14 +354,15 @@ class _VectorWriter:
 
 def calibrated(plan: Plan, filled: Filled, tmp: Path) -> Calibration | None:
     """A new calibration where one is due: a new index, or one grown by half since its last; None
-    where none is due, or there is no lexical side to fuse. An index of passages is not
-    calibrated (its pseudo queries would score passages, not the documents search ranks)."""
-    if not plan.options.calibrate or plan.split is not None or filled.lexical is None:
+    where none is due, or there is no lexical side to fuse. An index of passages is calibrated on
+    documents ranked by their best passage, as search ranks them."""
+    if not plan.options.calibrate or filled.lexical is None:
         return None
     if not needs_calibration(plan.old or {}, int(filled.index.ntotal)):
         return None
     meta = {"dim": plan.encoder.dim, "kind": filled.kind, "params": filled.params}
     meta |= {"query_prefix": plan.prefixes.query, "passage_prefix": plan.prefixes.passage}
+    meta |= {"passages": plan.split.to_json() if plan.split is not None else None}
     return calibrate_version(tmp, filled.index, meta, plan.encoder, filled.lexical)
 
 

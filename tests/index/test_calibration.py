@@ -2,21 +2,25 @@
 
 from __future__ import annotations
 
-import hashlib
 import json
-import math
 import re
 from pathlib import Path
 
 import numpy as np
 import pytest
+from calibration_fixtures import (
+    WordHashEncoder,
+    calibration_documents,
+    ndcg_at_10,
+    trec_order,
+    write_jsonl_docs,
+)
 from runtime_helpers import set_recorded_fusion
 from typer.testing import CliRunner
 
 from embedkit import SearchIndex, build_index
 from embedkit.cli.app import app
 from embedkit.data.corpus import Document
-from embedkit.encode.identity import model_fingerprint
 from embedkit.errors import InputError
 from embedkit.evaluation.fusion_calibration import CalibrationConfig, calibrate_index, pseudo_task
 from embedkit.evaluation.fusion_rule import CANDIDATES, LEXICAL, choose
@@ -26,112 +30,16 @@ from embedkit.search.request import Calibration, fusion_for, label
 pytest.importorskip("faiss")
 runner = CliRunner()
 
-WORDS = (
-    "shock",
-    "wave",
-    "wing",
-    "lift",
-    "drag",
-    "boundary",
-    "layer",
-    "heat",
-    "transfer",
-    "stall",
-    "jet",
-    "noise",
-    "buckling",
-    "shell",
-    "plate",
-    "flutter",
-    "vortex",
-    "nozzle",
-    "pressure",
-    "gradient",
-    "laminar",
-    "turbulent",
-    "supersonic",
-    "subsonic",
-    "cone",
-    "cylinder",
-    "panel",
-    "skin",
-    "friction",
-    "separation",
-    "reattachment",
-    "spike",
-    "inlet",
-    "diffuser",
-    "blade",
-    "rotor",
-    "cascade",
-)
 CONFIG = CalibrationConfig(queries=12, min_queries=5)
 
 
-class WordHashEncoder:
-    """A bag-of-words encoder: each word a fixed random vector, a text the sum of its words'.
-
-    Dense and BM25 then agree in part, as a real model and BM25 do; it claims `model_dir`'s identity.
-    """
-
-    backend, device, max_seq_length, truncated, dim = "hash", "cpu", 64, 0, 24
-
-    def __init__(self, model_dir: Path) -> None:
-        self.path = model_dir
-        self.fingerprint = model_fingerprint(model_dir)
-
-    def encode(self, texts, batch_size: int = 64, normalize: bool | None = None, progress: bool = False):
-        out = np.zeros((len(texts), self.dim), dtype=np.float64)
-        for i, text in enumerate(texts):
-            for word in re.findall(r"[a-z0-9]+", text.lower()):
-                seed = int.from_bytes(hashlib.sha256(word.encode()).digest()[:8], "little")
-                out[i] += np.random.default_rng(seed).standard_normal(self.dim)
-            out[i] += 1e-3  # an empty text is not a zero vector
-        if normalize:
-            out /= np.linalg.norm(out, axis=1, keepdims=True)
-        return out.astype(np.float32)
-
-
-def _documents(n: int = 40, seed: int = 3) -> list[dict[str, str]]:
-    """Titled documents of three sentences about a few of WORDS each (ict, title and terms queries)."""
-    rng = np.random.default_rng(seed)
-    docs = []
-    for i in range(n):
-        topic = list(rng.choice(WORDS, 4, replace=False))
-        sentences = [
-            " ".join([*rng.choice(topic, 3), *rng.choice(WORDS, 3), "measured", f"case{i}"]).capitalize()
-            + "."
-            for _ in range(3)
-        ]
-        docs.append({"_id": f"d{i}", "title": " ".join(topic[:2]), "text": " ".join(sentences)})
-    return docs
-
-
-def _write(path: Path, docs: list[dict[str, str]]) -> Path:
-    path.write_text("".join(json.dumps(d) + "\n" for d in docs), encoding="utf-8")
-    return path
-
-
-def _trec_order(hits) -> list[str]:
-    """Ids by score, ties by id descending: how trec_eval (and `eval retrieval`) ranks a run.
-
-    Rank fusion ties often (two ranks summing alike); the metric, not the search, breaks them.
-    """
-    by_id = sorted(hits, key=lambda h: h.id, reverse=True)
-    return [h.id for h in sorted(by_id, key=lambda h: -h.score)]  # sorted() is stable
-
-
-def _ndcg_at_10(ranked_ids: list[str], relevant: str) -> float:
-    """One relevant document: 1 / log2(rank + 1) if it is in the top 10, else 0."""
-    top = ranked_ids[:10]
-    return 1.0 / math.log2(top.index(relevant) + 2) if relevant in top else 0.0
-
-
 def test_calibration_picks_what_a_brute_force_search_says_is_best(tmp_path: Path, tiny_bert: Path) -> None:
-    docs = _documents()
+    docs = calibration_documents()
     encoder = WordHashEncoder(tiny_bert)
     out = tmp_path / "idx"
-    build_index(_write(tmp_path / "c.jsonl", docs), out, encoder, IndexOptions(kind="flat", calibrate=False))
+    build_index(
+        write_jsonl_docs(tmp_path / "c.jsonl", docs), out, encoder, IndexOptions(kind="flat", calibrate=False)
+    )
     assert SearchIndex.load(out).meta.get("fusion") is None
     chosen = calibrate_index(out, encoder, config=CONFIG)
 
@@ -141,7 +49,10 @@ def test_calibration_picks_what_a_brute_force_search_says_is_best(tmp_path: Path
     searched = [{"_id": d.id, "title": d.title, "text": d.text} for d in task.documents]
     reference = tmp_path / "reference"
     build_index(
-        _write(tmp_path / "r.jsonl", searched), reference, encoder, IndexOptions(kind="flat", calibrate=False)
+        write_jsonl_docs(tmp_path / "r.jsonl", searched),
+        reference,
+        encoder,
+        IndexOptions(kind="flat", calibrate=False),
     )
     kinds = sorted({q.kind for q in task.queries})
     scores: dict[str, dict[str, list[float]]] = {}
@@ -153,7 +64,7 @@ def test_calibration_picks_what_a_brute_force_search_says_is_best(tmp_path: Path
                 [q.text for q in task.queries], k=10, encoder=encoder, mode=mode, fusion=fusion, alpha=alpha
             )
             gains = [
-                _ndcg_at_10(_trec_order(found), docs[q.source]["_id"])
+                ndcg_at_10(trec_order(found), docs[q.source]["_id"])
                 for q, found in zip(task.queries, hits, strict=True)
             ]
             name = LEXICAL if method == "lexical" else label(method, alpha)
@@ -178,7 +89,10 @@ def test_search_uses_the_recorded_choice_and_flags_override(tmp_path: Path, tiny
     encoder = WordHashEncoder(tiny_bert)
     out = tmp_path / "idx"
     build_index(
-        _write(tmp_path / "c.jsonl", _documents()), out, encoder, IndexOptions(kind="flat", calibrate=False)
+        write_jsonl_docs(tmp_path / "c.jsonl", calibration_documents()),
+        out,
+        encoder,
+        IndexOptions(kind="flat", calibrate=False),
     )
     meta_path = next(out.glob("v-*")) / "embedkit-index.json"
     queries = ["shock wave on a wing", "heat transfer in a laminar boundary layer", "flutter of a panel"]
@@ -210,7 +124,12 @@ def test_cold_search_reads_the_choice_and_never_computes_it(
 ) -> None:
     encoder = WordHashEncoder(tiny_bert)
     out = tmp_path / "idx"
-    build_index(_write(tmp_path / "c.jsonl", _documents()), out, encoder, IndexOptions(kind="flat"))
+    build_index(
+        write_jsonl_docs(tmp_path / "c.jsonl", calibration_documents()),
+        out,
+        encoder,
+        IndexOptions(kind="flat"),
+    )
     import embedkit.evaluation.fusion_calibration as calibrate_module
 
     def refuse(*args, **kwargs):
@@ -224,16 +143,16 @@ def test_cold_search_reads_the_choice_and_never_computes_it(
 
 def test_append_recalibrates_once_the_index_grew_by_half(tmp_path: Path, tiny_bert: Path) -> None:
     encoder = WordHashEncoder(tiny_bert)
-    docs = _documents(60)
+    docs = calibration_documents(60)
     out = tmp_path / "idx"
-    build_index(_write(tmp_path / "a.jsonl", docs[:30]), out, encoder, IndexOptions(kind="flat"))
+    build_index(write_jsonl_docs(tmp_path / "a.jsonl", docs[:30]), out, encoder, IndexOptions(kind="flat"))
     first = SearchIndex.load(out).meta["fusion"]
     build_index(
-        _write(tmp_path / "b.jsonl", docs[30:40]), out, encoder, IndexOptions(append=True)
+        write_jsonl_docs(tmp_path / "b.jsonl", docs[30:40]), out, encoder, IndexOptions(append=True)
     )  # 40 < 1.5 x 30
     assert SearchIndex.load(out).meta["fusion"] == first
     build_index(
-        _write(tmp_path / "c.jsonl", docs[40:50]), out, encoder, IndexOptions(append=True)
+        write_jsonl_docs(tmp_path / "c.jsonl", docs[40:50]), out, encoder, IndexOptions(append=True)
     )  # 50 >= 45
     assert SearchIndex.load(out).meta["fusion"]["count"] == 50
 
@@ -242,7 +161,10 @@ def test_a_damaged_fusion_record_is_one_clear_error(tmp_path: Path, tiny_bert: P
     encoder = WordHashEncoder(tiny_bert)
     out = tmp_path / "idx"
     build_index(
-        _write(tmp_path / "c.jsonl", _documents(10)), out, encoder, IndexOptions(kind="flat", calibrate=False)
+        write_jsonl_docs(tmp_path / "c.jsonl", calibration_documents(10)),
+        out,
+        encoder,
+        IndexOptions(kind="flat", calibrate=False),
     )
     for bad in ({"method": "borda", "alpha": 0.5}, {"method": "zscore", "alpha": 2}, "zscore"):
         set_recorded_fusion(out, bad)
@@ -253,7 +175,7 @@ def test_a_damaged_fusion_record_is_one_clear_error(tmp_path: Path, tiny_bert: P
 def test_too_few_pseudo_queries_keep_the_default_and_say_why(tmp_path: Path, tiny_bert: Path) -> None:
     out = tmp_path / "idx"
     build_index(
-        _write(tmp_path / "c.jsonl", _documents(6)),
+        write_jsonl_docs(tmp_path / "c.jsonl", calibration_documents(6)),
         out,
         WordHashEncoder(tiny_bert),
         IndexOptions(kind="flat"),
@@ -266,7 +188,7 @@ def test_too_few_pseudo_queries_keep_the_default_and_say_why(tmp_path: Path, tin
 def test_calibrate_and_verify_commands_show_the_choice(tmp_path: Path, tiny_bert: Path) -> None:
     out = tmp_path / "idx"
     build_index(
-        _write(tmp_path / "c.jsonl", _documents(10)),
+        write_jsonl_docs(tmp_path / "c.jsonl", calibration_documents(10)),
         out,
         WordHashEncoder(tiny_bert),
         IndexOptions(kind="flat"),
@@ -361,7 +283,7 @@ def test_where_the_best_fusion_is_not_clearly_above_the_default_the_default_says
 
 
 def test_index_no_calibrate_then_calibrate_then_search(tmp_path: Path, tiny_bert: Path) -> None:
-    corpus, out = _write(tmp_path / "c.jsonl", _documents()), tmp_path / "idx"
+    corpus, out = write_jsonl_docs(tmp_path / "c.jsonl", calibration_documents()), tmp_path / "idx"
     result = runner.invoke(
         app, ["index", str(corpus), "--out", str(out), "-m", str(tiny_bert), "--no-calibrate"]
     )
@@ -380,7 +302,7 @@ def test_index_no_calibrate_then_calibrate_then_search(tmp_path: Path, tiny_bert
 
 
 def test_the_build_line_shows_the_calibrations_share_of_the_seconds(tmp_path: Path, tiny_bert: Path) -> None:
-    corpus, out = _write(tmp_path / "c.jsonl", _documents()), tmp_path / "idx"
+    corpus, out = write_jsonl_docs(tmp_path / "c.jsonl", calibration_documents()), tmp_path / "idx"
     result = runner.invoke(
         app, ["index", str(corpus), "--out", str(out), "-m", str(tiny_bert), "--device", "cpu"]
     )
@@ -392,4 +314,69 @@ def test_the_build_line_shows_the_calibrations_share_of_the_seconds(tmp_path: Pa
     record = Calibration.from_json(SearchIndex.load(out).meta["fusion"])
     assert float(found[2]) == pytest.approx(record.seconds, abs=0.051) and 0 < record.seconds <= float(
         found[1]
+    )
+
+
+PASSAGES = "16:4"  # each test document (about 40 of the tiny BERT's tokens) in three passages
+
+
+def test_an_index_of_passages_is_calibrated_on_documents_ranked_by_their_best_passage(
+    tmp_path: Path, tiny_bert: Path
+) -> None:
+    """The reference: the pseudo queries searched through `SearchIndex.search_text` over an index of
+    passages of the searched texts (the query sources without their query, split by the same
+    settings), nDCG@10 by hand on the documents it returns; the choice is recorded and searched with."""
+    docs = calibration_documents()
+    encoder = WordHashEncoder(tiny_bert)
+    out = tmp_path / "idx"
+    options = IndexOptions(kind="flat", calibrate=False, passages=PASSAGES)
+    build_index(write_jsonl_docs(tmp_path / "c.jsonl", docs), out, encoder, options)
+    with SearchIndex.load(out) as index:
+        assert index.passages and len(index) >= 2 * index.document_count
+    chosen = calibrate_index(out, encoder, config=CONFIG)
+    assert chosen.documents == len(docs) and sum(chosen.queries.values()) >= CONFIG.min_queries
+
+    task = pseudo_task([Document(d["_id"], d["text"], d["title"]) for d in docs], CONFIG)
+    searched = [{"_id": d.id, "title": d.title, "text": d.text} for d in task.documents]
+    reference = tmp_path / "reference"
+    build_index(write_jsonl_docs(tmp_path / "r.jsonl", searched), reference, encoder, options)
+    texts = [q.text for q in task.queries]
+    with SearchIndex.load(reference) as index:
+        assert index.passages
+        for method, alpha in [*CANDIDATES, ("lexical", None)]:
+            mode = method if method in ("dense", "lexical") else "hybrid"
+            fusion = None if mode != "hybrid" else method
+            hits = index.search_text(texts, k=10, encoder=encoder, mode=mode, fusion=fusion, alpha=alpha)
+            gains = [
+                ndcg_at_10(trec_order(found), docs[q.source]["_id"])
+                for q, found in zip(task.queries, hits, strict=True)
+            ]
+            name = LEXICAL if method == "lexical" else label(method, alpha)
+            for kind in {q.kind for q in task.queries}:
+                mean = 100 * float(
+                    np.mean([g for g, q in zip(gains, task.queries, strict=True) if q.kind == kind])
+                )
+                assert chosen.table[name][kind] == pytest.approx(mean, abs=0.006), (name, kind)
+    with SearchIndex.load(out) as index:  # recorded, and the default search's fusion
+        assert Calibration.from_json(index.meta["fusion"]) == chosen
+        assert index.default_fusion() == fusion_for(index.meta)
+        expected_mode = "dense" if chosen.method == "dense" else "hybrid"
+        assert index.default_mode() == expected_mode
+
+
+def test_building_an_index_of_passages_calibrates_it(tmp_path: Path, tiny_bert: Path) -> None:
+    """At build time as by `embedkit calibrate`: the same sample, queries and table."""
+    encoder = WordHashEncoder(tiny_bert)
+    out = tmp_path / "idx"
+    corpus = write_jsonl_docs(tmp_path / "c.jsonl", calibration_documents())
+    report = build_index(corpus, out, encoder, IndexOptions(kind="flat", passages=PASSAGES))
+    assert report.calibrated is not None and report.calibrated.table  # scored, not a fallback
+    with SearchIndex.load(out) as index:
+        built = Calibration.from_json(index.meta["fusion"])
+    again = calibrate_index(out, encoder)
+    assert (built.method, built.alpha, built.table, built.queries) == (
+        again.method,
+        again.alpha,
+        again.table,
+        again.queries,
     )
