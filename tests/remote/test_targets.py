@@ -42,3 +42,13 @@ def test_a_push_record_is_checked_when_read() -> None:
     for damaged in (None, {}, {**record.to_json(), "format": 99}, {**record.to_json(), "dim": "384"}):
         with pytest.raises(InputError):
             PushRecord.from_json(damaged, "t")
+
+
+def test_a_push_records_fusion_is_checked_and_read_as_the_index_meta() -> None:
+    fusion = {"method": "zscore", "alpha": 0.6, "reason": "chosen"}
+    record = PushRecord(model="m", model_fingerprint="f", dim=384, count=10, fusion=fusion)
+    assert PushRecord.from_json(record.to_json(), "t").as_index_meta()["fusion"] == fusion
+    assert PushRecord(model="m", model_fingerprint="f", dim=4, count=1).as_index_meta()["fusion"] is None
+    for bad in ({"method": "borda", "alpha": 0.5}, {"method": "zscore", "alpha": 2}, "zscore"):
+        with pytest.raises(InputError, match="damaged push record"):
+            PushRecord.from_json({**record.to_json(), "fusion": bad}, "t")
