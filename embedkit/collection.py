@@ -17,7 +17,8 @@ query that overlaps a write reads the old or the new version, never a mix.
 
 `where` is the CLI's filter expression over the metadata (`year >= 2020 and lang in ["en", "de"]`,
 `embedkit.index.where`). `include` chooses a hit's fields beyond its rank, id and score
-(`embedkit.search.hits.HIT_FIELDS`); the default leaves out the documents' full text.
+(`embedkit.search.hits.HIT_FIELDS`); by default every field but the document's full text, as
+on every side. Every hit has a snippet: its text with the query's words highlighted, else its start.
 """
 
 from __future__ import annotations
@@ -38,10 +39,6 @@ if TYPE_CHECKING:
     Model = Encoder | str | Path | None  # an open encoder, a model folder, or None (see `Collection`)
     Texts = Sequence[str]
     Metas = Sequence[dict[str, Any] | None] | None
-
-# A hit's fields by default: what a person reads in a list of results; "text" (the whole
-# document) and "passage" on request
-DEFAULT_INCLUDE = ("title", "snippet", "metadata", "scores")
 
 
 def create_collection(path: str | Path, model: Model = None, **settings: Any) -> Collection:
@@ -173,21 +170,22 @@ class Collection:
         k: int = 10,
         *,
         where: str | None = None,
-        include: Iterable[str] = DEFAULT_INCLUDE,
+        include: Iterable[str] | None = None,
         mode: str | None = None,
         fusion: str | None = None,
         alpha: float | None = None,
     ) -> list[dict[str, Any]] | list[list[dict[str, Any]]]:
         """The best `k` documents for a text (a list of hits) or for each of several texts (a
         list of such lists), best first, each hit a record of `embedkit search --json` holding
-        the fields `include` names (of `HIT_FIELDS`) besides rank, id and score.
+        the fields `include` names (of `HIT_FIELDS`) besides rank, id and score (None:
+        `DEFAULT_FIELDS`, all but the document's full text).
 
         `mode`: dense, lexical or hybrid (default: the index's, hybrid where it has a lexical
         side); `fusion` and `alpha` as `embedkit search --fusion/--alpha`; `where` a metadata filter.
         """
-        from embedkit.search.hits import checked_fields, hit_record
+        from embedkit.search.hits import DEFAULT_FIELDS, checked_fields, hit_record
 
-        fields = checked_fields(include)
+        fields = checked_fields(DEFAULT_FIELDS if include is None else include)
         many = not isinstance(texts, str)
         queries = list(texts) if many else [texts]
         if not queries or any(not isinstance(q, str) or not q.strip() for q in queries):
@@ -197,7 +195,12 @@ class Collection:
         request = index.request(k, **settings)
         encoder = self._encoder_for(index) if request.mode != "lexical" else None
         results = index.search_text(
-            queries, k, encoder, snippets="snippet" in fields, passages="passage" in fields, **settings
+            queries,
+            k,
+            encoder,
+            snippets="snippet" in fields,
+            passages=include is not None and "passage" in fields,
+            **settings,
         )
         records = [[hit_record(rank, hit, fields) for rank, hit in enumerate(hits, 1)] for hits in results]
         return records if many else records[0]

@@ -81,7 +81,8 @@ def test_a_collection_answers_as_embedkit_search_does(both, mode: str, where: st
     by_cli, notes = both
     filters = ["--where", where] if where else []
     for query in QUERIES:
-        line = cli("search", str(by_cli), query, "-k", "5", "--mode", mode, "--json", *filters)
+        every = ["--include", ",".join(HIT_FIELDS)]
+        line = cli("search", str(by_cli), query, "-k", "5", "--mode", mode, "--json", *every, *filters)
         expected = json.loads(line)["hits"]
         got = notes.query(query, k=5, mode=mode, where=where, include=HIT_FIELDS)
         assert [h["id"] for h in got] == [h["id"] for h in expected]

@@ -38,6 +38,10 @@ class Hit:
 # document's title, text and metadata, the snippet of its matched words, its best passage, and
 # each side's own score (`dense_score`, `lexical_score`)
 HIT_FIELDS = ("title", "text", "metadata", "snippet", "passage", "scores")
+# What a hit holds unless asked otherwise, on every side (`embedkit search --json`, `/search`, the
+# search page, the Python API): what a person reads in a list of results, not the whole document
+DEFAULT_FIELDS = ("title", "metadata", "snippet", "passage", "scores")
+SNIPPET_CHARS = 200  # the most characters of a snippet, as tantivy's highlighted ones
 
 
 def checked_fields(include: Iterable[str]) -> frozenset[str]:
@@ -51,9 +55,10 @@ def checked_fields(include: Iterable[str]) -> frozenset[str]:
     return fields
 
 
-def hit_record(rank: int, hit: Hit, include: Iterable[str] = HIT_FIELDS) -> dict[str, Any]:
+def hit_record(rank: int, hit: Hit, include: Iterable[str] = DEFAULT_FIELDS) -> dict[str, Any]:
     """One hit as JSON, the same for `embedkit search --json`, the server's `/search` and the
-    Python API (`embedkit.collection`), with the fields `include` names (all by default).
+    Python API (`embedkit.collection`), with the fields `include` names (`DEFAULT_FIELDS`: all
+    but the document's full text).
 
     `dense_score` and `lexical_score` ("scores") are present (null where that side did not return
     the hit); `snippet` where one was made; `passage` (its text, and its start and end characters
@@ -74,6 +79,20 @@ def hit_record(rank: int, hit: Hit, include: Iterable[str] = HIT_FIELDS) -> dict
         document = {"title": doc.title, "text": doc.text, "metadata": doc.metadata or {}}
         record.update((name, value) for name, value in document.items() if name in fields)
     return record
+
+
+def lead_snippet(text: str) -> str:
+    """The snippet of a hit none of the query's words are in: the start of `text` (its best
+    passage, or its document), at most `SNIPPET_CHARS` characters cut at a space, HTML-escaped as
+    tantivy's highlighted snippets are, with "…" where it was cut."""
+    import html
+
+    words = " ".join(text.split())
+    if len(words) > SNIPPET_CHARS:
+        cut = words[: SNIPPET_CHARS - 1]
+        space = cut.rfind(" ")
+        words = (cut[:space] if space > SNIPPET_CHARS // 2 else cut) + "…"
+    return html.escape(words, quote=False)
 
 
 def with_documents(
