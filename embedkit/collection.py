@@ -16,9 +16,10 @@ one rename (a crash leaves the old one), one writer at a time holds the folder (
 query that overlaps a write reads the old or the new version, never a mix.
 
 `where` is the CLI's filter expression over the metadata (`year >= 2020 and lang in ["en", "de"]`,
-`embedkit.index.where`). `include` chooses a hit's fields beyond its rank, id and score
-(`embedkit.search.hits.HIT_FIELDS`); by default every field but the document's full text, as
-on every side. Every hit has a snippet: its text with the query's words highlighted, else its start.
+`embedkit.index.where`), or Chroma's dict (`{"year": {"$gte": 2020}}`, `embedkit.index.where_dict`).
+`include` chooses a hit's fields beyond its rank, id and score (`embedkit.search.hits.HIT_FIELDS`);
+by default every field but the document's full text, as on every side. Every hit has a snippet:
+its text with the query's words highlighted, else its start.
 """
 
 from __future__ import annotations
@@ -169,7 +170,7 @@ class Collection:
         texts: str | Sequence[str],
         k: int = 10,
         *,
-        where: str | None = None,
+        where: str | dict[str, Any] | None = None,
         include: Iterable[str] | None = None,
         mode: str | None = None,
         fusion: str | None = None,
@@ -181,7 +182,9 @@ class Collection:
         `DEFAULT_FIELDS`, all but the document's full text).
 
         `mode`: dense, lexical or hybrid (default: the index's, hybrid where it has a lexical
-        side); `fusion` and `alpha` as `embedkit search --fusion/--alpha`; `where` a metadata filter.
+        side); `fusion` and `alpha` as `embedkit search --fusion/--alpha`; `where` a metadata filter:
+        the CLI's expression (`year >= 2020`) or Chroma's dict (`{"year": {"$gte": 2020}}`,
+        `embedkit.index.where_dict`).
         """
         from embedkit.search.hits import DEFAULT_FIELDS, checked_fields, hit_record
 
@@ -190,6 +193,10 @@ class Collection:
         queries = list(texts) if many else [texts]
         if not queries or any(not isinstance(q, str) or not q.strip() for q in queries):
             raise InputError("give a query text (or a list of them), none of them empty")
+        if isinstance(where, dict):
+            from embedkit.index.where_dict import expression_of
+
+            where = expression_of(where)
         index = self._opened()
         settings = {"mode": mode, "fusion": fusion, "alpha": alpha, "where": where}
         request = index.request(k, **settings)

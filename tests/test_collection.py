@@ -196,3 +196,39 @@ def test_the_readme_example_runs(tiny_bert: Path, tmp_path: Path, monkeypatch, c
     out = capsys.readouterr().out
     assert "2 Rotate the API keys every 30 days." in out
     assert (tmp_path / "notes-index").is_dir()
+
+
+CHROMA_FILTERS = [
+    # (Chroma's dict, the same filter as a predicate over a document's metadata: the reference)
+    ({"year": 2003}, lambda m: m.get("year") == 2003),
+    ({"year": {"$gte": 2010}}, lambda m: m.get("year", 0) >= 2010),
+    ({"year": {"$in": [2001, 2004, 2017]}}, lambda m: m.get("year") in (2001, 2004, 2017)),
+    ({"year": {"$nin": [2001, 2004]}}, lambda m: "year" in m and m["year"] not in (2001, 2004)),
+    ({"$or": [{"year": {"$lt": 2003}}, {"year": {"$gt": 2016}}]}, lambda m: not 2003 <= m["year"] <= 2016),
+    ({"$and": [{"year": {"$gte": 2004}}, {"year": {"$lte": 2008}}]}, lambda m: 2004 <= m["year"] <= 2008),
+    ({"year": {"$ne": 2006, "$gt": 2000}}, lambda m: m["year"] not in (2006, 2000) and m["year"] > 2000),
+]
+
+
+@pytest.mark.parametrize("where,passes", CHROMA_FILTERS)
+def test_chroma_filters_keep_exactly_the_documents_they_describe(both, where, passes) -> None:
+    _, notes = both
+    held = {r["_id"]: {"year": r["year"]} for r in FIRST + MORE + REPLACED if r["_id"] != "d5"}
+    expected = {doc_id for doc_id, meta in held.items() if passes(meta)}
+    found = notes.query("shock wave", k=50, mode="dense", where=where, include=["metadata"])
+    assert {h["id"] for h in found} == expected
+
+
+def test_a_chroma_filter_reads_as_the_expression_it_becomes() -> None:
+    from embedkit.index.where_dict import expression_of
+
+    assert expression_of({"lang": 'say "hi"', "ok": True}) == '`lang` = "say \\"hi\\"" and `ok` = true'
+    assert expression_of({"$or": [{"a": 1}, {"b": {"$nin": ["x"]}}]}) == '((`a` = 1) or (not `b` in ["x"]))'
+    for bad, message in [
+        ({}, "non-empty dict"),
+        ({"a": {"$like": "x"}}, "unknown operator '\\$like'"),
+        ({"$not": {"a": 1}}, "unknown operator or field"),
+        ({"a": [1]}, "a value is"),
+    ]:
+        with pytest.raises(embedkit.InputError, match=message):
+            expression_of(bad)
