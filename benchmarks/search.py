@@ -207,21 +207,30 @@ def markdown(results: dict) -> str:
 
 
 def cold_start(index_dir: str, query: str, repeats: int, model: str | None) -> dict:
-    """Wall time of `embedkit search INDEX_DIR QUERY` in a fresh process, `repeats` times."""
+    """Wall time of `embedkit search INDEX_DIR QUERY` in a fresh process, `repeats` times, and the
+    CPU time (user + sys) each process used: on shared cores the wall time includes waiting for
+    a core, the CPU time does not."""
+    import resource
+
     exe = Path(sys.executable).with_name("embedkit")
     command = [str(exe), "search", index_dir, query, "-k", "10", "--json"]
     if model:
         command += ["--model", model]
-    times = []
+    times, cpu = [], []
     for _ in range(repeats):
+        before = resource.getrusage(resource.RUSAGE_CHILDREN)
         start = time.perf_counter()
         subprocess.run(command, check=True, capture_output=True)
         times.append(time.perf_counter() - start)
+        after = resource.getrusage(resource.RUSAGE_CHILDREN)
+        cpu.append(after.ru_utime - before.ru_utime + after.ru_stime - before.ru_stime)
     return {
         "command": " ".join(command),
         "median_s": statistics.median(times),
         "min_s": min(times),
         "all_s": times,
+        "median_cpu_s": statistics.median(cpu),
+        "load_average": os.getloadavg(),
     }
 
 

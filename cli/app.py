@@ -1,11 +1,16 @@
 """The `embedkit` application: one module per command, joined here.
 
-Command modules import only typer and the standard library at the top; torch, transformers,
-onnxruntime and faiss are imported inside the command bodies so that `embedkit --help` is instant.
+A command's module is imported only when that command runs (or its help is asked for): a cold
+`embedkit search` loads the search command alone, not the training, export and server commands
+beside it. `embedkit --help` lists the commands from `COMMANDS` and their one-line summaries
+without importing any. Command modules import only typer and the standard library at the top;
+torch, transformers, onnxruntime and faiss are imported inside the command bodies.
 """
 
 from __future__ import annotations
 
+import functools
+import importlib
 import sys
 import warnings
 from typing import Annotated, Any
@@ -13,7 +18,8 @@ from typing import Annotated, Any
 import typer
 from typer.core import TyperGroup
 
-from embedkit.cli.help_format import name_values
+from embedkit.cli import plain_values
+from embedkit.cli.help_format import SUMMARIES, name_values
 from embedkit.console_quiet import quiet_other_libraries
 
 try:  # typer 0.29+ carries its own copy of click
@@ -22,12 +28,65 @@ except ImportError:  # older typer: click itself
     from click import exceptions as _click_errors
 
 
+# command -> the module of embedkit.cli that registers it, in the order `embedkit --help` lists
+# them, the order a user meets them: searching documents first, training after
+COMMANDS = {
+    "index": "index",
+    "search": "search",
+    "serve": "serve",
+    "delete": "delete",
+    "compact": "compact",
+    "calibrate": "calibrate",
+    "verify": "verify",
+    "push": "push",
+    "embed": "embed",
+    "train": "train",
+    "adapt": "adapt",
+    "export": "export",
+    "experiment": "experiment",
+    "clean": "clean",
+    "eval": "evaluate",  # a group of commands: listed after the single ones, as typer lists groups
+}
+
+
+@functools.cache
+def loaded_command(name: str) -> Any:
+    """The click command `name`, its module imported and registered now (once per process)."""
+    module = importlib.import_module(f"embedkit.cli.{COMMANDS[name]}")
+    holder = typer.Typer(add_completion=False, pretty_exceptions_enable=False, rich_markup_mode=None)
+    module.register(holder)
+    command = typer.main.get_group(holder).commands[name]
+    command.short_help = command.short_help or SUMMARIES.get(name)
+    name_values(command)
+    plain_values.install(command)
+    return command
+
+
 class OneLineErrors(TyperGroup):
-    """Usage errors (`-k 0`, a missing `--out`) as one `error:` line and exit 2, like all bad input."""
+    """Usage errors (`-k 0`, a missing `--out`) as one `error:` line and exit 2, like all bad input;
+    commands loaded on first use (`COMMANDS`)."""
+
+    def list_commands(self, ctx: Any) -> list[str]:
+        return [*COMMANDS, *(name for name in super().list_commands(ctx) if name not in COMMANDS)]
+
+    def get_command(self, ctx: Any, name: str) -> Any:
+        if name in COMMANDS and name not in self.commands:
+            self.commands[name] = loaded_command(name)
+        return super().get_command(ctx, name)
+
+    def format_commands(self, ctx: Any, formatter: Any) -> None:
+        """The command list with each command's summary, no command module imported."""
+        rows = [(name, SUMMARIES[name]) for name in COMMANDS if name in SUMMARIES]
+        if len(rows) < len(COMMANDS):  # a command without a summary: click's own listing
+            super().format_commands(ctx, formatter)
+            return
+        with formatter.section("Commands"):
+            formatter.write_dl(rows)
 
     def main(self, *args: Any, standalone_mode: bool = True, **kwargs: Any) -> Any:
         quiet_other_libraries()
         name_values(self)
+        plain_values.install(self)
         from embedkit.cli.common import GuardedStdout, StdoutFailure
 
         stdout = sys.stdout
@@ -116,49 +175,6 @@ def _options(
 ) -> None:
     # no docstring: the help stays the app's own
     pass
-
-
-def _register() -> None:
-    from embedkit.cli import (
-        adapt,
-        calibrate,
-        clean,
-        compact,
-        delete,
-        embed,
-        evaluate,
-        experiment,
-        export,
-        index,
-        push,
-        search,
-        serve,
-        train,
-        verify,
-    )
-
-    # in `embedkit --help`, in the order a user meets them: searching documents first, training after
-    for module in (
-        index,
-        search,
-        serve,
-        delete,
-        compact,
-        calibrate,
-        verify,
-        push,
-        embed,
-        train,
-        adapt,
-        export,
-        evaluate,
-        experiment,
-        clean,
-    ):
-        module.register(app)
-
-
-_register()
 
 
 def _one_line_warning(

@@ -22,11 +22,10 @@ from embedkit.cli.options import (
     TokenOption,
     open_search_index,
 )
+from embedkit.search.hits import HIT_FIELDS
 
 if TYPE_CHECKING:
     from embedkit.search.hits import Hit
-
-TEXT_WIDTH = 160  # characters of a document shown in the table
 
 
 def register(app: typer.Typer) -> None:
@@ -94,18 +93,29 @@ def search(
         bool,
         typer.Option(
             "--passages",
-            help="Show each hit's best passage instead of the start of its document (an index built with "
-            "--passages); --json adds it as `passage`.",
+            help="Show each hit's best passage instead of its snippet (an index built with --passages); "
+            "--json adds it as `passage`.",
         ),
     ] = False,
+    include: Annotated[
+        str | None,
+        typer.Option(
+            "--include",
+            help="The fields of each hit in --json besides rank, id and score, comma-separated, of "
+            f"{', '.join(HIT_FIELDS)} (default: all but text, the whole document).",
+        ),
+    ] = None,
 ) -> None:
     """Search INDEX_DIR for QUERY (or each line of --queries): ranked ids, scores and texts.
+
+    Each hit shows a snippet: the query's words highlighted where they are in it, else its start.
 
     \b
     Examples:
       embedkit search my-index "how do I rotate the keys"
       embedkit search my-index "rotate keys" -k 5 --where 'year >= 2020'
       embedkit search my-index --queries questions.txt --json --mode dense
+      embedkit search my-index "rotate keys" --json --include title,text,metadata
 
     --device cuda (or cuda:N) embeds the queries and searches a flat or ivf-pq index with faiss on
     that GPU (it needs faiss with GPU support: the gpu extra); auto and cpu search with faiss on the CPU.
@@ -115,9 +125,10 @@ def search(
     from embedkit.console import make_console
     from embedkit.index.faiss_gpu import check_gpu_k
     from embedkit.search import pipeline
-    from embedkit.search.hits import hit_record
+    from embedkit.search.hits import DEFAULT_FIELDS, checked_fields, hit_record
 
     check_search_choices(mode, fusion, alpha)  # before the index loads
+    fields = checked_fields(include.split(",") if include is not None else DEFAULT_FIELDS)
     if where is not None:
         from embedkit.index.where import parse
 
@@ -153,7 +164,7 @@ def search(
             make_console(stderr=True).print(escape(note))
     if as_json:
         for text, hits in zip(texts, results, strict=True):
-            records = [hit_record(rank, h) for rank, h in enumerate(hits, 1)]
+            records = [hit_record(rank, h, fields) for rank, h in enumerate(hits, 1)]
             typer.echo(json.dumps({"query": text, **how, "hits": records}, ensure_ascii=False))
         return
     _print_tables(texts, results, passages)
@@ -194,15 +205,10 @@ def _print_tables(texts: list[str], results: list[list[Hit]], passages: bool = F
         for rank, hit in enumerate(hits, 1):
             if passages and hit.passage is not None:
                 shown = escape(hit.passage.text)  # the whole passage: what was asked to see
-            else:
-                shown = _snippet_markup(hit.snippet) if hit.snippet else escape(_cut(hit))
+            else:  # every hit has one: its matched words, else its start
+                shown = _snippet_markup(hit.snippet or "")
             table.add_row(str(rank), escape(hit.id), f"{hit.score:.4f}", shown)
         print_table(console, table)
-
-
-def _cut(hit: Hit) -> str:
-    body = hit.document.full_text if hit.document is not None else ""
-    return body if len(body) <= TEXT_WIDTH else body[: TEXT_WIDTH - 1] + "…"
 
 
 def _snippet_markup(snippet: str) -> str:

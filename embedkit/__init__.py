@@ -12,6 +12,9 @@ __version__ = "0.1.0"
 
 # public name -> module that defines it
 _EXPORTS: dict[str, str] = {
+    "Collection": "embedkit.collection",
+    "create_collection": "embedkit.collection",
+    "open_collection": "embedkit.collection",
     "load_encoder": "embedkit.encode.loading",
     "Encoder": "embedkit.encode.protocol",
     "Evaluator": "embedkit.evaluation.evaluator",

@@ -40,6 +40,17 @@ def tiny_bert_no_types(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 
 @pytest.fixture(scope="session")
+def tiny_onnx(tiny_bert: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The tiny random BERT exported to ONNX (fp32; max_seq_length 64, normalized in the graph)."""
+    pytest.importorskip("onnxruntime")
+    from embedkit.export import export_model
+
+    return export_model(
+        tiny_bert, tmp_path_factory.mktemp("serve-onnx") / "tiny-onnx", progress=False
+    ).out_dir
+
+
+@pytest.fixture(scope="session")
 def shared_data() -> Path:
     """`../shared/data` beside the project; tests that need it skip when it is absent."""
     if not SHARED_DATA.is_dir():

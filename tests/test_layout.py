@@ -119,10 +119,11 @@ def test_every_evaluator_has_the_one_interface(tmp_path: Path) -> None:
 
 
 def test_a_model_folder_is_hashed_once_from_path_to_checked_encoder(
-    tiny_bert: Path, monkeypatch: pytest.MonkeyPatch
+    tiny_bert: Path, monkeypatch: pytest.MonkeyPatch, tmp_path: Path
 ) -> None:
     import embedkit.encode.model_folder as model_folder
     from embedkit.index.folder import open_model_for
+    from embedkit.storage import checksums
 
     calls: list[int] = []
     original = model_folder.fingerprint_files
@@ -135,12 +136,48 @@ def test_a_model_folder_is_hashed_once_from_path_to_checked_encoder(
     from embedkit.encode.identity import model_fingerprint
 
     fingerprint = model_fingerprint(tiny_bert)
-    model_folder._WEIGHTS_SEEN.clear()
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))  # an empty user cache
+    monkeypatch.setattr(checksums, "_digests", {})  # and a new process's memory
     monkeypatch.setattr(model_folder, "fingerprint_files", counting)
     meta = {"model": str(tiny_bert), "dim": 32, "model_fingerprint": fingerprint}
     encoder = open_model_for(meta, device="cpu")
     assert encoder.fingerprint == fingerprint
     assert len(calls) == 1
+
+
+def test_a_later_process_reads_the_weights_fingerprint_from_the_cache_until_they_change(
+    tiny_bert: Path, monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    """A cold `embedkit search` checks the index's model without hashing its weights again."""
+    import os
+    import shutil
+
+    import embedkit.encode.model_folder as model_folder
+    from embedkit.storage import checksums
+
+    model = tmp_path / "model"
+    shutil.copytree(tiny_bert, model)
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
+    weights = model / "model.safetensors"
+    # the reference: the hash of the files themselves, computed here without any cache
+    expected = model_folder.fingerprint_files([weights])
+    calls: list[int] = []
+    original = model_folder.fingerprint_files
+    monkeypatch.setattr(model_folder, "fingerprint_files", lambda paths: calls.append(1) or original(paths))
+
+    monkeypatch.setattr(checksums, "_digests", {})
+    assert model_folder.weights_fingerprint(model) == expected and len(calls) == 1
+    monkeypatch.setattr(checksums, "_digests", {})  # another process: the disk cache answers
+    assert model_folder.weights_fingerprint(model) == expected and len(calls) == 1
+
+    data = bytearray(weights.read_bytes())
+    data[-1] ^= 1
+    weights.write_bytes(bytes(data))  # same size: mtime and ctime tell
+    stat = weights.stat()
+    os.utime(weights, ns=(stat.st_atime_ns, stat.st_mtime_ns))
+    monkeypatch.setattr(checksums, "_digests", {})
+    changed = model_folder.weights_fingerprint(model)
+    assert len(calls) == 2 and changed != expected
 
 
 def test_the_checkout_does_not_shadow_the_package(tmp_path: Path) -> None:

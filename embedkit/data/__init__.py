@@ -5,18 +5,21 @@ not) with line numbers in every error; `corpus` turns them into documents and tr
 (`sentences` splits documents); `sts` and `beir` read evaluation sets. No torch, no model here.
 """
 
-from embedkit.data.beir import BeirData, read_beir
-from embedkit.data.corpus import Document, load_sentences, read_documents
-from embedkit.data.sentences import split_into_sentences
-from embedkit.data.sts import StsData, read_sts
+from embedkit.lazy import lazy_exports
 
-__all__ = [
-    "BeirData",
-    "Document",
-    "StsData",
-    "load_sentences",
-    "read_beir",
-    "read_documents",
-    "read_sts",
-    "split_into_sentences",
-]
+# public name -> module that defines it, loaded on first use: a reader of one format (a search's
+# query check, say) does not import the others (PDF, HTML, Markdown, BEIR)
+_EXPORTS: dict[str, str] = {
+    "BeirData": "embedkit.data.beir",
+    "Document": "embedkit.data.corpus",
+    "StsData": "embedkit.data.sts",
+    "load_sentences": "embedkit.data.corpus",
+    "read_beir": "embedkit.data.beir",
+    "read_documents": "embedkit.data.corpus",
+    "read_sts": "embedkit.data.sts",
+    "split_into_sentences": "embedkit.data.sentences",
+}
+
+__all__ = sorted(_EXPORTS)
+
+__getattr__, __dir__ = lazy_exports("embedkit.data", _EXPORTS, globals())

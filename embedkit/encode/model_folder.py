@@ -198,22 +198,13 @@ def fingerprint_files(paths: list[Path]) -> str:
 def weights_fingerprint(path: Path) -> str:
     """The weight files' fingerprint: the Transformer's and each Dense module's (an ONNX folder: its graphs).
 
-    Hashed once per process while the files keep their size, mtime and inode (a check and the
-    encoder it opens ask for it in turn).
+    Hashed once while the files keep their size, mtime, ctime and inode, then read from the user's
+    cache (`embedkit.storage.checksums.cached_digest`): each check of a model asks for it.
     """
+    from embedkit.storage.checksums import cached_digest
+
     files = _weight_files(path)
-    key = tuple((str(f.resolve()), *_stat_key(f)) for f in files)
-    if key not in _WEIGHTS_SEEN:
-        _WEIGHTS_SEEN[key] = fingerprint_files(files)
-    return _WEIGHTS_SEEN[key]
-
-
-_WEIGHTS_SEEN: dict[tuple, str] = {}
-
-
-def _stat_key(file: Path) -> tuple[int, int, int]:
-    stat = file.stat()
-    return stat.st_size, stat.st_mtime_ns, stat.st_ino
+    return cached_digest(files, "weights", lambda: fingerprint_files(files))
 
 
 def _weight_files(path: Path) -> list[Path]:

@@ -55,7 +55,15 @@ from embedkit.index.meta import IndexMeta, new_index_id, now
 from embedkit.index.passages import PassageSettings, PassageSplitter, passage_settings
 from embedkit.index.rows import add_rows
 from embedkit.index.version_copy import copy_store, read_faiss_copy, write_faiss
-from embedkit.jobs.streaming import CorpusOptions, as_encoder, chunked, embed_chunk, read_corpus
+from embedkit.jobs.streaming import (
+    Corpus,
+    CorpusOptions,
+    as_encoder,
+    chunked,
+    corpus_name,
+    embed_chunk,
+    read_corpus,
+)
 from embedkit.progress import ProgressBar
 from embedkit.search.request import Calibration
 from embedkit.storage.atomic import write_json_atomic
@@ -91,7 +99,7 @@ class IndexOptions:
 class Plan:
     """What `prepare` settled before anything is embedded."""
 
-    corpus: str | Path
+    corpus: Corpus
     out: Path
     options: IndexOptions
     old: dict[str, Any] | None  # the appended index's metadata (None: a new index)
@@ -121,7 +129,7 @@ class Filled:
 
 @locked("out")
 def build_index(
-    corpus: str | Path,
+    corpus: Corpus,
     out: str | Path,
     model: Encoder | str | Path | None = None,
     options: IndexOptions | None = None,
@@ -129,7 +137,8 @@ def build_index(
     progress: bool = False,
     fusion: Calibration | None = None,  # a recorded calibration to keep as it is, instead of one made here
 ) -> IndexReport:
-    """Embed `corpus` and build the index folder `out`, or with `options.append` add to it.
+    """Embed `corpus` (a file or folder, or `Document`s) and build the index folder `out`, or with
+    `options.append` add to it.
 
     `model`: an open encoder or a model folder (None: the bundled model; with `append`, the index's
     own model). A new index needs an absent or empty `out`, or `overwrite` to replace an index. An
@@ -169,7 +178,7 @@ def build_index(
     )
 
 
-def prepare(corpus: str | Path, out: Path, model: Encoder | str | Path | None, options: IndexOptions) -> Plan:
+def prepare(corpus: Corpus, out: Path, model: Encoder | str | Path | None, options: IndexOptions) -> Plan:
     """Every check that can fail before the corpus is read, and the model opened (checked against
     the index appended to)."""
     if options.kind not in KINDS:
@@ -192,7 +201,7 @@ def prepare(corpus: str | Path, out: Path, model: Encoder | str | Path | None, o
     if is_text_folder(Path(corpus)):  # its files checked before the model opens (a model load is long)
         check_folder(Path(corpus))
     # line ids go on after the index's, not from 1 again; an upsert keeps them, to meet its lines
-    if old is not None and not options.upsert and is_line_file(corpus):
+    if old is not None and not options.upsert and isinstance(corpus, (str, Path)) and is_line_file(corpus):
         options = replace(options, corpus=replace(options.corpus, first_line_id=_largest_number_id(out)))
     if old is not None and (model is None or isinstance(model, (str, Path))):
         encoder = open_model_for(old, model, options.device, options.precision)
@@ -236,7 +245,7 @@ def fill(plan: Plan, tmp: Path, progress: bool) -> Filled:
             if pending:
                 _embed(plan, store, writer, tally, pending, bar)
         if not tally.count:
-            raise InputError(f"empty corpus: {plan.corpus} holds no documents")
+            raise InputError(f"empty corpus: {corpus_name(plan.corpus)} holds no documents")
         kind, reason, params, index = writer.finish(tally.count)
         store.commit()
         lexical = store.lexical.settings if store.lexical is not None else None
@@ -369,7 +378,7 @@ def calibrated(plan: Plan, filled: Filled, tmp: Path) -> Calibration | None:
 def record(plan: Plan, filled: Filled, tmp: Path, fusion: Calibration | None) -> IndexMeta:
     """The FAISS file and the metadata of the new version."""
     old, encoder, stamp = plan.old or {}, plan.encoder, now()
-    source = {"corpus": str(plan.corpus), "added": filled.documents}
+    source = {"corpus": corpus_name(plan.corpus), "added": filled.documents}
     if plan.options.upsert:
         source["replaced"] = filled.replaced
     meta = IndexMeta(

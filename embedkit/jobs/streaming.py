@@ -57,15 +57,17 @@ class CorpusOptions:
 
 
 ChunkWriter = Callable[[int, "list[Document]", np.ndarray], None]  # (offset, documents, vectors [len, dim])
+# a corpus file or folder, or documents already in memory (the Python API's `Collection.add`)
+Corpus = str | Path | Sequence["Document"]
 
 
-def read_corpus(
-    corpus: str | Path, options: CorpusOptions, stats: ReadStats | None = None
-) -> Iterator[Document]:
-    """Stream a corpus file or BEIR folder (txt, jsonl, csv/tsv, gzip), blank documents skipped
-    (and counted in `stats`)."""
+def read_corpus(corpus: Corpus, options: CorpusOptions, stats: ReadStats | None = None) -> Iterator[Document]:
+    """Stream a corpus file or BEIR folder (txt, jsonl, csv/tsv, gzip), or documents given in
+    memory, blank documents skipped (and counted in `stats`)."""
     from embedkit.data.corpus import read_documents
 
+    if not isinstance(corpus, (str, Path)):
+        return _given_documents(corpus, stats)
     return read_documents(
         corpus,
         column=options.column,
@@ -73,6 +75,21 @@ def read_corpus(
         stats=stats,
         first_line_id=options.first_line_id,
     )
+
+
+def _given_documents(documents: Sequence[Document], stats: ReadStats | None) -> Iterator[Document]:
+    for document in documents:
+        blank = not (document.text.strip() or document.title.strip())
+        if stats is not None:
+            stats.blank += blank
+            stats.read += not blank
+        if not blank:
+            yield document
+
+
+def corpus_name(corpus: Corpus) -> str:
+    """How a report names the corpus: its path, or "documents given" for documents in memory."""
+    return str(corpus) if isinstance(corpus, (str, Path)) else "documents given"
 
 
 def count_documents(corpus: str | Path, options: CorpusOptions) -> int:

@@ -6,8 +6,11 @@ and documents, and on request their best passage, from what their rows hold.
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any
+
+from embedkit.errors import InputError
 
 if TYPE_CHECKING:
     from embedkit.data.document import Document, Passage, TextSpan
@@ -31,23 +34,65 @@ class Hit:
     passage: Passage | None = None  # the best passage, in an index of passages (`SearchRequest.passages`)
 
 
-def hit_record(rank: int, hit: Hit) -> dict[str, Any]:
-    """One hit as JSON, the same for `embedkit search --json` and the server's `/search`.
+# A hit's fields beyond its rank, id and score, as `include` names them (Chroma's word): the
+# document's title, text and metadata, the snippet of its matched words, its best passage, and
+# each side's own score (`dense_score`, `lexical_score`)
+HIT_FIELDS = ("title", "text", "metadata", "snippet", "passage", "scores")
+# What a hit holds unless asked otherwise, on every side (`embedkit search --json`, `/search`, the
+# search page, the Python API): what a person reads in a list of results, not the whole document
+DEFAULT_FIELDS = ("title", "metadata", "snippet", "passage", "scores")
+SNIPPET_CHARS = 200  # the most characters of a snippet, as tantivy's highlighted ones
 
-    `dense_score` and `lexical_score` are always present (null where that side did not return the
-    hit); `snippet` where one was made; `passage` (its text, and its start and end characters in
-    `text`) where passages were asked for; `title`, `text` and `metadata` where the document is known.
+
+def checked_fields(include: Iterable[str]) -> frozenset[str]:
+    """`include` as a set of `HIT_FIELDS`; another name is an `InputError` listing them."""
+    if isinstance(include, str):
+        include = [include]
+    fields = frozenset(include)
+    unknown = sorted(str(f) for f in fields - set(HIT_FIELDS))
+    if unknown:
+        raise InputError(f"unknown hit field {unknown[0]!r} in include: use {', '.join(HIT_FIELDS)}")
+    return fields
+
+
+def hit_record(rank: int, hit: Hit, include: Iterable[str] = DEFAULT_FIELDS) -> dict[str, Any]:
+    """One hit as JSON, the same for `embedkit search --json`, the server's `/search` and the
+    Python API (`embedkit.collection`), with the fields `include` names (`DEFAULT_FIELDS`: all
+    but the document's full text).
+
+    `dense_score` and `lexical_score` ("scores") are present (null where that side did not return
+    the hit); `snippet` where one was made; `passage` (its text, and its start and end characters
+    in `text`) where passages were asked for; `title`, `text` and `metadata` where the document
+    is known.
     """
+    fields = include if isinstance(include, frozenset) else checked_fields(include)
     record: dict[str, Any] = {"rank": rank, "id": hit.id, "score": float(hit.score)}
-    record["dense_score"] = None if hit.dense_score is None else float(hit.dense_score)
-    record["lexical_score"] = None if hit.lexical_score is None else float(hit.lexical_score)
-    if hit.snippet is not None:
+    if "scores" in fields:
+        record["dense_score"] = None if hit.dense_score is None else float(hit.dense_score)
+        record["lexical_score"] = None if hit.lexical_score is None else float(hit.lexical_score)
+    if hit.snippet is not None and "snippet" in fields:
         record["snippet"] = hit.snippet
-    if hit.passage is not None:
+    if hit.passage is not None and "passage" in fields:
         record["passage"] = {"text": hit.passage.text, "start": hit.passage.start, "end": hit.passage.end}
     if hit.document is not None:
-        record.update(title=hit.document.title, text=hit.document.text, metadata=hit.document.metadata or {})
+        doc = hit.document
+        document = {"title": doc.title, "text": doc.text, "metadata": doc.metadata or {}}
+        record.update((name, value) for name, value in document.items() if name in fields)
     return record
+
+
+def lead_snippet(text: str) -> str:
+    """The snippet of a hit none of the query's words are in: the start of `text` (its best
+    passage, or its document), at most `SNIPPET_CHARS` characters cut at a space, HTML-escaped as
+    tantivy's highlighted snippets are, with "…" where it was cut."""
+    import html
+
+    words = " ".join(text.split())
+    if len(words) > SNIPPET_CHARS:
+        cut = words[: SNIPPET_CHARS - 1]
+        space = cut.rfind(" ")
+        words = (cut[:space] if space > SNIPPET_CHARS // 2 else cut) + "…"
+    return html.escape(words, quote=False)
 
 
 def with_documents(

@@ -12,7 +12,7 @@ Its stages, in order, each a function below:
    query must not find (`SearchRequest.exclude`: BEIR's identical ids) is dropped from each side;
 3. fusion: `embedkit.search.fusion`'s methods, or `prf` (`feedback_ranking`): the dense side
    searched again with each query moved toward its top fused documents' stored vectors;
-4. documents: ids, documents, best passages and snippets (`with_documents`);
+4. documents: ids, documents, best passages and a snippet for every hit (`with_documents`);
 5. re-ranking: `SearchRequest.rerank`, where a re-ranker plugs in (none by default).
 
 A query with no lexical terms (stopwords, punctuation) is searched dense only in hybrid mode and
@@ -31,7 +31,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from embedkit.search.fusion import PRF_DOCS, feedback_query, fuse
-from embedkit.search.hits import Hit, with_documents
+from embedkit.search.hits import Hit, lead_snippet, with_documents
 
 if TYPE_CHECKING:
     from embedkit.data.document import TextSpan
@@ -93,8 +93,9 @@ def search(
             rank(str(mode), d, x, request.k, str(request.fusion), float(request.alpha or 0.0))
             for d, x in zip(dense.rankings, lexical.rankings, strict=True)
         ]
-    snippets = request.snippets and mode != "dense" and store.makes_snippets
-    hits = with_store_documents(store, ranked, items if snippets else None, request.passages, dense, lexical)
+    hits = with_store_documents(
+        store, ranked, items if request.snippets else None, request.passages, dense, lexical
+    )
     return request.rerank(items, hits) if request.rerank is not None else hits
 
 
@@ -312,7 +313,8 @@ def with_store_documents(
 ) -> list[list[Hit]]:
     """The hits with ids and documents (`with_documents`), read from the store; snippets for
     `queries` where given. In an index of passages a hit's row becomes its document's best
-    passage's (the ranking's side first), and its snippet quotes the passage BM25 scored best."""
+    passage's (the ranking's side first), and its snippet quotes the passage BM25 scored best,
+    else that best passage."""
     quoted: list[list[int | None]] = [[h.row for h in hits] for hits in ranked]
     if store.passages:
         quoted = [[x.get(h.row) for h in hits] for hits, x in zip(ranked, lexical.best, strict=True)]
@@ -326,7 +328,12 @@ def with_store_documents(
     if queries is None:
         return hits
     return [
-        _with_snippets(store, query, q_hits, [held[r] if r is not None else None for r in q_rows])
+        _with_snippets(
+            store,
+            query,
+            q_hits,
+            [held.get(h.row if r is None else r) for h, r in zip(q_hits, q_rows, strict=True)],
+        )
         for query, q_hits, q_rows in zip(queries, hits, quoted, strict=True)
     ]
 
@@ -334,16 +341,17 @@ def with_store_documents(
 def _with_snippets(
     store: SearchStore[Any], query: str, hits: list[Hit], sources: Sequence[TextSpan | None]
 ) -> list[Hit]:
-    """The hits, those the lexical side matched with a snippet of their title + text (of the
-    text in `sources`, where one is given: the passage BM25 scored best)."""
-    matched = [
-        (h, source or h.document)
-        for h, source in zip(hits, sources, strict=True)
-        if h.lexical_score is not None and h.document is not None
+    """The hits, each with a snippet of what `sources` holds for it (its document, or in an index
+    of passages the passage BM25 scored best, else its best passage): title + text with the
+    query's words highlighted where the store's BM25 side finds them there, else its start
+    (`lead_snippet`)."""
+    shown = [source.full_text if source is not None else "" for source in sources]
+    highlights = store.makes_snippets and store.has_lexical
+    marked = store.snippets(query, shown) if highlights else [None] * len(hits)
+    return [
+        replace(h, snippet=snippet or lead_snippet(text))
+        for h, text, snippet in zip(hits, shown, marked, strict=True)
     ]
-    snippets = store.snippets(query, [source.full_text for _, source in matched])  # type: ignore[union-attr]
-    by_row = {h.row: snippet for (h, _), snippet in zip(matched, snippets, strict=True)}
-    return [replace(h, snippet=by_row.get(h.row)) for h in hits]
 
 
 @functools.cache

@@ -38,7 +38,7 @@ from starlette.routing import Route
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from embedkit.errors import InputError
-from embedkit.search.hits import hit_record
+from embedkit.search.hits import DEFAULT_FIELDS, checked_fields, hit_record
 from embedkit.serve.dynamic_batcher import BatcherClosed, QueueFull, TooLarge
 from embedkit.serve.engine import Embedded, Engine, ServedModel
 from embedkit.serve.metrics import CONTENT_TYPE
@@ -210,6 +210,10 @@ async def search(request: Request) -> Response:
     queries = [values["query"]] if "query" in values else values["queries"]
     mode, where = values.get("mode"), values.get("where")
     try:
+        fields = checked_fields(values.get("include", DEFAULT_FIELDS))
+    except InputError as exc:
+        raise ApiError(400, str(exc), param="include") from None
+    try:
         answer = await server.engine.search(
             queries,
             values["k"],
@@ -233,7 +237,7 @@ async def search(request: Request) -> Response:
         **how,
         "index_version": answer.index_version,
         "results": [
-            {"query": query, "hits": [hit_record(rank, hit) for rank, hit in enumerate(hits, 1)]}
+            {"query": query, "hits": [hit_record(rank, hit, fields) for rank, hit in enumerate(hits, 1)]}
             for query, hits in zip(queries, answer.hits, strict=True)
         ],
     }

@@ -252,7 +252,19 @@ SEARCH = Body(
             minimum=0,
             maximum=1,
         ),
-        Field("snippets", BOOLEAN, "give hits the lexical side matched a highlighted passage", False),
+        Field(
+            "snippets",
+            BOOLEAN,
+            "give each hit a snippet: its text with the query's words highlighted where they are in "
+            "it, else its start (false: none)",
+            True,
+        ),
+        Field(
+            "include",
+            TEXTS,
+            "a hit's fields besides rank, id and score, of title, text, metadata, snippet, passage, "
+            "scores; absent: all but text (the whole document)",
+        ),
         Field("where", STRING, 'metadata filter, as `search --where`: year >= 2020 and lang = "en"'),
         Field("passages", BOOLEAN, "give each hit its best passage (an index built with passages)", False),
     ),

@@ -22,7 +22,7 @@ import hashlib
 import json
 import os
 import random
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -40,6 +40,7 @@ MIN_BLOCK = 1 << 20
 MAX_BLOCKS = 1024  # a larger file gets larger blocks (powers of two)
 _BLOCK_DIGEST = 16  # hex characters kept of each block's SHA-256
 _cache: dict[tuple[str, int, int, int, int], str] = {}
+_digests: dict[tuple[object, ...], str] = {}
 
 
 class ChecksumMismatch(InputError):
@@ -79,9 +80,12 @@ def _key(path: Path) -> tuple[str, int, int, int, int]:
     return (str(path.resolve()), stat.st_size, stat.st_mtime_ns, stat.st_ctime_ns, stat.st_ino)
 
 
+def _cache_root() -> Path:
+    return Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "embedkit"
+
+
 def _cache_file(key: tuple[str, int, int, int, int]) -> Path:
-    base = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "embedkit" / "checksums"
-    return base / (hashlib.sha1(key[0].encode()).hexdigest() + ".json")
+    return _cache_root() / "checksums" / (hashlib.sha1(key[0].encode()).hexdigest() + ".json")
 
 
 def _remember(key: tuple[str, int, int, int, int], sha: str) -> None:
@@ -103,6 +107,28 @@ def cached_sha256(path: Path) -> str:
     sha, _ = _hash_file(path, MIN_BLOCK)
     _remember(key, sha)
     return sha
+
+
+def cached_digest(paths: Sequence[Path], what: str, compute: Callable[[], str]) -> str:
+    """`compute()`, a digest of the files `paths` (`what` names the kind), cached in memory and in
+    the user's cache folder by each file's (path, size, mtime, ctime, inode), as `cached_sha256`:
+    computed once until a file is rewritten. A model's weights (hundreds of MB) are hashed so once,
+    not by every cold `embedkit search` that checks them."""
+    key = (what, *(part for path in paths for part in _key(path)))
+    if key in _digests:
+        return _digests[key]
+    names = json.dumps([what, *(str(path.resolve()) for path in paths)])
+    file = _cache_root() / "digests" / (hashlib.sha1(names.encode()).hexdigest() + ".json")
+    with contextlib.suppress(OSError, ValueError, KeyError, TypeError):
+        record = json.loads(file.read_text(encoding="utf-8"))
+        if record["key"] == list(key):
+            _digests[key] = str(record["digest"])
+            return _digests[key]
+    digest = compute()
+    _digests[key] = digest
+    with contextlib.suppress(OSError):
+        write_json_atomic(file, {"key": list(key), "digest": digest})
+    return digest
 
 
 def _listed(folder: Path) -> Iterator[Path]:

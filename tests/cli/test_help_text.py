@@ -14,7 +14,11 @@ from embedkit.cli.app import app
 def command_paths(command=None, prefix=()) -> list[tuple[str, ...]]:
     command = command or typer.main.get_command(app)
     paths = [prefix]
-    for name, sub in getattr(command, "commands", {}).items():
+    if not hasattr(command, "list_commands"):
+        return paths
+    ctx = command.make_context("embedkit", [], resilient_parsing=True)  # commands load on first use
+    for name in command.list_commands(ctx):
+        sub = command.get_command(ctx, name)
         if not sub.hidden:
             paths += command_paths(sub, (*prefix, name))
     return paths

@@ -198,7 +198,9 @@ def test_cli_index_passages_then_search(tmp_path: Path, tiny_bert: Path) -> None
         # calibrated: too few pseudo queries from 12 documents, so the default, with the reason
         assert index.meta["fusion"]["method"] == "prf" and "fewer than" in index.meta["fusion"]["reason"]
         assert len(index) > index.document_count == len(docs)
-    result = runner.invoke(app, ["search", str(out), "shock wave", "--device", "cpu", "--json", "--passages"])
+    search = ["search", str(out), "shock wave", "--device", "cpu", "--json", "--passages"]
+    search += ["--include", "text,passage"]
+    result = runner.invoke(app, search)
     assert result.exit_code == 0, result.output
     line = json.loads(result.stdout.splitlines()[-1])
     assert line["mode"] == "hybrid" and len(line["hits"]) == 10

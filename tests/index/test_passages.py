@@ -198,7 +198,7 @@ def test_snippet_and_passage_come_from_the_best_passage(tmp_path, tiny_bert):
     assert hit.id == "long" and hit.passage is not None
     assert hit.passage.text.endswith("guitar beach") and len(hit.passage.text) < 60
     assert "<b>guitar</b>" in hit.snippet and "<b>beach</b>" in hit.snippet
-    record = hit_record(1, hit)
+    record = hit_record(1, hit, ["text", "passage"])
     assert record["passage"] == {"text": hit.passage.text, "start": hit.passage.start, "end": hit.passage.end}
     assert record["text"][record["passage"]["start"] : record["passage"]["end"]] == hit.passage.text
 

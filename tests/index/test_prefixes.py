@@ -160,7 +160,9 @@ def test_cli_folder_passages_and_prefixes(tmp_path, tiny_bert):
     assert result.exit_code == 0, result.output
     assert "indexed 2 documents as" in result.output and "query prefix 'q: '" in result.output
     result = runner.invoke(
-        app, ["search", str(tmp_path / "idx"), "guitar beach", "--json", "--passages", "-k", "1"]
+        app,
+        ["search", str(tmp_path / "idx"), "guitar beach", "--json", "--passages", "-k", "1"]
+        + ["--include", "title,text,passage"],
     )
     assert result.exit_code == 0, result.output
     (hit,) = json.loads(result.stdout)["hits"]

@@ -24,6 +24,7 @@ from embedkit.remote.base import RemoteTarget
 from embedkit.remote.milvus import MilvusCollection
 from embedkit.remote.push import push_index
 from embedkit.remote.search import open_pushed
+from embedkit.search.hits import lead_snippet
 
 pytest.importorskip("faiss")
 pytest.importorskip("pymilvus")
@@ -186,9 +187,11 @@ def test_cli_push_then_search_prints_what_the_local_index_prints(tmp_path: Path,
     queries = tmp_path / "q.txt"
     queries.write_text("\n".join(QUERIES) + "\n", encoding="utf-8")
     # queries embedded by the model the push recorded (the tiny BERT folder), on both sides
-    local = runner.invoke(app, ["search", str(out), "--queries", str(queries), "--json", "--mode", "dense"])
+    every = ["--include", "title,text,metadata,snippet,scores"]
+    asked = ["--queries", str(queries), "--json", "--mode", "dense", *every]
+    local = runner.invoke(app, ["search", str(out), *asked])
     remote = runner.invoke(
-        app, ["search", db, "-c", "docs", "--queries", str(queries), "--json", "--mode", "dense"]
+        app, ["search", db, "-c", "docs", *asked]
     )
     assert local.exit_code == 0 and remote.exit_code == 0, remote.output
     here, there = _json_lines(local.output), _json_lines(remote.output)
@@ -200,7 +203,11 @@ def test_cli_push_then_search_prints_what_the_local_index_prints(tmp_path: Path,
         )
         for h in (*a["hits"], *b["hits"]):
             h.pop("score"), h.pop("dense_score")
-        assert a == b  # rank, id, title, text, metadata, null lexical score: the same JSON
+        # a snippet on both sides: the local index highlights the query's words with its own BM25
+        # analyzer, a collection on a server (no analyzer here) shows each document's start
+        assert all(h.pop("snippet") for h in a["hits"])
+        assert all(h.pop("snippet") == lead_snippet(f"{h['title']} {h['text']}".strip()) for h in b["hits"])
+        assert a == b  # rank, id, title, metadata, null lexical score: the same JSON
     missing = runner.invoke(app, ["search", db, "-c", "nothing_here", "shock"])
     assert (
         missing.exit_code == 2

@@ -12,17 +12,6 @@ from embedkit.jobs.index_build import IndexOptions
 
 
 @pytest.fixture(scope="session")
-def tiny_onnx(tiny_bert: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """The tiny random BERT exported to ONNX (fp32; max_seq_length 64, normalized in the graph)."""
-    pytest.importorskip("onnxruntime")
-    from embedkit.export import export_model
-
-    return export_model(
-        tiny_bert, tmp_path_factory.mktemp("serve-onnx") / "tiny-onnx", progress=False
-    ).out_dir
-
-
-@pytest.fixture(scope="session")
 def tiny_index(tiny_onnx: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
     """A flat index of `CORPUS` (titles, texts, a metadata field) built with the tiny ONNX model."""
     from embedkit import build_index

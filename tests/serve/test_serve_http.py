@@ -152,6 +152,8 @@ def test_search_returns_the_hits_of_embedkit_search(client, tiny_index: Path, tm
             "-k",
             "4",
             "--json",
+            "--include",
+            "title,text,metadata",
             "--device",
             "cpu",
         ],
@@ -159,7 +161,8 @@ def test_search_returns_the_hits_of_embedkit_search(client, tiny_index: Path, tm
     assert cli.exit_code == 0, cli.output
     expected = [json.loads(line) for line in cli.stdout.splitlines()]
 
-    response = client.post("/search", json={"queries": queries, "k": 4})
+    asked = {"queries": queries, "k": 4, "include": ["title", "text", "metadata"]}
+    response = client.post("/search", json=asked)
     assert response.status_code == 200, response.text
     results = response.json()["results"]
     assert [r["query"] for r in results] == queries

@@ -194,3 +194,43 @@ def test_a_snippet_shows_its_matched_terms_and_nothing_else_as_markup(browser, s
     assert page.locator(".snippet img, .snippet script, .snippet i").count() == 0
     assert page.evaluate("window.hit") is None
     context.close()
+
+
+def test_at_1280_px_every_hit_shows_a_snippet_inside_its_column(browser, server, tmp_path: Path):
+    """Every column's hits read as snippets (the whole document never comes), and a long
+    unbroken line (a reStructuredText ===== rule) wraps inside its column."""
+    context = browser.new_context(viewport={"width": 1280, "height": 900})
+    page = context.new_page()
+    page.goto(server.url)
+    enter_key(page, KEY)
+    page.wait_for_selector("#search:not([hidden])")
+    page.fill("#query", QUERY)
+    run_search(page)
+    for mode in MODES:
+        hits = page.locator(f'.column[data-mode="{mode}"] li.hit')
+        assert hits.count() == len(search_ids(server.url, mode)) > 0, mode
+        assert page.locator(f'.column[data-mode="{mode}"] li.hit .snippet').count() == hits.count(), mode
+        assert page.locator(f'.column[data-mode="{mode}"] li.hit p.text').count() == 0, mode
+
+    rule = "=" * 400
+    answer = {
+        "object": "list",
+        "model": "m",
+        "mode": "dense",
+        "results": [{"query": "q", "hits": [{"rank": 1, "id": "r1", "score": 1.0, "snippet": rule}]}],
+    }
+    page.route(
+        "**/search",
+        lambda route: route.fulfill(status=200, content_type="application/json", body=json.dumps(answer)),
+    )
+    page.select_option("#mode", "dense")
+    run_search(page)
+    widths = page.evaluate(
+        "() => { const c = document.querySelector('.column'); const p = c.querySelector('.snippet');"
+        " return [c.getBoundingClientRect().right, p.getBoundingClientRect().right,"
+        " p.scrollWidth, p.clientWidth]; }"
+    )
+    column_right, snippet_right, scroll_width, client_width = widths
+    assert snippet_right <= column_right + 0.5 and scroll_width <= client_width, widths
+    page.screenshot(path=str(tmp_path / "search-1280.png"), full_page=True)
+    context.close()
