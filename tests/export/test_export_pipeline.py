@@ -221,12 +221,12 @@ def test_option_errors(tmp_path: Path, tiny_bert: Path, export_all):
 
 
 def test_unsupported_architecture(tmp_path: Path, tiny_bert: Path):
-    source = tmp_path / "gpt"
+    source = tmp_path / "custom"
     shutil.copytree(tiny_bert, source)
     config = json.loads((source / "config.json").read_text())
-    config["model_type"] = "gpt2"
+    config["model_type"] = "my-own-bert"
     (source / "config.json").write_text(json.dumps(config))
-    with pytest.raises(InputError, match="cannot export model_type 'gpt2'"):
+    with pytest.raises(InputError, match="cannot export model_type 'my-own-bert'"):
         export_model(source, tmp_path / "out", progress=False)
     assert not (tmp_path / "out").exists()
 
