@@ -106,13 +106,15 @@ def make_tiny_encoder(
     max_seq_length: int = 48,
     seed: int = 0,
     prompts: dict[str, str] | None = None,
+    dense: int | None = None,
 ) -> Path:
     """Write a random `architecture` (one of `ENCODER_ARCHITECTURES`) with its family's tokenizer.
 
     Models that number positions from the padding index (MPNet, RoBERTa, XLM-R) get the two
     positions more that they need, as the real ones do (514 for 512 tokens). ModernBERT gets a
     local attention window of 8 tokens, so that its sliding-window layers differ from its global
-    ones on the test sentences. `prompts` go into `config_sentence_transformers.json`.
+    ones on the test sentences. `pooling` and `dense` as `write_st_modules` takes them; `prompts`
+    go into `config_sentence_transformers.json`.
     """
     import torch
     from transformers import AutoModel
@@ -125,11 +127,23 @@ def make_tiny_encoder(
     tokenizer.save_pretrained(str(path))
     if architecture == "distilbert":
         _without_token_types(path)
-    config = _config(architecture, tokenizer, num_hidden_layers, num_attention_heads, hidden_size, max_seq_length)
+    config = _config(
+        architecture, tokenizer, num_hidden_layers, num_attention_heads, hidden_size, max_seq_length
+    )
     torch.manual_seed(seed)
     AutoModel.from_config(config).eval().save_pretrained(str(path))
-    write_st_modules(path, hidden_size, pooling, normalize, max_seq_length, prompts)
+    write_st_modules(path, hidden_size, pooling, normalize, max_seq_length, prompts, dense)
     return path
+
+
+_POOLING_KEYS = {
+    "cls": "pooling_mode_cls_token",
+    "max": "pooling_mode_max_tokens",
+    "mean": "pooling_mode_mean_tokens",
+    "mean_sqrt_len_tokens": "pooling_mode_mean_sqrt_len_tokens",
+    "weightedmean": "pooling_mode_weightedmean_tokens",
+    "lasttoken": "pooling_mode_lasttoken",
+}
 
 
 def write_st_modules(
@@ -139,35 +153,58 @@ def write_st_modules(
     normalize: bool,
     max_seq_length: int,
     prompts: dict[str, str] | None = None,
+    dense: int | None = None,
 ) -> None:
-    """sentence-transformers' files: Transformer, Pooling (one mode), Normalize when asked."""
+    """sentence-transformers' files: Transformer, Pooling, a Dense (Tanh) when asked, Normalize when asked.
+
+    `pooling`: one mode or several joined by "+" ("cls+mean"), written as the boolean keys that
+    sentence-transformers 2 to 6 all read.
+    """
+    kinds = ["Transformer", "Pooling"] + (["Dense"] if dense else []) + (["Normalize"] if normalize else [])
+    folders = {"Transformer": "", "Pooling": "1_Pooling", "Dense": "2_Dense"}
     modules = [
-        {"idx": 0, "name": "0", "path": "", "type": "sentence_transformers.models.Transformer"},
-        {"idx": 1, "name": "1", "path": "1_Pooling", "type": "sentence_transformers.models.Pooling"},
+        {
+            "idx": i,
+            "name": str(i),
+            "path": folders.get(kind, f"{i}_{kind}"),
+            "type": f"sentence_transformers.models.{kind}",
+        }
+        for i, kind in enumerate(kinds)
     ]
-    if normalize:
-        normalize_type = "sentence_transformers.models.Normalize"
-        modules.append({"idx": 2, "name": "2", "path": "2_Normalize", "type": normalize_type})
     (path / "modules.json").write_text(json.dumps(modules, indent=2))
     (path / "1_Pooling").mkdir(exist_ok=True)
-    (path / "1_Pooling" / "config.json").write_text(
-        json.dumps(
-            {
-                "word_embedding_dimension": hidden_size,
-                "pooling_mode_cls_token": pooling == "cls",
-                "pooling_mode_mean_tokens": pooling == "mean",
-                "pooling_mode_max_tokens": False,
-                "pooling_mode_mean_sqrt_len_tokens": False,
-            },
-            indent=2,
-        )
-    )
+    modes = pooling.split("+")
+    pooling_config = {"word_embedding_dimension": hidden_size}
+    pooling_config |= {key: mode in modes for mode, key in _POOLING_KEYS.items()}
+    (path / "1_Pooling" / "config.json").write_text(json.dumps(pooling_config, indent=2))
+    if dense:
+        _write_dense(path / "2_Dense", len(modes) * hidden_size, dense)
     (path / "sentence_bert_config.json").write_text(
         json.dumps({"max_seq_length": max_seq_length, "do_lower_case": False})
     )
     if prompts is not None:
         st_config = {"prompts": prompts, "default_prompt_name": None, "similarity_fn_name": "cosine"}
         (path / "config_sentence_transformers.json").write_text(json.dumps(st_config, indent=2))
+
+
+def _write_dense(folder: Path, in_features: int, out_features: int) -> None:
+    """A sentence-transformers Dense module (Tanh) with random weights in safetensors."""
+    import torch
+    from safetensors.torch import save_file
+
+    folder.mkdir(exist_ok=True)
+    config = {
+        "in_features": in_features,
+        "out_features": out_features,
+        "bias": True,
+        "activation_function": "torch.nn.modules.activation.Tanh",
+    }
+    (folder / "config.json").write_text(json.dumps(config, indent=2))
+    linear = torch.nn.Linear(in_features, out_features)
+    save_file(
+        {"linear.weight": linear.weight.detach(), "linear.bias": linear.bias.detach()},
+        str(folder / "model.safetensors"),
+    )
 
 
 # ----- tokenizers, one per family ----------------------------------------------------------------
@@ -231,7 +268,9 @@ def _modernbert_tokenizer(path: Path):
     backend.decoder = decoders.ByteLevel()
     cls_id, sep_id = vocab["[CLS]"], vocab["[SEP]"]
     backend.post_processor = processors.TemplateProcessing(
-        single="[CLS] $A [SEP]", pair="[CLS] $A [SEP] $B [SEP]", special_tokens=[("[CLS]", cls_id), ("[SEP]", sep_id)]
+        single="[CLS] $A [SEP]",
+        pair="[CLS] $A [SEP] $B [SEP]",
+        special_tokens=[("[CLS]", cls_id), ("[SEP]", sep_id)],
     )
     names = ("unk_token", "cls_token", "sep_token", "pad_token", "mask_token")
     return PreTrainedTokenizerFast(
