@@ -87,12 +87,7 @@ def export_model(
     sts = _read_dev_sts(dev_sts) if dev_sts is not None else None
 
     # torch, transformers and onnxruntime are imported only here, after the inputs passed.
-    from embedkit.export.onnx_graph import (
-        check_architecture,
-        export_graph,
-        exporter_versions,
-        load_eager_backbone,
-    )
+    from embedkit.export.onnx_graph import check_architecture, export_graph, load_eager_backbone
     from embedkit.export.optimize import candidate_graphs
     from embedkit.export.reference import reference_encoder as make_reference
 
@@ -124,31 +119,7 @@ def export_model(
             say=say,
         )
         _copy_model_files(source, stage)
-        metadata: dict[str, Any] = {
-            "format": "embedkit-onnx",
-            "embedkit_version": __version__,
-            "fingerprint": fingerprint,
-            # the source's parts of the identity, which the graph cannot show (`embedkit.encode.identity`)
-            "identity": export_record(spec, stage),
-            "source": str(source),
-            "model_type": spec.model_type,
-            "pooling": info.pooling,
-            "normalize": info.normalize,
-            "source_normalize": spec.normalize,
-            "dim": info.dim,
-            "max_seq_length": spec.max_seq_length,
-            "input_names": list(info.input_names),
-            "output_names": list(info.output_names),
-            "num_attention_heads": info.num_attention_heads,
-            "hidden_size": info.hidden_size,
-            "opset": opset,
-            "exporter": exporter_versions(),
-            "optimized": optimize,
-            "fusion": {},
-            "precisions": ["fp32"],
-            # Every name, so the parity check can open each file as it appears; narrowed below.
-            "files": dict(PRECISION_FILES),
-        }
+        metadata = _graph_metadata(spec, stage, info, fingerprint, optimize)
         # The encoder reads this to run the parity check; it is rewritten with the figures below.
         write_json_atomic(stage / "embedkit.json", metadata)
 
@@ -172,8 +143,8 @@ def export_model(
         metadata["fusion"] = chosen.fusion
         metadata["optimization"] = {"plan": chosen.plan, "applied": chosen.describe(), "rejected": rejected}
         say(f"optimization: {chosen.describe()}")
-        if opset >= 18 and chosen.plan == "fusions" and not chosen.fusion.get("Attention"):
-            say(f"warning: no Attention was fused at opset {opset} (opsets 14 to 17 fuse it where it fuses)")
+        if opset >= 18 and not chosen.fusion.get("Attention"):
+            say(f"warning: no Attention is fused at opset {opset}; opsets 14 to 17 fuse it where it fits")
         if fp16:
             metadata["fp16"] = run.build_fp16()
         if int8:
@@ -192,6 +163,39 @@ def export_model(
         }
         write_json_atomic(stage / "embedkit.json", metadata)
     return ExportResult(out, dict(metadata["files"]), metadata, run.reports)
+
+
+def _graph_metadata(
+    spec: ModelSpec, stage: Path, info: Any, fingerprint: str, optimize: bool
+) -> dict[str, Any]:
+    """`embedkit.json` before the parity checks: what the graph takes, gives and came from."""
+    from embedkit.export.onnx_graph import exporter_versions
+
+    return {
+        "format": "embedkit-onnx",
+        "embedkit_version": __version__,
+        "fingerprint": fingerprint,
+        # the source's parts of the identity, which the graph cannot show (`embedkit.encode.identity`)
+        "identity": export_record(spec, stage),
+        "source": str(spec.path),
+        "model_type": spec.model_type,
+        "pooling": info.pooling,
+        "normalize": info.normalize,
+        "source_normalize": spec.normalize,
+        "dim": info.dim,
+        "max_seq_length": spec.max_seq_length,
+        "input_names": list(info.input_names),
+        "output_names": list(info.output_names),
+        "num_attention_heads": info.num_attention_heads,
+        "hidden_size": info.hidden_size,
+        "opset": info.opset,
+        "exporter": exporter_versions(),
+        "optimized": optimize,
+        "fusion": {},
+        "precisions": ["fp32"],
+        # Every name, so the parity check can open each file as it appears; narrowed at the end.
+        "files": dict(PRECISION_FILES),
+    }
 
 
 # ----- checks on the inputs ------------------------------------------------------------------
