@@ -89,3 +89,29 @@ def test_embed_writes_the_vectors_of_a_plain_encode(tmp_path, mpnet, corpus):
     assert result.exit_code == 0, result.output
     expected = st.SentenceTransformer(str(mpnet), device="cpu").encode(DOCS)
     np.testing.assert_allclose(np.load(out), expected, atol=2e-6)
+
+
+@pytest.mark.parametrize("form", ["torch", "onnx"])
+def test_the_server_answers_with_the_models_vectors(tmp_path, mpnet, form):
+    pytest.importorskip("starlette")
+    pytest.importorskip("httpx")
+    import time
+
+    from starlette.testclient import TestClient
+
+    from embedkit.export import export_model
+    from embedkit.serve.app import create_app
+    from embedkit.serve.engine import Engine
+    from embedkit.serve.settings import ServeConfig
+
+    model = mpnet if form == "torch" else export_model(mpnet, tmp_path / "onnx", progress=False).out_dir
+    with TestClient(create_app(Engine(ServeConfig(model=str(model), max_wait_ms=0)))) as client:
+        for _ in range(500):
+            if client.get("/health").status_code == 200:
+                break
+            time.sleep(0.02)
+        response = client.post("/v1/embeddings", json={"input": DOCS})
+    assert response.status_code == 200, response.text
+    served = np.array([item["embedding"] for item in response.json()["data"]])
+    expected = st.SentenceTransformer(str(mpnet), device="cpu").encode(DOCS)
+    np.testing.assert_allclose(served, expected, atol=2e-5)
