@@ -11,8 +11,8 @@ from it without embedkit's Python.
 
 Any encoder that transformers builds from `config.json` without the folder's own code is traced
 the same way; no list of architectures is kept here. The graph's inputs are what the traced model
-really reads (DeBERTa-v2 without token types drops `token_type_ids`), and the parity gate of
-`embedkit.export.pipeline` decides whether the result is the model.
+really reads (DeBERTa-v2 without token types drops `token_type_ids`), and the parity gates of
+`embedkit.export.gates` decide whether the result is the model.
 
 Exporter choice (measured on all-MiniLM-L6-v2, torch 2.13, onnxruntime 1.32): the TorchScript
 tracer (`dynamo=False`) over the eager-attention model is what `onnxruntime.transformers.optimizer`
