@@ -206,7 +206,35 @@ def _check_source(model_dir: str | Path | None) -> tuple[Path, ModelSpec, dict[s
     spec = read_model_spec(source)
     if spec.kind != "torch":
         raise InputError(f"{source} is already an ONNX export; export the torch model folder it came from")
+    _check_graph_size(source)
     return source, spec, read_json(source / "config.json")
+
+
+# An ONNX file is one protobuf message, which cannot exceed 2 GiB; larger graphs need their weights
+# in separate files, which this export does not write.
+MAX_GRAPH_BYTES = 2**31 - 2**26  # leaving 64 MiB for the graph's nodes
+
+
+def _check_graph_size(source: Path) -> None:
+    """Refuse a model whose fp32 weights (XLM-R large and up) cannot fit one ONNX file."""
+    import math
+
+    weights = source / "model.safetensors"
+    if not weights.is_file():
+        return  # the loader names the problem
+    from safetensors import SafetensorError, safe_open
+
+    try:
+        with safe_open(str(weights), "np") as tensors:
+            names = tensors.keys()  # safe_open is not a mapping: it has keys() but no iteration
+            count = sum(math.prod(tensors.get_slice(name).get_shape()) for name in names)
+    except (OSError, SafetensorError) as exc:
+        raise InputError(f"cannot read {weights}: {exc}") from None
+    if 4 * count > MAX_GRAPH_BYTES:
+        raise InputError(
+            f"cannot export {source.name}: its {count / 1e6:.0f}M parameters take "
+            f"{4 * count / 2**30:.1f} GiB in fp32, more than one ONNX file holds (2 GiB); run it with torch"
+        )
 
 
 def _check_output(out_dir: str | Path, source: Path) -> Path:
