@@ -1,4 +1,4 @@
-"""`embedkit export`: a trained (or any BERT-family) model folder to a verified ONNX folder.
+"""`embedkit export`: a trained or Hugging Face encoder folder to a verified ONNX folder.
 
 The command parses options and prints; `embedkit.export.export_model` does the work. Exit 0 when
 every asked-for precision passed its parity gate, 1 when one failed (figures printed, nothing
@@ -67,7 +67,12 @@ def export(
         typer.Option("--device", help="Where parity is checked: auto, cpu or cuda (int8: always the CPU)."),
     ] = "auto",
 ) -> None:
-    """Export MODEL_DIR to ONNX with pooling and normalisation in the graph, checked against PyTorch."""
+    """Export MODEL_DIR to ONNX with pooling and normalisation in the graph, checked against PyTorch.
+
+    Any encoder transformers builds from its config.json (BERT, MPNet, RoBERTa, XLM-R, DeBERTa-v2,
+    ModernBERT, ...) is traced; onnxruntime's transformer fusions are applied where they fit the
+    architecture, its basic graph optimizations where none do, and the summary says which.
+    """
     from embedkit.console import make_console
     from embedkit.export import ParityFailure, export_model
 
@@ -93,12 +98,11 @@ def export(
         _print_parity(failure.reports, title="Parity with PyTorch (FAILED: nothing was written)")
         raise
     meta = result.metadata
-    fusion = ", ".join(f"{n} {op}" for op, n in meta["fusion"].items()) or "none (not optimized)"
     _print_parity(result.reports, title="Parity with PyTorch")
     torch_sts = meta["parity"].get("torch_sts_spearman")
     if torch_sts is not None:
         typer.echo(f"PyTorch STS Spearman on {meta['parity']['dev_sts']}: {torch_sts:.2f}")
-    typer.echo(f"fused operators: {fusion}")
+    typer.echo(f"optimization: {meta['optimization']['applied']}")
     typer.echo(
         f"wrote {result.out_dir}: {', '.join(result.files.values())} "
         f"(dim {meta['dim']}, {meta['pooling']} pooling, normalize {str(meta['normalize']).lower()}, "

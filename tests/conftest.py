@@ -12,6 +12,9 @@ from tiny_models import make_tiny_bert
 from embedkit.console_quiet import quiet_other_libraries
 
 SHARED_DATA = Path(__file__).resolve().parents[1].parent / "shared" / "data"
+# Real models that are not bundled (all-mpnet-base-v2, ...): folders under $EMBEDKIT_TEST_MODELS,
+# else ../models beside the project; tests that need one skip when it is absent.
+MODELS = Path(os.environ.get("EMBEDKIT_TEST_MODELS") or Path(__file__).resolve().parents[1].parent / "models")
 
 # rich lays tables out at the terminal's width (COLUMNS, else 80), so the tests pin it: they read the
 # same output in any terminal. Tests of other widths set COLUMNS themselves; subprocesses inherit it.
@@ -45,6 +48,15 @@ def shared_data() -> Path:
     if not SHARED_DATA.is_dir():
         pytest.skip("../shared/data is not present")
     return SHARED_DATA
+
+
+@pytest.fixture(scope="session")
+def mpnet_base() -> Path:
+    """sentence-transformers' all-mpnet-base-v2 folder under `MODELS`; tests that need it skip without it."""
+    folder = MODELS / "all-mpnet-base-v2"
+    if not (folder / "model.safetensors").is_file():
+        pytest.skip(f"all-mpnet-base-v2 is not at {folder} (set EMBEDKIT_TEST_MODELS to its parent folder)")
+    return folder
 
 
 @pytest.fixture(scope="session")
