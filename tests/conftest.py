@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 from fixture_text import AERO_WORDS, SENTENCES  # noqa: F401 (re-exported for tests)
-from tiny_models import make_tiny_bert
+from tiny_models import make_tiny_bert, make_tiny_cross_encoder
 
 from embedkit.console_quiet import quiet_other_libraries
 
@@ -26,6 +26,16 @@ quiet_other_libraries()
 def tiny_bert(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """A tiny random BERT (4 layers, 4 heads, hidden 32) with mean pooling and token_type_ids."""
     return make_tiny_bert(tmp_path_factory.mktemp("tiny-bert"))
+
+
+@pytest.fixture(scope="session")
+def tiny_cross_encoder(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A tiny random BERT cross-encoder as sentence-transformers' CrossEncoder.save writes it."""
+    st = pytest.importorskip("sentence_transformers")
+    root = tmp_path_factory.mktemp("tiny-cross-encoder")
+    plain = make_tiny_cross_encoder(root / "hf", "bert", seed=1)
+    st.CrossEncoder(str(plain), device="cpu").save(str(root / "st"))
+    return root / "st"
 
 
 @pytest.fixture(scope="session")

@@ -119,6 +119,46 @@ def make_tiny_encoder(
     import torch
     from transformers import AutoModel
 
+    config = _tokenizer_and_config(
+        path, architecture, num_hidden_layers, num_attention_heads, hidden_size, max_seq_length
+    )
+    torch.manual_seed(seed)
+    AutoModel.from_config(config).eval().save_pretrained(str(path))
+    write_st_modules(path, hidden_size, pooling, normalize, max_seq_length, prompts, dense)
+    return path
+
+
+def make_tiny_cross_encoder(
+    path: Path,
+    architecture: str = "bert",
+    *,
+    num_labels: int = 1,
+    num_hidden_layers: int = 2,
+    hidden_size: int = 32,
+    max_seq_length: int = 48,
+    seed: int = 0,
+) -> Path:
+    """Write a random `architecture`ForSequenceClassification (a cross-encoder) with its family's
+    tokenizer, as a plain Hugging Face folder (what sentence-transformers' CrossEncoder loads).
+
+    Its weights are drawn wider than transformers' default (initializer_range 0.5, not 0.02), so
+    that the tiny model's scores differ from pair to pair instead of all sitting near 0.5.
+    """
+    import torch
+    from transformers import AutoModelForSequenceClassification
+
+    config = _tokenizer_and_config(path, architecture, num_hidden_layers, 4, hidden_size, max_seq_length)
+    config.num_labels = num_labels
+    config.initializer_range = 0.5
+    torch.manual_seed(seed)
+    AutoModelForSequenceClassification.from_config(config).eval().save_pretrained(str(path))
+    return path
+
+
+def _tokenizer_and_config(
+    path: Path, architecture: str, layers: int, heads: int, hidden: int, max_seq_length: int
+):
+    """Write `architecture`'s tiny tokenizer into `path`; the model's config to go with it."""
     if architecture not in ENCODER_ARCHITECTURES:
         raise ValueError(f"no tiny {architecture!r}: choose from {', '.join(ENCODER_ARCHITECTURES)}")
     path.mkdir(parents=True, exist_ok=True)
@@ -127,13 +167,7 @@ def make_tiny_encoder(
     tokenizer.save_pretrained(str(path))
     if architecture == "distilbert":
         _without_token_types(path)
-    config = _config(
-        architecture, tokenizer, num_hidden_layers, num_attention_heads, hidden_size, max_seq_length
-    )
-    torch.manual_seed(seed)
-    AutoModel.from_config(config).eval().save_pretrained(str(path))
-    write_st_modules(path, hidden_size, pooling, normalize, max_seq_length, prompts, dense)
-    return path
+    return _config(architecture, tokenizer, layers, heads, hidden, max_seq_length)
 
 
 _POOLING_KEYS = {

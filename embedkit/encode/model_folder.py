@@ -122,7 +122,7 @@ def read_model_spec(model: str | Path | ModelSpec | None) -> ModelSpec:
     config = read_json(path / "config.json")
     st_path = path / "sentence_bert_config.json"
     st_config = read_json(st_path) if st_path.is_file() else {}
-    max_len = _max_seq_length(path, config, st_config)
+    max_len = max_seq_length_for(path, config, st_config)
     _check_positions(max_len, config, path)
     hidden = config.get("hidden_size", config.get("dim", 0))  # DistilBERT's config calls it dim
     if not isinstance(hidden, int) or isinstance(hidden, bool) or hidden < 0:
@@ -148,7 +148,7 @@ def read_model_spec(model: str | Path | ModelSpec | None) -> ModelSpec:
     )
 
 
-def _max_seq_length(path: Path, config: dict[str, Any], st_config: dict[str, Any]) -> int:
+def max_seq_length_for(path: Path, config: dict[str, Any], st_config: dict[str, Any]) -> int:
     """Where texts are cut, as sentence-transformers decides it for the folder.
 
     Its 2 to 5 save `max_seq_length` in `sentence_bert_config.json`; its 6 save the tokenizer's

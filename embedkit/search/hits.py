@@ -29,6 +29,7 @@ class Hit:
     lexical_score: float | None = None
     snippet: str | None = None  # the matched terms in <b>, HTML (`SearchRequest.snippets`)
     passage: Passage | None = None  # the best passage, in an index of passages (`SearchRequest.passages`)
+    rerank_score: float | None = None  # the cross-encoder's score, where re-ranked (`embedkit.search.rerank`)
 
 
 def hit_record(rank: int, hit: Hit) -> dict[str, Any]:
@@ -36,11 +37,14 @@ def hit_record(rank: int, hit: Hit) -> dict[str, Any]:
 
     `dense_score` and `lexical_score` are always present (null where that side did not return the
     hit); `snippet` where one was made; `passage` (its text, and its start and end characters in
-    `text`) where passages were asked for; `title`, `text` and `metadata` where the document is known.
+    `text`) where passages were asked for; `rerank_score` where a cross-encoder re-ranked the hit;
+    `title`, `text` and `metadata` where the document is known.
     """
     record: dict[str, Any] = {"rank": rank, "id": hit.id, "score": float(hit.score)}
     record["dense_score"] = None if hit.dense_score is None else float(hit.dense_score)
     record["lexical_score"] = None if hit.lexical_score is None else float(hit.lexical_score)
+    if hit.rerank_score is not None:
+        record["rerank_score"] = float(hit.rerank_score)
     if hit.snippet is not None:
         record["snippet"] = hit.snippet
     if hit.passage is not None:
