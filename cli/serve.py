@@ -108,6 +108,14 @@ def serve(
         str | None,
         typer.Option("--served-model-name", help="The model's name in responses (default: its card's name)."),
     ] = None,
+    rerank: Annotated[
+        str | None,
+        typer.Option(
+            "--rerank",
+            help="Cross-encoder folder (a *ForSequenceClassification model, as sentence-transformers' "
+            "CrossEncoder saves it) for POST /rerank and /search's rerank_depth.",
+        ),
+    ] = None,
     access_log: Annotated[bool, typer.Option("--access-log", help="Log every request on stderr.")] = False,
     ort_spinning: Annotated[
         bool, typer.Option("--ort-spinning", hidden=True, help="Let ONNX Runtime's CPU threads busy-wait.")
@@ -116,8 +124,9 @@ def serve(
     """Serve MODEL_DIR (or --index's model) over HTTP, with a search page at / and the API's reference
     at /docs (open http://127.0.0.1:8000/ in a browser).
 
-    Routes: POST /v1/embeddings (OpenAI API), POST /search (with --index), GET /health, /v1/models,
-    /metrics, /openapi.json. Stops on SIGTERM or Ctrl-C after answering the requests in flight.
+    Routes: POST /v1/embeddings (OpenAI API), POST /search (with --index), POST /embed and /rerank
+    (TEI's API; /rerank with --rerank), GET /health, /v1/models, /info, /metrics, /openapi.json.
+    Stops on SIGTERM or Ctrl-C after answering the requests in flight.
     """
     from embedkit.extras import require_extra
 
@@ -146,6 +155,7 @@ def serve(
         access_log=access_log,
         ort_spinning=ort_spinning,
         served_model_name=served_model_name,
+        rerank=rerank,
     )
     config.check()
     if not config.loopback and config.api_key is None:

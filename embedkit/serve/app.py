@@ -219,6 +219,7 @@ async def search(request: Request) -> Response:
             snippets=values["snippets"],
             passages=values["passages"],
             where=where,
+            rerank_depth=values.get("rerank_depth"),
         )
     except InputError as exc:
         message = str(exc).splitlines()[0]
@@ -231,6 +232,7 @@ async def search(request: Request) -> Response:
         "object": "list",
         "model": model.name,
         **how,
+        **({"rerank_depth": values["rerank_depth"]} if "rerank_depth" in values else {}),
         "index_version": answer.index_version,
         "results": [
             {"query": query, "hits": [hit_record(rank, hit) for rank, hit in enumerate(hits, 1)]}

@@ -122,6 +122,10 @@ class ServedModel:
         from embedkit.index.folder import check_model_for, read_index_meta
         from embedkit.remote.base import is_remote
 
+        if config.rerank is not None:
+            from embedkit.encode.cross_encoder import read_cross_encoder
+
+            read_cross_encoder(config.rerank)
         if config.index is None:
             read_model_spec(config.model)
         elif not is_remote(config.index):  # a collection is checked when it is opened, at load
@@ -209,7 +213,10 @@ class Engine:
         self.error: BaseException | None = None
         self.on_ready: Callable[[ServedModel], None] | None = None
         self.on_error: Callable[[BaseException], None] | None = None
+        self.reranker: Any = None  # the cross-encoder of `config.rerank` (`CrossEncoderModel`), once loaded
         self._index_thread = ThreadPoolExecutor(1, thread_name_prefix="embedkit-index")
+        # the cross-encoder runs one request's pairs at a time, beside the embedding batches
+        self._rerank_thread = ThreadPoolExecutor(1, thread_name_prefix="embedkit-rerank")
         self._last_warning = ""
         self.metrics.gauge(
             "embedkit_ready", "1 once the model answered its warm-up batch.", lambda: self.ready
@@ -233,6 +240,8 @@ class Engine:
             model = self.model = await loop.run_in_executor(
                 self._index_thread, ServedModel.load, self.config
             )
+            if self.config.rerank is not None:
+                self.reranker = await loop.run_in_executor(self._rerank_thread, self._load_reranker)
             sizing = self.sizing = Sizing.resolve(self.config, model.device, model.max_seq_length)
             model.max_rows = sizing.max_rows
             warm_up = getattr(model.encoder, "warm_up", None)
@@ -272,6 +281,18 @@ class Engine:
         if self.model is not None and self.model.index is not None:
             await asyncio.get_running_loop().run_in_executor(self._index_thread, self.model.index.close)
         self._index_thread.shutdown(wait=False)
+        self._rerank_thread.shutdown(wait=False)
+
+    def _load_reranker(self) -> Any:
+        from embedkit.encode.cross_encoder import CrossEncoderModel
+
+        return CrossEncoderModel(str(self.config.rerank), device=self.config.device)
+
+    async def rerank(self, query: str, texts: list[str], raw: bool = False) -> np.ndarray:
+        """The cross-encoder's score of each text against `query`, in the texts' order."""
+        assert self.reranker is not None, "rerank without a cross-encoder"
+        loop = asyncio.get_running_loop()
+        return await loop.run_in_executor(self._rerank_thread, self.reranker.score, query, texts, raw)
 
     async def embed(self, texts: Sequence[str]) -> Embedded:
         """The texts' vectors through the batcher, with their token counts."""
@@ -328,15 +349,19 @@ class Engine:
             f"in flight, {shapes}{warmed}"
         )
 
-    async def search(self, queries: list[str], k: int, **settings: Any) -> Answer:
+    async def search(
+        self, queries: list[str], k: int, rerank_depth: int | None = None, **settings: Any
+    ) -> Answer:
         """Each query's hits from the live version of the index, through the search pipeline
         (`embedkit.search.pipeline`), as `embedkit search` runs it.
 
         `settings` (mode, fusion, alpha, where, snippets, passages; None: the index's default) make
         the `SearchRequest`; a bad value, or lexical and hybrid on an index without a lexical side,
-        is an `InputError`. The queries are embedded by the served encoder itself, as one call, not
-        in the dynamic batcher's length groups: padded as `embedkit search` pads them, their
-        vectors and so the scores are the command's to the last bit.
+        is an `InputError`. `rerank_depth` re-ranks each query's first hits with the served
+        cross-encoder (`embedkit.search.rerank`), as `embedkit search --rerank` does. The queries
+        are embedded by the served encoder itself, as one call, not in the dynamic batcher's length
+        groups: padded as `embedkit search` pads them, their vectors and so the scores are the
+        command's to the last bit.
         """
         assert self.model is not None and self.model.index is not None
         model = self.model
@@ -346,6 +371,8 @@ class Engine:
 
             index = self._live_index()
             request = index.request(k, **settings)
+            if rerank_depth is not None:
+                request = self._reranking(request, rerank_depth)
             truncated = 0
             if request.mode != "lexical":
                 _, lengths, truncated = model.tokenize(index.prefixes.queries(queries))
@@ -355,6 +382,14 @@ class Engine:
             return Answer(hits, truncated, request, index.version)
 
         return await asyncio.get_running_loop().run_in_executor(self._index_thread, run)
+
+    def _reranking(self, request: SearchRequest, depth: int) -> SearchRequest:
+        """`request` with the served cross-encoder as its last stage, over `depth` hits a query."""
+        from embedkit.search.rerank import Rerank
+
+        if self.reranker is None:
+            raise InputError("this server has no re-ranker: start it with `embedkit serve --rerank MODEL`")
+        return Rerank(self.reranker, depth, request.k).request(request)
 
     def _live_index(self) -> SearchIndex:
         """On the index thread: the served index, moved to the version `CURRENT` names when an

@@ -70,6 +70,8 @@ def run_server(config: ServeConfig, echo: Callable[[str], None] = print) -> None
     def ready(model: ServedModel) -> None:
         echo(f"ready: {url} model {model.describe()}")
         echo(engine.describe_sizing())
+        if engine.reranker is not None:
+            echo(f"  re-ranker {engine.reranker.path} ({engine.reranker.backend}, {engine.reranker.device})")
 
     def failed(exc: BaseException) -> None:
         server.should_exit = True

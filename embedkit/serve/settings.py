@@ -75,6 +75,7 @@ class ServeConfig:
     access_log: bool = False
     ort_spinning: bool = False  # let ONNX Runtime's CPU threads busy-wait (see engine.stop_spinning)
     served_model_name: str | None = None  # None: the model's own name (embedkit.encode.model_name)
+    rerank: str | None = None  # a cross-encoder folder for /rerank and /search's rerank_depth
 
     def check(self) -> None:
         if not 0 <= self.port <= 65535:
