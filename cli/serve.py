@@ -37,6 +37,15 @@ def serve(
             "(milvus://HOST:PORT or FILE.db, with --collection), to serve at /search.",
         ),
     ] = None,
+    models: Annotated[
+        list[str] | None,
+        typer.Option(
+            "--model",
+            help="A model folder to serve (repeatable): the first (or MODEL_DIR, or --index's model) "
+            "has the index and TEI's routes, each other one its own batches, chosen by the OpenAI "
+            "`model` field and listed by /v1/models.",
+        ),
+    ] = None,
     collection: CollectionOption = None,
     token: TokenOption = None,
     host: Annotated[
@@ -133,6 +142,9 @@ def serve(
     require_extra("serve", "embedkit serve")  # before the import that would fail with a traceback
     from embedkit.serve.server import run_server
 
+    folders = list(models or [])
+    if index_dir is None and model_dir is None and folders:
+        model_dir = folders.pop(0)  # the first model; with --index it is the index's own
     config = settings.ServeConfig(
         model=model_dir,
         index=index_dir,
@@ -156,6 +168,7 @@ def serve(
         ort_spinning=ort_spinning,
         served_model_name=served_model_name,
         rerank=rerank,
+        extra_models=tuple(folders),
     )
     config.check()
     if not config.loopback and config.api_key is None:

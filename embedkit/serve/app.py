@@ -132,11 +132,18 @@ class Server:
         log.info("%s %s: %s closed the connection %s", request.method, request.url.path, client, when)
         return ApiError(499, "the client closed the connection", "client_closed_request")
 
-    async def embed(self, request: Request, texts: list[str]) -> Embedded:
-        """`engine.embed`, abandoned when the client disconnects: its texts still queued are then
-        dropped rather than computed for nobody (clients that time out and retry would otherwise
-        pile work up behind themselves)."""
-        work = asyncio.ensure_future(self.engine.embed(texts))
+    def engine_for(self, name: str | None) -> Engine:
+        """The engine of the served model `name` (the OpenAI `model` field); 404 for another."""
+        try:
+            return self.engine.engine_for(name)
+        except InputError as exc:
+            raise ApiError(404, str(exc), param="model") from None
+
+    async def embed(self, request: Request, texts: list[str], engine: Engine | None = None) -> Embedded:
+        """`engine.embed` (the first model's by default), abandoned when the client disconnects:
+        its texts still queued are then dropped rather than computed for nobody (clients that
+        time out and retry would otherwise pile work up behind themselves)."""
+        work = asyncio.ensure_future((engine or self.engine).embed(texts))
         gone = asyncio.ensure_future(_disconnected(request))
         try:
             await asyncio.wait((work, gone), return_when=asyncio.FIRST_COMPLETED)
@@ -169,14 +176,17 @@ def server_of(request: Request) -> Server:
 async def embeddings(request: Request) -> Response:
     server = server_of(request)
     server.authorize(request)
-    model = server.require_ready()
+    server.require_ready()
     values = OPENAI_EMBEDDINGS.check(await server.read_object(request), server.config)
+    engine = server.engine_for(values.get("model"))
+    model = engine.model
+    assert model is not None  # every engine is ready once the first one is
     texts, encoding = values["input"], values["encoding_format"]
     dimensions = values.get("dimensions")
     if dimensions is not None and dimensions != model.dim:
         message = f"this model gives {model.dim}-d vectors; 'dimensions' cannot change that"
         raise ApiError(422, message, param="dimensions")
-    result = await server.embed(request, texts)
+    result = await server.embed(request, texts, engine)
     vectors = result.vectors
     if encoding == "base64":
         # OpenAI's encoding: the little-endian float32 bytes of each vector, base64.
@@ -243,19 +253,25 @@ async def search(request: Request) -> Response:
 
 
 async def models(request: Request) -> Response:
+    """Every served model, the first (the one with the index and TEI's routes) first."""
     server = server_of(request)
     server.authorize(request)
-    model = server.require_ready()
-    card = {"id": model.name, "object": "model", "created": server.started, "owned_by": "embedkit"}
-    card.update(
-        backend=model.backend,
-        device=model.device,
-        precision=model.precision,
-        dim=model.dim,
-        max_seq_length=model.max_seq_length,
-        index=model.index is not None,
-    )
-    return json_response({"object": "list", "data": [card]})
+    server.require_ready()
+    cards = []
+    for name in server.engine.served_names():
+        model = server.engine.engine_for(name).model
+        assert model is not None
+        card = {"id": model.name, "object": "model", "created": server.started, "owned_by": "embedkit"}
+        card.update(
+            backend=model.backend,
+            device=model.device,
+            precision=model.precision,
+            dim=model.dim,
+            max_seq_length=model.max_seq_length,
+            index=model.index is not None,
+        )
+        cards.append(card)
+    return json_response({"object": "list", "data": cards})
 
 
 async def health(request: Request) -> Response:

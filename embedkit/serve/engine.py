@@ -126,6 +126,8 @@ class ServedModel:
             from embedkit.encode.cross_encoder import read_cross_encoder
 
             read_cross_encoder(config.rerank)
+        for folder in config.extra_models:
+            read_model_spec(folder)
         if config.index is None:
             read_model_spec(config.model)
         elif not is_remote(config.index):  # a collection is checked when it is opened, at load
@@ -214,6 +216,8 @@ class Engine:
         self.on_ready: Callable[[ServedModel], None] | None = None
         self.on_error: Callable[[BaseException], None] | None = None
         self.reranker: Any = None  # the cross-encoder of `config.rerank` (`CrossEncoderModel`), once loaded
+        # the engines of `config.extra_models`, by served name once loaded: a batcher each
+        self.others: dict[str, Engine] = {}
         self._index_thread = ThreadPoolExecutor(1, thread_name_prefix="embedkit-index")
         # the cross-encoder runs one request's pairs at a time, beside the embedding batches
         self._rerank_thread = ThreadPoolExecutor(1, thread_name_prefix="embedkit-rerank")
@@ -242,6 +246,7 @@ class Engine:
             )
             if self.config.rerank is not None:
                 self.reranker = await loop.run_in_executor(self._rerank_thread, self._load_reranker)
+            await self._start_others(model.name)
             sizing = self.sizing = Sizing.resolve(self.config, model.device, model.max_seq_length)
             model.max_rows = sizing.max_rows
             warm_up = getattr(model.encoder, "warm_up", None)
@@ -274,8 +279,42 @@ class Engine:
         if self.on_ready is not None:
             self.on_ready(self.model)
 
+    async def _start_others(self, name: str) -> None:
+        """Start an engine for each extra model (one after another: each load takes the cores);
+        the first failure, or two models of one name, is this engine's error."""
+        names = [name]
+        for folder in self.config.extra_models:
+            other = Engine(self.config.for_extra_model(folder), Metrics())
+            await other.start()
+            if other.error is not None:
+                raise other.error
+            assert other.model is not None
+            if other.model.name in names:
+                await other.close()
+                raise InputError(
+                    f"two served models are named {other.model.name!r} ({folder} and another): "
+                    "each needs its own name in the OpenAI `model` field"
+                )
+            names.append(other.model.name)
+            self.others[other.model.name] = other
+
+    def engine_for(self, name: str | None) -> Engine:
+        """The engine serving the model `name` (None, or this model's name: this one); an
+        `InputError` listing the served names for another."""
+        if name is None or not self.others or (self.model is not None and name == self.model.name):
+            return self  # one model served: any name is it, as before several could be served
+        if name in self.others:
+            return self.others[name]
+        served = ", ".join(repr(n) for n in self.served_names())
+        raise InputError(f"model {name!r} is not served here; the models are {served}")
+
+    def served_names(self) -> list[str]:
+        return ([self.model.name] if self.model is not None else []) + list(self.others)
+
     async def close(self) -> None:
         """Finish queued batches, close the index, stop the threads."""
+        for other in self.others.values():
+            await other.close()
         if self.batcher is not None:
             await self.batcher.close()
         if self.model is not None and self.model.index is not None:

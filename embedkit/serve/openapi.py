@@ -257,7 +257,7 @@ STATUS_TEXT = {
     200: "OK",
     400: "the body is not a JSON object",
     401: "missing or wrong API key (sent as 'Authorization: Bearer KEY')",
-    404: "no index on this server",
+    404: "no index on this server (/search), or no served model of that name (/v1/embeddings)",
     413: "the body, or a list in it, is over the server's limits (TEI: an input over max_input_length)",
     422: "a field of the wrong type or value",
     424: "the server has no re-ranker (start it with --rerank MODEL), or the model failed",
@@ -287,7 +287,7 @@ OPERATIONS = (
         "Embed texts (OpenAI's API)",
         "EmbeddingsResponse",
         OPENAI_EMBEDDINGS,
-        (400, 401, 413, 422, 499, 503),
+        (400, 401, 404, 413, 422, 499, 503),
     ),
     Operation(
         "post",
@@ -297,7 +297,7 @@ OPERATIONS = (
         SEARCH,
         (400, 401, 404, 413, 422, 503),
     ),
-    Operation("get", "/v1/models", "The served model (OpenAI's API)", "ModelsResponse", errors=(401, 503)),
+    Operation("get", "/v1/models", "The served models (OpenAI's API)", "ModelsResponse", errors=(401, 503)),
     Operation(
         "get",
         "/health",

@@ -70,6 +70,9 @@ def run_server(config: ServeConfig, echo: Callable[[str], None] = print) -> None
     def ready(model: ServedModel) -> None:
         echo(f"ready: {url} model {model.describe()}")
         echo(engine.describe_sizing())
+        for other in engine.others.values():
+            assert other.model is not None
+            echo(f"  and model {other.model.describe()}: batched on its own, chosen by the `model` field")
         if engine.reranker is not None:
             echo(f"  re-ranker {engine.reranker.path} ({engine.reranker.backend}, {engine.reranker.device})")
 

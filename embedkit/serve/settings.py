@@ -31,7 +31,7 @@ Defaults and where they come from:
 from __future__ import annotations
 
 import ipaddress
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from embedkit.encode.loading import check_encoding_options
 from embedkit.errors import InputError
@@ -76,6 +76,9 @@ class ServeConfig:
     ort_spinning: bool = False  # let ONNX Runtime's CPU threads busy-wait (see engine.stop_spinning)
     served_model_name: str | None = None  # None: the model's own name (embedkit.encode.model_name)
     rerank: str | None = None  # a cross-encoder folder for /rerank and /search's rerank_depth
+    # more model folders served beside `model` for embeddings, each batched on its own and chosen
+    # by the OpenAI `model` field (`serve --model A --model B`)
+    extra_models: tuple[str, ...] = ()
 
     def check(self) -> None:
         if not 0 <= self.port <= 65535:
@@ -102,8 +105,14 @@ class ServeConfig:
             raise InputError("--served-model-name is empty")
         if self.max_wait_ms < 0:
             raise InputError(f"--max-wait-ms must be 0 or more, got {self.max_wait_ms}")
+        if self.extra_models and self.served_model_name is not None:
+            raise InputError("--served-model-name names one model: it cannot go with several --model")
         if self.max_queue_texts < self.max_texts:
             raise InputError("the queue limit must hold at least one request of --max-texts texts")
+
+    def for_extra_model(self, model: str) -> ServeConfig:
+        """The settings of one extra model's own engine: this server's limits, no index, no re-ranker."""
+        return replace(self, model=model, index=None, collection=None, rerank=None, extra_models=())
 
     @property
     def loopback(self) -> bool:
