@@ -77,6 +77,11 @@ def export(
     from embedkit.export import ParityFailure, export_model
 
     check_io(inputs=[model_dir, calibration, dev_sts], folders=[out])
+    from embedkit.encode.cross_encoder import is_cross_encoder
+
+    if is_cross_encoder(model_dir):
+        _export_cross_encoder(model_dir, out, opset, fp16 or int8 or token_embeddings, calibration, dev_sts)
+        return
     console = make_console(stderr=True)
     try:
         result = export_model(
@@ -108,6 +113,26 @@ def export(
         f"(dim {meta['dim']}, {meta['pooling']} pooling, normalize {str(meta['normalize']).lower()}, "
         f"inputs {', '.join(meta['input_names'])})"
     )
+
+
+def _export_cross_encoder(
+    model_dir: str, out: Path, opset: int, other_outputs: bool, calibration: Path | None, dev_sts: Path | None
+) -> None:
+    """A cross-encoder's fp32 graph, its logits gated against torch (`embedkit.export.cross_encoder`)."""
+    from embedkit.errors import InputError
+    from embedkit.export.cross_encoder import MAX_LOGIT_DIFFERENCE, export_cross_encoder
+
+    if other_outputs or calibration is not None or dev_sts is not None:
+        raise InputError(
+            f"{model_dir} is a cross-encoder: it exports at fp32 with its logits checked against torch; "
+            "--fp16, --int8, --token-embeddings, --calibration and --dev-sts are for sentence encoders"
+        )
+    result = export_cross_encoder(model_dir, out, opset=opset)
+    typer.echo(
+        f"parity with PyTorch: logits differ by at most {result.max_logit_difference:.2e} on {result.pairs} "
+        f"pairs (gate {MAX_LOGIT_DIFFERENCE:.0e}): pass"
+    )
+    typer.echo(f"wrote {result.out_dir}: model.onnx (a cross-encoder: `search --rerank`, `serve --rerank`)")
 
 
 def _print_parity(reports: list[ParityReport], title: str) -> None:

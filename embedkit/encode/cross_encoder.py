@@ -14,7 +14,8 @@ at the tokenizer's `model_max_length`, within the model's positions). A folder w
 embedkit cannot reproduce (several labels, other modules, a default prompt, an activation other
 than the sigmoid or identity) is refused in one line, never scored differently.
 
-No torch at module level: `CrossEncoderModel` imports it when a model is opened.
+No torch at module level: `CrossEncoderModel` imports it when a torch folder is opened; an export
+(`embedkit export` of a cross-encoder: `embedkit.export.cross_encoder`) runs in ONNX Runtime.
 """
 
 from __future__ import annotations
@@ -54,6 +55,14 @@ class CrossEncoderSpec:
     architecture: str  # config.json's, e.g. "BertForSequenceClassification"
     activation: str  # "sigmoid" or "identity": what a score is, from the logit
     max_length: int  # tokens of one (query, text) pair, specials included
+    onnx: bool = False  # an export (`embedkit export` of a cross-encoder): model.onnx, no torch
+
+
+def is_cross_encoder(model: str | Path) -> bool:
+    """Whether the folder holds a classification model (config.json's architectures), not an encoder."""
+    config_path = resolve_model_path(str(model)) / "config.json"
+    config = read_json(config_path) if config_path.is_file() else {}
+    return any(str(a).endswith("ForSequenceClassification") for a in config.get("architectures") or [])
 
 
 def read_cross_encoder(model: str | Path) -> CrossEncoderSpec:
@@ -61,10 +70,15 @@ def read_cross_encoder(model: str | Path) -> CrossEncoderSpec:
     path = resolve_model_path(str(model))
     if not (path / "config.json").is_file():
         raise InputError(f"not a model folder: {path} (expected config.json)")
-    if any(path.glob("*.onnx")) and not any(
-        (path / w).is_file() for w in ("model.safetensors", "pytorch_model.bin")
-    ):
-        raise InputError(f"{path}: a cross-encoder runs from its torch folder here, not from ONNX files")
+    meta_path = path / "embedkit.json"
+    if (path / "model.onnx").is_file() and meta_path.is_file():
+        meta = read_json(meta_path)
+        if meta.get("kind") != "cross-encoder":
+            raise InputError(f"{path} is not a cross-encoder: it is an export of a sentence encoder")
+        activation = str(meta.get("activation"))
+        if activation not in ACTIVATIONS.values():
+            raise InputError(f"{meta_path}: activation {activation!r} cannot be reproduced here")
+        return CrossEncoderSpec(path, str(meta["architecture"]), activation, int(meta["max_length"]), True)
     config = read_json(path / "config.json")
     architectures = [str(a) for a in config.get("architectures") or []]
     found = next((a for a in architectures if a.endswith("ForSequenceClassification")), None)
@@ -129,33 +143,53 @@ def activate(logits: np.ndarray, activation: str) -> np.ndarray:
 
 
 class CrossEncoderModel:
-    """A cross-encoder folder opened in torch: `score(query, texts)` and `score_pairs(pairs)`."""
-
-    backend = "torch"
+    """A cross-encoder folder opened for scoring: `score(query, texts)` and `score_pairs(pairs)`;
+    a torch folder runs in torch, an export (`embedkit export`) in ONNX Runtime without torch."""
 
     def __init__(self, model: str | Path, device: str = "auto", batch_size: int = DEFAULT_BATCH_SIZE) -> None:
-        from embedkit.encode.devices import torch_device
-
         self.spec = read_cross_encoder(model)
         self.path = self.spec.path
         self.batch_size = batch_size
-        self._device = torch_device(device)
-        self._tokenizer, self._model = _load(self.spec, self._device)
+        self.backend = "onnx" if self.spec.onnx else "torch"
         self._lock = threading.Lock()  # one run at a time: `/rerank` and `/search` share the model
+        if self.spec.onnx:
+            from embedkit.encode.onnx_backend import create_session
+
+            self._session, self._device = create_session(self.path / "model.onnx", device)
+            self._inputs = [i.name for i in self._session.get_inputs()]
+            self.tokenizer = _tokenizer(self.spec)
+        else:
+            from embedkit.encode.devices import torch_device
+
+            self._device = torch_device(device)
+            self.tokenizer, self.torch_model = _load(self.spec, self._device)  # the export traces it
+
+    @classmethod
+    def from_graph(cls, folder: Path, spec: CrossEncoderSpec) -> CrossEncoderModel:
+        """The graph in `folder` (an export being written) with `spec`'s settings, on the CPU."""
+        from dataclasses import replace
+
+        from embedkit.encode.onnx_backend import create_session
+
+        model = cls.__new__(cls)
+        model.spec, model.path, model.batch_size = (
+            replace(spec, path=folder, onnx=True),
+            folder,
+            DEFAULT_BATCH_SIZE,
+        )
+        model.backend, model._lock = "onnx", threading.Lock()
+        model._session, model._device = create_session(folder / "model.onnx", "cpu")
+        model._inputs = [i.name for i in model._session.get_inputs()]
+        model.tokenizer = _tokenizer(model.spec)
+        return model
 
     @property
     def device(self) -> str:
         return str(self._device)
 
-    @property
-    def name(self) -> str:
-        from embedkit.encode.model_name import model_name
-
-        return model_name(self.path, None)
-
     def first_cut(self, query: str, texts: Sequence[str]) -> int | None:
         """The position of the first text that, paired with `query`, is cut at `max_length`; or None."""
-        lengths = self._tokenizer([query] * len(texts), list(texts), truncation=False)["input_ids"]
+        lengths = self.tokenizer([query] * len(texts), list(texts), truncation=False)["input_ids"]
         return next((i for i, ids in enumerate(lengths) if len(ids) > self.spec.max_length), None)
 
     def score(self, query: str, texts: Sequence[str], raw: bool = False) -> np.ndarray:
@@ -165,34 +199,52 @@ class CrossEncoderModel:
     def score_pairs(self, pairs: Sequence[tuple[str, str]], raw: bool = False) -> np.ndarray:
         """float32 [len(pairs)], in the pairs' order: longest pairs batched together, as
         `CrossEncoder.predict` batches them, so that padding costs little."""
-        import torch
-
         logits = np.empty(len(pairs), dtype=np.float32)
         order = np.argsort([-(len(q) + len(t)) for q, t in pairs], kind="stable")
         for first in range(0, len(pairs), self.batch_size):
             rows = order[first : first + self.batch_size]
-            batch = self._tokenizer(
-                [pairs[i][0] for i in rows],
-                [pairs[i][1] for i in rows],
-                padding=True,
-                truncation="longest_first",
-                max_length=self.spec.max_length,
-                return_tensors="pt",
-            ).to(self._device)
-            with self._lock, torch.inference_mode():
-                out = self._model(**batch).logits
-            logits[rows] = out.float().reshape(len(rows)).cpu().numpy()
+            logits[rows] = self._logits([pairs[i] for i in rows])
         return logits if raw else activate(logits, self.spec.activation)
+
+    def _logits(self, pairs: list[tuple[str, str]]) -> np.ndarray:
+        """One batch's logits, [len(pairs)], pairs cut as `CrossEncoder` cuts them."""
+        tensors = "np" if self.spec.onnx else "pt"
+        batch = self.tokenizer(
+            [q for q, _ in pairs],
+            [t for _, t in pairs],
+            padding=True,
+            truncation="longest_first",
+            max_length=self.spec.max_length,
+            return_tensors=tensors,
+        )
+        if self.spec.onnx:
+            feed = {name: batch[name].astype(np.int64) for name in self._inputs}
+            with self._lock:
+                return self._session.run(None, feed)[0].reshape(len(pairs))
+        import torch
+
+        with self._lock, torch.inference_mode():
+            out = self.torch_model(**batch.to(self._device)).logits
+        return out.float().reshape(len(pairs)).cpu().numpy()
+
+
+def _tokenizer(spec: CrossEncoderSpec) -> Any:
+    from transformers import AutoTokenizer
+
+    try:
+        return AutoTokenizer.from_pretrained(str(spec.path))
+    except (OSError, ValueError, KeyError) as exc:
+        raise InputError(f"cannot load the tokenizer of {spec.path}: {str(exc).splitlines()[0]}") from None
 
 
 def _load(spec: CrossEncoderSpec, device: Any) -> tuple[Any, Any]:
     """The folder's tokenizer and classification model, in eval mode on `device`."""
-    from transformers import AutoModelForSequenceClassification, AutoTokenizer
+    from transformers import AutoModelForSequenceClassification
     from transformers.utils import logging as hf_logging
 
     hf_logging.disable_progress_bar()
+    tokenizer = _tokenizer(spec)
     try:
-        tokenizer = AutoTokenizer.from_pretrained(str(spec.path))
         model = AutoModelForSequenceClassification.from_pretrained(str(spec.path))
     except (OSError, ValueError, KeyError) as exc:
         raise InputError(
