@@ -40,10 +40,11 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 from embedkit.errors import InputError
 from embedkit.search.hits import hit_record
 from embedkit.serve.dynamic_batcher import BatcherClosed, QueueFull, TooLarge
-from embedkit.serve.engine import Embedded, Engine, ServedModel
+from embedkit.serve.engine import Embedded, Engine
 from embedkit.serve.metrics import CONTENT_TYPE
 from embedkit.serve.page import PATHS, ApiHelpers, extra_routes
 from embedkit.serve.schemas import OPENAI_EMBEDDINGS, SEARCH, BodyError, json_type
+from embedkit.serve.served_model import ServedModel
 
 log = logging.getLogger("embedkit.serve")
 ROUTES = tuple(dict.fromkeys(("/v1/embeddings", "/search", "/v1/models", "/health", "/metrics", *PATHS)))

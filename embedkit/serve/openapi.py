@@ -221,6 +221,14 @@ RESPONSES: dict[str, dict[str, Any]] = {
                 "description": "what this server runs with (embedkit.serve.sizing)",
                 "required": ["device", "max_batch_tokens", "batches_in_flight", "shapes", "warmup"],
                 "properties": {
+                    "models": {
+                        "type": "array",
+                        "description": "every served model: runtime, weight files' bytes, batch times",
+                        "items": {
+                            "type": "object",
+                            "required": ["name", "backend", "weights_bytes", "batches"],
+                        },
+                    },
                     "device": {"type": "string"},
                     "max_batch_tokens": {"type": "integer"},
                     "inference_workers": {"type": "integer"},

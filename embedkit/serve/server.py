@@ -49,7 +49,8 @@ def run_server(config: ServeConfig, echo: Callable[[str], None] = print) -> None
     A model that fails to load stops the server and its error is raised here.
     """
     from embedkit.serve.app import create_app
-    from embedkit.serve.engine import Engine, ServedModel
+    from embedkit.serve.engine import Engine
+    from embedkit.serve.served_model import ServedModel
 
     config.check()
     ServedModel.check(config)

@@ -36,8 +36,9 @@ from starlette.responses import Response
 from starlette.routing import Route
 
 from embedkit.encode.batching import l2_normalize
-from embedkit.serve.engine import Engine, ServedModel
+from embedkit.serve.engine import Engine
 from embedkit.serve.schemas import TEI_EMBED, TEI_RERANK, Body, BodyError
+from embedkit.serve.served_model import ServedModel
 
 log = logging.getLogger("embedkit.serve")
 DTYPES = {"fp32": "float32", "fp16": "float16"}  # TEI's names; others (int8) as embedkit names them
@@ -208,8 +209,9 @@ class TeiRoutes:
             "version": __version__,
             "sha": None,
             "docker_label": None,
-            # embedkit's own: the device, batch budget, batches in flight, shapes and warm-up used
-            "embedkit": self.engine.runtime_info(),
+            # embedkit's own: the device, batch budget, batches in flight, shapes and warm-up used,
+            # and every served model's runtime, weight files' size and batch times
+            "embedkit": {**self.engine.runtime_info(), "models": self.engine.models_info()},
         }
 
     async def embed(self, request: Request) -> Response:

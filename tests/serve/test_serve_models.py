@@ -104,3 +104,30 @@ def test_serve_refuses_a_second_model_that_is_not_a_folder(tiny_onnx: Path, tmp_
     )
     assert result.exit_code == 2, result.output
     assert "model folder not found" in result.output and str(missing) in result.output
+
+
+def test_info_and_metrics_describe_each_model(tiny_onnx: Path, second: Path, alone):
+    parser = pytest.importorskip("prometheus_client.parser")
+    (first_name, _), (second_name, _) = alone["first"], alone["second"]
+    config = ServeConfig(model=str(tiny_onnx), extra_models=(str(second),), max_wait_ms=0)
+    with in_process(config) as client:
+        _vectors(client, TEXTS, first_name)
+        _vectors(client, TEXTS[:3], second_name)
+        _vectors(client, TEXTS[:3], second_name)
+        models = client.get("/info").json()["embedkit"]["models"]
+        text = client.get("/metrics").text
+    assert [m["name"] for m in models] == [first_name, second_name]
+    assert [m["backend"] for m in models] == ["onnx", "torch"]
+    # the weight files each runs from, read here independently of the server
+    assert models[0]["weights_bytes"] == (tiny_onnx / "model.onnx").stat().st_size
+    assert models[1]["weights_bytes"] == (second / "model.safetensors").stat().st_size
+    assert all(m["batches"] >= 2 and m["mean_batch_seconds"] > 0 for m in models)  # the warm-up and more
+    families = {f.name: f for f in parser.text_string_to_metric_families(text)}
+    texts = {s.labels["model"]: s.value for s in families["embedkit_model_texts_embedded"].samples}
+    assert texts == {first_name: 4, second_name: 6}
+    counts = {
+        s.labels["model"]: s.value
+        for s in families["embedkit_model_batch_duration_seconds"].samples
+        if s.name.endswith("_count")
+    }
+    assert counts == {m["name"]: m["batches"] for m in models}

@@ -207,7 +207,8 @@ def loading_and_indexless_answers() -> list[tuple[str, str, httpx.Response]]:
     from test_serve_app import FakeEncoder
 
     from embedkit.serve.app import create_app
-    from embedkit.serve.engine import Engine, ServedModel
+    from embedkit.serve.engine import Engine
+    from embedkit.serve.served_model import ServedModel
     from embedkit.serve.settings import ServeConfig
 
     gate = threading.Event()
