@@ -29,12 +29,13 @@ def serve(
             "else the bundled all-MiniLM-L6-v2."
         ),
     ] = None,
-    index_dir: Annotated[
-        str | None,
+    index_dirs: Annotated[
+        list[str] | None,
         typer.Option(
             "--index",
             help="Index folder (`embedkit index`), or a collection `embedkit push` filled "
-            "(milvus://HOST:PORT or FILE.db, with --collection), to serve at /search.",
+            "(milvus://HOST:PORT or FILE.db, with --collection), to serve at /search. Repeatable: "
+            "each further folder is served with its own model, chosen by /search's `model` field.",
         ),
     ] = None,
     models: Annotated[
@@ -142,6 +143,7 @@ def serve(
     require_extra("serve", "embedkit serve")  # before the import that would fail with a traceback
     from embedkit.serve.server import run_server
 
+    index_dir, *more_indexes = index_dirs or [None]
     folders = list(models or [])
     if index_dir is None and model_dir is None and folders:
         model_dir = folders.pop(0)  # the first model; with --index it is the index's own
@@ -169,6 +171,7 @@ def serve(
         served_model_name=served_model_name,
         rerank=rerank,
         extra_models=tuple(folders),
+        extra_indexes=tuple(str(i) for i in more_indexes),
     )
     config.check()
     if not config.loopback and config.api_key is None:

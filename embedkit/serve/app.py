@@ -212,16 +212,19 @@ async def search(request: Request) -> Response:
     asked for), the fusion and weight of a hybrid search, and the index version answered from."""
     server = server_of(request)
     server.authorize(request)
-    model = server.require_ready()
+    server.require_ready()
+    values = SEARCH.check(await server.read_object(request), server.config)
+    engine = server.engine_for(values.get("model"))
+    model = engine.model
+    assert model is not None  # every engine is ready once the first one is
     if model.index is None:
-        message = "this server has no index: start it with `embedkit serve --index INDEX_DIR`"
+        what = "this server has" if engine is server.engine else f"the model {model.name!r} has"
+        message = f"{what} no index: start the server with `embedkit serve --index INDEX_DIR`"
         raise ApiError(404, message, "not_found")
-    body = await server.read_object(request)
-    values = SEARCH.check(body, server.config)
     queries = [values["query"]] if "query" in values else values["queries"]
     mode, where = values.get("mode"), values.get("where")
     try:
-        answer = await server.engine.search(
+        answer = await engine.search(
             queries,
             values["k"],
             mode=mode,

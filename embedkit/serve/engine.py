@@ -140,11 +140,15 @@ class Engine:
             self.on_ready(self.model)
 
     async def _start_others(self, name: str) -> None:
-        """Start an engine for each extra model (one after another: each load takes the cores);
-        the first failure, or two models of one name, is this engine's error."""
+        """Start an engine for each extra model and each extra index with its model (one after
+        another: each load takes the cores); the first failure, or two models of one name, is
+        this engine's error."""
         names = [name]
-        for folder in self.config.extra_models:
-            other = Engine(self.config.for_extra_model(folder), Metrics())
+        extra = [self.config.for_extra_model(folder) for folder in self.config.extra_models]
+        extra += [self.config.for_extra_model(None, index) for index in self.config.extra_indexes]
+        for config in extra:
+            folder = config.index or config.model
+            other = Engine(config, Metrics())
             await other.start()
             if other.error is not None:
                 raise other.error
@@ -156,6 +160,7 @@ class Engine:
                     "each needs its own name in the OpenAI `model` field"
                 )
             names.append(other.model.name)
+            other.reranker = self.reranker  # one cross-encoder re-ranks every index's hits
             self.others[other.model.name] = other
         if self.others:  # /metrics shows each model's batches and texts under its name
             self.metrics.models = {name: self.metrics} | {n: e.metrics for n, e in self.others.items()}

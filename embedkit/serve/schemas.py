@@ -256,6 +256,11 @@ SEARCH = Body(
         Field("where", STRING, 'metadata filter, as `search --where`: year >= 2020 and lang = "en"'),
         Field("passages", BOOLEAN, "give each hit its best passage (an index built with passages)", False),
         Field(
+            "model",
+            STRING,
+            "the served model whose index to search (serve --index A --index B); absent: the first",
+        ),
+        Field(
             "rerank_depth",
             INTEGER,
             "re-rank each query's first N hits with the server's cross-encoder (serve --rerank); "

@@ -89,6 +89,8 @@ class ServedModel:
             read_cross_encoder(config.rerank)
         for folder in config.extra_models:
             read_model_spec(folder)
+        for index in config.extra_indexes:
+            check_model_for(read_index_meta(index), None, config.precision)
         if config.index is None:
             read_model_spec(config.model)
         elif not is_remote(config.index):  # a collection is checked when it is opened, at load

@@ -131,3 +131,43 @@ def test_info_and_metrics_describe_each_model(tiny_onnx: Path, second: Path, alo
         if s.name.endswith("_count")
     }
     assert counts == {m["name"]: m["batches"] for m in models}
+
+
+@pytest.fixture(scope="module")
+def second_index(second: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The server tests' corpus indexed with the second model."""
+    import json
+
+    from serve_helpers import CORPUS
+
+    from embedkit import build_index
+    from embedkit.jobs.index_build import IndexOptions
+
+    folder = tmp_path_factory.mktemp("second-index")
+    corpus = folder / "corpus.jsonl"
+    corpus.write_text("".join(json.dumps(record) + "\n" for record in CORPUS), encoding="utf-8")
+    return build_index(corpus, folder / "index", model=second, options=IndexOptions(device="cpu")).path
+
+
+def _hits(client, model=None) -> list[tuple[str, float]]:
+    body = {"query": "shock wave on the wing", "k": 5, "mode": "dense", **({"model": model} if model else {})}
+    response = client.post("/search", json=body)
+    assert response.status_code == 200, response.text
+    return [(h["id"], h["score"]) for h in response.json()["results"][0]["hits"]]
+
+
+def test_each_index_is_searched_with_its_own_model(tiny_onnx, tiny_index, second_index, alone):
+    (first_name, _), (second_name, _) = alone["first"], alone["second"]
+    expected = {}
+    for name, index in ((first_name, tiny_index), (second_name, second_index)):
+        with in_process(ServeConfig(index=str(index), max_wait_ms=0)) as client:
+            expected[name] = _hits(client)
+    assert [i for i, _ in expected[first_name]] != [i for i, _ in expected[second_name]] or (
+        [s for _, s in expected[first_name]] != [s for _, s in expected[second_name]]
+    )
+    config = ServeConfig(index=str(tiny_index), extra_indexes=(str(second_index),), max_wait_ms=0)
+    with in_process(config) as client:
+        assert _hits(client, second_name) == expected[second_name]
+        assert _hits(client, first_name) == expected[first_name] == _hits(client)
+        cards = client.get("/v1/models").json()["data"]
+    assert [(c["id"], c["index"]) for c in cards] == [(first_name, True), (second_name, True)]
