@@ -1,18 +1,21 @@
 """Encoding speed and STS-B quality: sentence-transformers vs embedkit's torch and ONNX paths.
 
     .venv/bin/python benchmarks/encode.py [--onnx DIR] [--sentences 2000] [--repeats 5]
+    .venv/bin/python benchmarks/encode.py --model DIR --onnx DIR-onnx --backends st,onnx-fp32,onnx-int8
     .venv/bin/python benchmarks/encode.py --session-options   # also time ORT SessionOptions variants
     .venv/bin/python benchmarks/encode.py --fixed-shapes      # also ONNX fp32 padded to fixed shapes
     python benchmarks/encode.py --device cuda   # GPU: torch with CUDA and onnxruntime-gpu
 
-On the default model (all-MiniLM-L6-v2) and a fixed mix of ../shared/data sentences (STS-B,
-Cranfield queries, titles and abstract sentences), one run measures, interleaved so that a change in machine
-load hits every backend alike:
+On the default model (all-MiniLM-L6-v2, or `--model DIR` with `--onnx` its export) and a fixed mix
+of ../shared/data sentences (STS-B, Cranfield queries, titles and abstract sentences), one run
+measures, interleaved so that a change in machine load hits every backend alike:
 
 - sentences/s of sentence-transformers `encode`, TorchEncoder, and OnnxEncoder fp32/fp16/int8,
   all length-sorted at batch 64 (median of `--repeats` full passes; each pass runs chunks of 500
   texts through every backend in rotating order), and each one's ratio to sentence-transformers;
-- STS-B test Spearman x100 (cosine vs gold, one correlation over all pairs, scipy) of each.
+- each one's minimum cosine with sentence-transformers' vectors of the same texts (equal vectors);
+- STS-B test Spearman x100 (cosine vs gold, one correlation over all pairs, scipy) of each
+  (`--no-sts` skips it).
 
 A 1024x1024 float32 matmul probe (GFLOP/s) is printed first and last: figures taken while other
 jobs share the cores show up as a low probe. Without `--onnx`, the model is exported first into a
@@ -85,22 +88,30 @@ def sts_spearman(encode: Callable[[list[str]], np.ndarray]) -> float:
     return 100.0 * float(spearmanr(np.sum(a * b, axis=1), sts.scores).statistic)
 
 
+BACKENDS = ("st", "torch", "onnx-fp32", "onnx-fp16", "onnx-int8")
+
+
 def make_backends(
-    onnx_dir: Path, threads: int | None, device: str = "cpu", fixed_shapes: bool = False
+    onnx_dir: Path,
+    threads: int | None,
+    device: str = "cpu",
+    fixed_shapes: bool = False,
+    model_dir: Path | None = None,
+    chosen: tuple[str, ...] = BACKENDS,
 ) -> dict[str, Callable[[list[str]], np.ndarray]]:
     """On the CPU: ST, torch, ONNX fp32/fp16/int8. On CUDA: ST in fp32 and fp16, torch, and ONNX
     fp32/fp16 on ONNX Runtime's CUDA provider (dynamic int8 is a CPU format: not timed there).
     `fixed_shapes`: also ONNX fp32 with the other shape rule than the device's default
-    (`embedkit.encode.shapes`: padded to buckets on a CPU, exact shapes on CUDA)."""
+    (`embedkit.encode.shapes`: padded to buckets on a CPU, exact shapes on CUDA). `chosen`: which
+    of `BACKENDS` to run (sentence-transformers always runs: it is the baseline)."""
     from sentence_transformers import SentenceTransformer
 
     from embedkit.encode.model_folder import default_base_model_path
     from embedkit.encode.onnx_backend import OnnxEncoder
     from embedkit.encode.torch_backend import TorchEncoder
 
-    model_dir = default_base_model_path()
+    model_dir = model_dir or default_base_model_path()
     st = SentenceTransformer(str(model_dir), device=device)
-    torch_encoder = TorchEncoder(model_dir, device=device)
     backends: dict[str, Callable[[list[str]], np.ndarray]] = {
         "sentence-transformers": lambda t: st.encode(t, batch_size=BATCH_SIZE, convert_to_numpy=True),
     }
@@ -109,8 +120,12 @@ def make_backends(
         backends["sentence-transformers fp16"] = lambda t: st_half.encode(
             t, batch_size=BATCH_SIZE, convert_to_numpy=True
         ).astype(np.float32)
-    backends["embedkit torch"] = lambda t: torch_encoder.encode(t, batch_size=BATCH_SIZE)
+    if "torch" in chosen:
+        torch_encoder = TorchEncoder(model_dir, device=device)
+        backends["embedkit torch"] = lambda t: torch_encoder.encode(t, batch_size=BATCH_SIZE)
     for precision in ("fp32", "fp16") if device == "cuda" else ("fp32", "fp16", "int8"):
+        if f"onnx-{precision}" not in chosen:
+            continue
         encoder = OnnxEncoder(onnx_dir, device=device, precision=precision, intra_op_threads=threads)
         backends[f"onnx {precision}"] = lambda t, e=encoder: e.encode(t, batch_size=BATCH_SIZE)
     if fixed_shapes:
@@ -121,6 +136,18 @@ def make_backends(
         name = "onnx fp32 (fixed shapes)" if other else "onnx fp32 (exact shapes)"
         backends[name] = lambda t, e=encoder: e.encode(t, batch_size=BATCH_SIZE)
     return backends
+
+
+def min_cosines(backends: dict[str, Callable[[list[str]], np.ndarray]], texts: list[str]) -> dict[str, float]:
+    """Each backend's smallest row cosine with sentence-transformers' vectors of `texts`."""
+    reference = backends["sentence-transformers"](texts)
+    reference = reference / np.linalg.norm(reference, axis=1, keepdims=True)
+    out = {}
+    for name, encode in backends.items():
+        vectors = encode(texts)
+        vectors = vectors / np.linalg.norm(vectors, axis=1, keepdims=True)
+        out[name] = float(np.min(np.sum(vectors * reference, axis=1)))
+    return out
 
 
 def session_option_backends(onnx_dir: Path) -> dict[str, Callable[[list[str]], np.ndarray]]:
@@ -177,9 +204,11 @@ def time_backends(
     return {name: statistics.median(values) for name, values in seconds.items()}
 
 
-def ensure_export(onnx_dir: Path | None, work: Path) -> Path:
+def ensure_export(onnx_dir: Path | None, work: Path, model_dir: Path | None) -> Path:
     if onnx_dir is not None:
         return onnx_dir
+    if model_dir is not None:
+        sys.exit("error: --model needs --onnx, its `embedkit export --fp16 --int8` folder")
     from embedkit.export import export_model
 
     out = work / "minilm-onnx"
@@ -191,8 +220,15 @@ def ensure_export(onnx_dir: Path | None, work: Path) -> Path:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument(
-        "--onnx", type=Path, help="An `embedkit export --fp16 --int8` folder of the default model."
+        "--onnx", type=Path, help="An `embedkit export --fp16 --int8` folder of the model."
     )
+    parser.add_argument("--model", type=Path, help="The torch model folder (default: all-MiniLM-L6-v2).")
+    parser.add_argument(
+        "--backends",
+        default=",".join(BACKENDS),
+        help=f"Comma-separated, of {', '.join(BACKENDS)} (st always runs).",
+    )
+    parser.add_argument("--no-sts", action="store_true", help="Skip the STS-B test Spearman.")
     parser.add_argument("--sentences", type=int, default=2000)
     parser.add_argument("--repeats", type=int, default=5)
     parser.add_argument(
@@ -226,12 +262,18 @@ def main() -> None:
         print(f"GPU: {torch.cuda.get_device_name(0)}")
     texts = benchmark_texts(args.sentences)
     with tempfile.TemporaryDirectory(prefix="embedkit-bench-") as work:
-        onnx_dir = ensure_export(args.onnx, Path(work))
-        backends = make_backends(onnx_dir, args.threads, args.device, args.fixed_shapes)
+        onnx_dir = ensure_export(args.onnx, Path(work), args.model)
+        chosen = tuple(args.backends.split(","))
+        backends = make_backends(onnx_dir, args.threads, args.device, args.fixed_shapes, args.model, chosen)
         if args.session_options:
             backends.update(session_option_backends(onnx_dir))
         seconds = time_backends(backends, texts, args.repeats)
-        quality = {name: sts_spearman(encode) for name, encode in backends.items() if "(" not in name}
+        cosines = min_cosines(backends, texts)
+        quality = (
+            {}
+            if args.no_sts
+            else {name: sts_spearman(encode) for name, encode in backends.items() if "(" not in name}
+        )
     probe_after = matmul_probe()
 
     base = len(texts) / seconds["sentence-transformers"]
@@ -239,13 +281,22 @@ def main() -> None:
     for name, value in seconds.items():
         rate = len(texts) / value
         rows.append(
-            {"backend": name, "sent_per_s": rate, "ratio_to_st": rate / base, "stsb_test": quality.get(name)}
+            {
+                "backend": name,
+                "sent_per_s": rate,
+                "ratio_to_st": rate / base,
+                "min_cosine_to_st": cosines[name],
+                "stsb_test": quality.get(name),
+            }
         )
     print(f"{len(texts)} texts (chunks of 500), batch {BATCH_SIZE}, median of {args.repeats} passes")
-    print(f"{'backend':<28} {'sent/s':>8} {'x ST':>6} {'STS-B test':>10}")
+    print(f"{'backend':<28} {'sent/s':>8} {'x ST':>6} {'min cos':>9} {'STS-B test':>10}")
     for row in rows:
         sts = f"{row['stsb_test']:.2f}" if row["stsb_test"] is not None else "-"
-        print(f"{row['backend']:<28} {row['sent_per_s']:>8.1f} {row['ratio_to_st']:>6.2f} {sts:>10}")
+        print(
+            f"{row['backend']:<28} {row['sent_per_s']:>8.1f} {row['ratio_to_st']:>6.2f} "
+            f"{row['min_cosine_to_st']:>9.6f} {sts:>10}"
+        )
     print(f"matmul probe after: {probe_after:.1f} GFLOP/s")
     if args.json:
         args.json.write_text(

@@ -66,9 +66,9 @@ def offline_rate(
 
 def grouping(model: str, texts: list[str], precision: str | None, size: int = 32) -> None:
     """Texts/s of random batches of `size` run as one padded call, and in length groups
-    (`embedkit.serve.engine.length_groups`), against length-sorted batches of 64."""
+    (`embedkit.serve.served_model.length_groups`), against length-sorted batches of 64."""
     from embedkit import load_encoder
-    from embedkit.serve.engine import length_groups
+    from embedkit.serve.served_model import length_groups
 
     encoder = load_encoder(model, device="cpu", precision=precision)
     lengths = [len(e.ids) for e in encoder.batcher.tokenizer.encode_batch(texts)]

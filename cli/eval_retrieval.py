@@ -31,6 +31,7 @@ from embedkit.cli.options import (
     TokenOption,
     open_search_index,
 )
+from embedkit.search.rerank import DEFAULT_RERANK_DEPTH
 
 
 def register_into(eval_app: typer.Typer) -> None:
@@ -101,6 +102,13 @@ def retrieval(
         str | None,
         typer.Option("--passage-prefix", help="Put before each document (exact search); as --query-prefix."),
     ] = None,
+    rerank: Annotated[
+        str | None,
+        typer.Option("--rerank", help="Cross-encoder re-ordering each query's first hits (as in search)."),
+    ] = None,
+    rerank_depth: Annotated[
+        int, typer.Option("--rerank-depth", min=1, help="Hits per query the --rerank model scores.")
+    ] = DEFAULT_RERANK_DEPTH,
 ) -> None:
     """nDCG@10, MRR@10, Recall@1/10/100, MAP@100 with graded judgments, as BEIR and trec_eval compute them.
 
@@ -140,6 +148,11 @@ def retrieval(
     asked = mode
     mode = mode or _search_default_mode(searched, meta, fusion)
     modes = list(SEARCH_MODES) if mode == "all" else [mode]
+    scorer = None
+    if rerank is not None:
+        from embedkit.encode.cross_encoder import CrossEncoderModel
+
+        scorer = CrossEncoderModel(rerank, device=device)
     evaluators = {
         m: RetrievalEvaluator(
             beir_dir,
@@ -151,6 +164,8 @@ def retrieval(
             mode=m,
             fusion=fusion,
             alpha=alpha,
+            rerank=scorer,
+            rerank_depth=rerank_depth,
         )
         for m in modes
     }
@@ -185,6 +200,8 @@ def retrieval(
     how = "" if asked else f"; {used or mode}: what `embedkit search` does by default"
     if hybrid is not None:
         how += f"; fusion: {hybrid.fusion_source}"
+    if rerank is not None:
+        how += f"; the first {rerank_depth} re-ranked by {rerank}"
     table = Table(title=f"{beir_dir.name or beir_dir} ({split}): {encoder_label(encoder)}{how}")
     table.add_column("metric")
     for m in modes:
@@ -226,6 +243,7 @@ def retrieval(
                     if hybrid is not None
                     else {}
                 ),
+                **({"rerank": rerank, "rerank_depth": rerank_depth} if rerank is not None else {}),
                 "ignore_identical_ids": ignore_identical_ids,
                 "queries": report.queries,
                 "documents": report.documents,

@@ -1,4 +1,4 @@
-"""`embedkit export`: a trained (or any BERT-family) model folder to a verified ONNX folder.
+"""`embedkit export`: a trained or Hugging Face encoder folder to a verified ONNX folder.
 
 The command parses options and prints; `embedkit.export.export_model` does the work. Exit 0 when
 every asked-for precision passed its parity gate, 1 when one failed (figures printed, nothing
@@ -67,11 +67,21 @@ def export(
         typer.Option("--device", help="Where parity is checked: auto, cpu or cuda (int8: always the CPU)."),
     ] = "auto",
 ) -> None:
-    """Export MODEL_DIR to ONNX with pooling and normalisation in the graph, checked against PyTorch."""
+    """Export MODEL_DIR to ONNX with pooling and normalisation in the graph, checked against PyTorch.
+
+    Any encoder transformers builds from its config.json (BERT, MPNet, RoBERTa, XLM-R, DeBERTa-v2,
+    ModernBERT, ...) is traced; onnxruntime's transformer fusions are applied where they fit the
+    architecture, its basic graph optimizations where none do, and the summary says which.
+    """
     from embedkit.console import make_console
     from embedkit.export import ParityFailure, export_model
 
     check_io(inputs=[model_dir, calibration, dev_sts], folders=[out])
+    from embedkit.encode.cross_encoder import is_cross_encoder
+
+    if is_cross_encoder(model_dir):
+        _export_cross_encoder(model_dir, out, opset, fp16 or int8 or token_embeddings, calibration, dev_sts)
+        return
     console = make_console(stderr=True)
     try:
         result = export_model(
@@ -93,17 +103,36 @@ def export(
         _print_parity(failure.reports, title="Parity with PyTorch (FAILED: nothing was written)")
         raise
     meta = result.metadata
-    fusion = ", ".join(f"{n} {op}" for op, n in meta["fusion"].items()) or "none (not optimized)"
     _print_parity(result.reports, title="Parity with PyTorch")
     torch_sts = meta["parity"].get("torch_sts_spearman")
     if torch_sts is not None:
         typer.echo(f"PyTorch STS Spearman on {meta['parity']['dev_sts']}: {torch_sts:.2f}")
-    typer.echo(f"fused operators: {fusion}")
+    typer.echo(f"optimization: {meta['optimization']['applied']}")
     typer.echo(
         f"wrote {result.out_dir}: {', '.join(result.files.values())} "
         f"(dim {meta['dim']}, {meta['pooling']} pooling, normalize {str(meta['normalize']).lower()}, "
         f"inputs {', '.join(meta['input_names'])})"
     )
+
+
+def _export_cross_encoder(
+    model_dir: str, out: Path, opset: int, other_outputs: bool, calibration: Path | None, dev_sts: Path | None
+) -> None:
+    """A cross-encoder's fp32 graph, its logits gated against torch (`embedkit.export.cross_encoder`)."""
+    from embedkit.errors import InputError
+    from embedkit.export.cross_encoder import MAX_LOGIT_DIFFERENCE, export_cross_encoder
+
+    if other_outputs or calibration is not None or dev_sts is not None:
+        raise InputError(
+            f"{model_dir} is a cross-encoder: it exports at fp32 with its logits checked against torch; "
+            "--fp16, --int8, --token-embeddings, --calibration and --dev-sts are for sentence encoders"
+        )
+    result = export_cross_encoder(model_dir, out, opset=opset)
+    typer.echo(
+        f"parity with PyTorch: logits differ by at most {result.max_logit_difference:.2e} on {result.pairs} "
+        f"pairs (gate {MAX_LOGIT_DIFFERENCE:.0e}): pass"
+    )
+    typer.echo(f"wrote {result.out_dir}: model.onnx (a cross-encoder: `search --rerank`, `serve --rerank`)")
 
 
 def _print_parity(reports: list[ParityReport], title: str) -> None:

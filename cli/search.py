@@ -23,9 +23,11 @@ from embedkit.cli.options import (
     open_search_index,
 )
 from embedkit.search.hits import HIT_FIELDS
+from embedkit.search.rerank import DEFAULT_RERANK_DEPTH
 
 if TYPE_CHECKING:
     from embedkit.search.hits import Hit
+    from embedkit.search.request import SearchRequest
 
 
 def register(app: typer.Typer) -> None:
@@ -105,6 +107,18 @@ def search(
             f"{', '.join(HIT_FIELDS)} (default: all but text, the whole document).",
         ),
     ] = None,
+    rerank: Annotated[
+        str | None,
+        typer.Option(
+            "--rerank",
+            help="Cross-encoder folder (a *ForSequenceClassification model, as sentence-transformers' "
+            "CrossEncoder saves it) that re-orders the first --rerank-depth hits; score becomes its score.",
+        ),
+    ] = None,
+    rerank_depth: Annotated[
+        int,
+        typer.Option("--rerank-depth", min=1, help="Hits per query the --rerank model scores."),
+    ] = DEFAULT_RERANK_DEPTH,
 ) -> None:
     """Search INDEX_DIR for QUERY (or each line of --queries): ranked ids, scores and texts.
 
@@ -116,6 +130,7 @@ def search(
       embedkit search my-index "rotate keys" -k 5 --where 'year >= 2020'
       embedkit search my-index --queries questions.txt --json --mode dense
       embedkit search my-index "rotate keys" --json --include title,text,metadata
+      embedkit search my-index "rotate keys" --rerank models/cross-encoder
 
     --device cuda (or cuda:N) embeds the queries and searches a flat or ivf-pq index with faiss on
     that GPU (it needs faiss with GPU support: the gpu extra); auto and cpu search with faiss on the CPU.
@@ -135,16 +150,24 @@ def search(
         parse(where)  # a syntax error before the index and the model load
     texts = _queries(query, queries_file)
     settings = {"mode": mode, "fusion": fusion, "alpha": alpha, "where": where, "passages": passages}
+    if rerank is not None:
+        from embedkit.encode.cross_encoder import read_cross_encoder
+
+        read_cross_encoder(rerank)  # a folder that is no cross-encoder: before the index loads
     with open_search_index(index_dir, collection, token, gpu=gpu, device=device) as index:
-        check_gpu_k(k, index.faiss_device)
         # an unknown field or a wrong type, a mode the index cannot run: before the model loads
         request = index.request(k, snippets=True, **settings)
+        if rerank is not None:
+            request = _reranking(request, rerank, rerank_depth, device)
+        check_gpu_k(request.k, index.faiss_device)
         encoder = index.encoder(model, device=device, precision=precision)
         split = f" in {len(index):,} passages" if index.passages else ""
         ranking = f"{request.mode} search"
         if request.mode == "hybrid":
             source = "" if fusion is not None or alpha is not None else ", the index's default"
             ranking = f"hybrid search ({request.fusion}, dense weight {request.alpha}{source})"
+        if request.rerank is not None:
+            ranking += f"; the first {rerank_depth} re-ranked by {rerank}"
         make_console(stderr=True).print(
             escape(
                 f"{index_dir}: {index.document_count:,} documents{split} ({index.kind}); {ranking}; "
@@ -168,6 +191,14 @@ def search(
             typer.echo(json.dumps({"query": text, **how, "hits": records}, ensure_ascii=False))
         return
     _print_tables(texts, results, passages)
+
+
+def _reranking(request: SearchRequest, model: str, depth: int, device: str) -> SearchRequest:
+    """`request` asking for the candidates a cross-encoder re-ranks, with it as its last stage."""
+    from embedkit.encode.cross_encoder import CrossEncoderModel
+    from embedkit.search.rerank import Rerank
+
+    return Rerank(CrossEncoderModel(model, device=device), depth, request.k).request(request)
 
 
 def _queries(query: str | None, queries_file: Path | None) -> list[str]:

@@ -29,12 +29,22 @@ def serve(
             "else the bundled all-MiniLM-L6-v2."
         ),
     ] = None,
-    index_dir: Annotated[
-        str | None,
+    index_dirs: Annotated[
+        list[str] | None,
         typer.Option(
             "--index",
             help="Index folder (`embedkit index`), or a collection `embedkit push` filled "
-            "(milvus://HOST:PORT or FILE.db, with --collection), to serve at /search.",
+            "(milvus://HOST:PORT or FILE.db, with --collection), to serve at /search. Repeatable: "
+            "each further folder is served with its own model, chosen by /search's `model` field.",
+        ),
+    ] = None,
+    models: Annotated[
+        list[str] | None,
+        typer.Option(
+            "--model",
+            help="A model folder to serve (repeatable): the first (or MODEL_DIR, or --index's model) "
+            "has the index and TEI's routes, each other one its own batches, chosen by the OpenAI "
+            "`model` field and listed by /v1/models.",
         ),
     ] = None,
     collection: CollectionOption = None,
@@ -108,6 +118,14 @@ def serve(
         str | None,
         typer.Option("--served-model-name", help="The model's name in responses (default: its card's name)."),
     ] = None,
+    rerank: Annotated[
+        str | None,
+        typer.Option(
+            "--rerank",
+            help="Cross-encoder folder (a *ForSequenceClassification model, as sentence-transformers' "
+            "CrossEncoder saves it) for POST /rerank and /search's rerank_depth.",
+        ),
+    ] = None,
     access_log: Annotated[bool, typer.Option("--access-log", help="Log every request on stderr.")] = False,
     ort_spinning: Annotated[
         bool, typer.Option("--ort-spinning", hidden=True, help="Let ONNX Runtime's CPU threads busy-wait.")
@@ -116,14 +134,19 @@ def serve(
     """Serve MODEL_DIR (or --index's model) over HTTP, with a search page at / and the API's reference
     at /docs (open http://127.0.0.1:8000/ in a browser).
 
-    Routes: POST /v1/embeddings (OpenAI API), POST /search (with --index), GET /health, /v1/models,
-    /metrics, /openapi.json. Stops on SIGTERM or Ctrl-C after answering the requests in flight.
+    Routes: POST /v1/embeddings (OpenAI API), POST /search (with --index), POST /embed and /rerank
+    (TEI's API; /rerank with --rerank), GET /health, /v1/models, /info, /metrics, /openapi.json.
+    Stops on SIGTERM or Ctrl-C after answering the requests in flight.
     """
     from embedkit.extras import require_extra
 
     require_extra("serve", "embedkit serve")  # before the import that would fail with a traceback
     from embedkit.serve.server import run_server
 
+    index_dir, *more_indexes = index_dirs or [None]
+    folders = list(models or [])
+    if index_dir is None and model_dir is None and folders:
+        model_dir = folders.pop(0)  # the first model; with --index it is the index's own
     config = settings.ServeConfig(
         model=model_dir,
         index=index_dir,
@@ -146,6 +169,9 @@ def serve(
         access_log=access_log,
         ort_spinning=ort_spinning,
         served_model_name=served_model_name,
+        rerank=rerank,
+        extra_models=tuple(folders),
+        extra_indexes=tuple(str(i) for i in more_indexes),
     )
     config.check()
     if not config.loopback and config.api_key is None:

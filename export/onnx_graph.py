@@ -9,6 +9,11 @@ to `sentence_embedding` [batch, dim], optionally also `token_embeddings` [batch,
 with dynamic batch and sequence axes. Any ONNX Runtime user gets the model's sentence vector
 from it without embedkit's Python.
 
+Any encoder that transformers builds from `config.json` without the folder's own code is traced
+the same way; no list of architectures is kept here. The graph's inputs are what the traced model
+really reads (DeBERTa-v2 without token types drops `token_type_ids`), and the parity gates of
+`embedkit.export.gates` decide whether the result is the model.
+
 Exporter choice (measured on all-MiniLM-L6-v2, torch 2.13, onnxruntime 1.32): the TorchScript
 tracer (`dynamo=False`) over the eager-attention model is what `onnxruntime.transformers.optimizer`
 fuses fully (6 Attention, 12 SkipLayerNormalization, 6 BiasGelu, 1 EmbedLayerNormalization);
@@ -27,11 +32,7 @@ import torch
 from embedkit.encode.st_modules import SentenceModules
 from embedkit.encode.torch_backend import load_backbone
 from embedkit.encode.torch_head import SentenceHead
-from embedkit.errors import InputError
-
-# model_type values of config.json we export: BERT-style encoders whose attention the
-# onnxruntime BERT optimizer knows. Others are refused rather than exported half-fused.
-SUPPORTED_MODEL_TYPES = ("bert", "distilbert", "roberta", "xlm-roberta", "camembert", "electra")
+from embedkit.errors import InputError, RunFailure
 
 EXPORTER = "torch.onnx.export (TorchScript tracer, dynamo=False), eager attention"
 
@@ -77,11 +78,27 @@ class SentenceEmbeddingGraph(torch.nn.Module):
 
 
 def check_architecture(config: dict) -> str:
-    """The config's model_type if we can export it, else an `InputError` naming what we support."""
+    """The config's model_type if transformers builds its encoder here, else an `InputError` saying why.
+
+    A model type transformers does not know needs the folder's own Python code
+    (`trust_remote_code`), which embedkit never runs; an encoder-decoder has no single encoder
+    output to pool.
+    """
+    import transformers
+    from transformers.models.auto.modeling_auto import MODEL_MAPPING_NAMES
+
     model_type = str(config.get("model_type", ""))
-    if model_type not in SUPPORTED_MODEL_TYPES:
-        supported = ", ".join(SUPPORTED_MODEL_TYPES)
-        raise InputError(f"cannot export model_type {model_type or '(missing)'!r}: supported are {supported}")
+    if not model_type:
+        raise InputError("cannot export: config.json has no model_type")
+    if model_type not in MODEL_MAPPING_NAMES:
+        raise InputError(
+            f"cannot export model_type {model_type!r}: transformers {transformers.__version__} has no "
+            "model of that type (embedkit does not run a model folder's own code)"
+        )
+    if config.get("is_encoder_decoder"):
+        raise InputError(
+            f"cannot export model_type {model_type!r}: an encoder-decoder is not a sentence encoder"
+        )
     return model_type
 
 
@@ -133,19 +150,23 @@ def export_graph(
         # The tracer warns about its own deprecation and about Python-side shape checks that it
         # records as constants; the dynamic-axes tests (batch 1/7, length 5/40) guard the result.
         warnings.simplefilter("ignore")
-        torch.onnx.export(
-            wrapper,
-            args,
-            str(path),
-            input_names=input_names,
-            output_names=output_names,
-            dynamic_axes=dynamic_axes,
-            opset_version=opset,
-            do_constant_folding=True,
-            dynamo=False,
-        )
+        try:
+            torch.onnx.export(
+                wrapper,
+                args,
+                str(path),
+                input_names=input_names,
+                output_names=output_names,
+                dynamic_axes=dynamic_axes,
+                opset_version=opset,
+                do_constant_folding=True,
+                dynamo=False,
+            )
+        except Exception as exc:  # the tracer raises assorted errors on code it cannot record
+            reason = " ".join(str(exc).split())[:200] or type(exc).__name__
+            raise RunFailure(f"torch.onnx cannot trace this {config.model_type} model: {reason}") from None
     return GraphInfo(
-        input_names=tuple(input_names),
+        input_names=graph_inputs(path),
         output_names=tuple(output_names),
         pooling=modules.pooling_name,
         normalize=normalize,
@@ -154,6 +175,15 @@ def export_graph(
         hidden_size=hidden_size,
         opset=opset,
     )
+
+
+def graph_inputs(path: Path) -> tuple[str, ...]:
+    """The inputs the traced graph kept: the tracer drops one the model never reads."""
+    import onnx
+
+    graph = onnx.load(str(path), load_external_data=False).graph
+    initializers = {i.name for i in graph.initializer}
+    return tuple(i.name for i in graph.input if i.name not in initializers)
 
 
 def exporter_versions() -> dict[str, str]:

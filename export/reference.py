@@ -37,6 +37,7 @@ class SentenceTransformerReference:
     def encode(self, texts: list[str], batch_size: int, normalize: bool, progress: bool) -> np.ndarray:
         vectors = self.model.encode(
             list(texts),
+            prompt="",  # the graph embeds the text it is given; a default prompt is added before it
             batch_size=batch_size,
             show_progress_bar=progress,
             convert_to_numpy=True,

@@ -7,11 +7,14 @@ from pathlib import Path
 
 import pytest
 from fixture_text import AERO_WORDS, SENTENCES  # noqa: F401 (re-exported for tests)
-from tiny_models import make_tiny_bert
+from tiny_models import make_tiny_bert, make_tiny_cross_encoder
 
 from embedkit.console_quiet import quiet_other_libraries
 
 SHARED_DATA = Path(__file__).resolve().parents[1].parent / "shared" / "data"
+# Real models that are not bundled (all-mpnet-base-v2, ...): folders under $EMBEDKIT_TEST_MODELS,
+# else ../models beside the project; tests that need one skip when it is absent.
+MODELS = Path(os.environ.get("EMBEDKIT_TEST_MODELS") or Path(__file__).resolve().parents[1].parent / "models")
 
 # rich lays tables out at the terminal's width (COLUMNS, else 80), so the tests pin it: they read the
 # same output in any terminal. Tests of other widths set COLUMNS themselves; subprocesses inherit it.
@@ -23,6 +26,16 @@ quiet_other_libraries()
 def tiny_bert(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """A tiny random BERT (4 layers, 4 heads, hidden 32) with mean pooling and token_type_ids."""
     return make_tiny_bert(tmp_path_factory.mktemp("tiny-bert"))
+
+
+@pytest.fixture(scope="session")
+def tiny_cross_encoder(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A tiny random BERT cross-encoder as sentence-transformers' CrossEncoder.save writes it."""
+    st = pytest.importorskip("sentence_transformers")
+    root = tmp_path_factory.mktemp("tiny-cross-encoder")
+    plain = make_tiny_cross_encoder(root / "hf", "bert", seed=1)
+    st.CrossEncoder(str(plain), device="cpu").save(str(root / "st"))
+    return root / "st"
 
 
 @pytest.fixture(scope="session")
@@ -56,6 +69,15 @@ def shared_data() -> Path:
     if not SHARED_DATA.is_dir():
         pytest.skip("../shared/data is not present")
     return SHARED_DATA
+
+
+@pytest.fixture(scope="session")
+def mpnet_base() -> Path:
+    """sentence-transformers' all-mpnet-base-v2 folder under `MODELS`; tests that need it skip without it."""
+    folder = MODELS / "all-mpnet-base-v2"
+    if not (folder / "model.safetensors").is_file():
+        pytest.skip(f"all-mpnet-base-v2 is not at {folder} (set EMBEDKIT_TEST_MODELS to its parent folder)")
+    return folder
 
 
 @pytest.fixture(scope="session")

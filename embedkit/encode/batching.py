@@ -18,7 +18,7 @@ from typing import Any, TypeVar
 
 import numpy as np
 
-from embedkit.encode.model_folder import read_json
+from embedkit.encode.model_folder import lowercases_text, read_json
 from embedkit.encode.shapes import ShapePlan
 from embedkit.errors import InputError
 from embedkit.progress import ProgressBar
@@ -82,9 +82,22 @@ def load_tokenizer(model_dir: Path, max_seq_length: int):  # -> tokenizers.Token
             f"the tokenizer of {model_dir} cannot tokenize text ({reason}): its vocab.txt or "
             "tokenizer files are empty or damaged; the model folder is damaged"
         ) from None
+    if lowercases_text(Path(model_dir)):
+        _lowercase_first(tokenizer)
     tokenizer.no_padding()
     tokenizer.enable_truncation(max_length=max_seq_length)
     return tokenizer
+
+
+def _lowercase_first(tokenizer) -> None:  # tokenizer: tokenizers.Tokenizer
+    """Put a Lowercase normalizer before the tokenizer's own, unless it has one (as
+    sentence-transformers 6 does for `do_lower_case`)."""
+    from tokenizers.normalizers import Lowercase, Sequence
+
+    normalizer = tokenizer.normalizer
+    steps = list(normalizer) if isinstance(normalizer, Sequence) else [normalizer] if normalizer else []
+    if not any(isinstance(step, Lowercase) for step in steps):
+        tokenizer.normalizer = Sequence([Lowercase(), *steps])
 
 
 def pad_token_id(model_dir: Path, tokenizer) -> int:

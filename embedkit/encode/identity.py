@@ -7,7 +7,8 @@ checked here, by `check_same_model`. Two folders are the same model when all of 
 
 - weights: the Transformer's weight file and each Dense module's (`model_folder.weights_fingerprint`);
 - config: the Transformer's `config.json` (activation, layer norm epsilon, ...), bookkeeping keys aside;
-- tokenizer: the tokenizer files the runtime reads (`TOKENIZER_FILES`);
+- tokenizer: the tokenizer files the runtime reads (`TOKENIZER_FILES`), and whether texts are
+  lower-cased before it (`model_folder.lowercases_text`);
 - pipeline: pooling modes, each Dense layer's sizes, activation, bias and residual, inner Normalize
   steps, and whether the pipeline ends by normalising;
 - max_seq_length: where texts are cut;
@@ -35,6 +36,7 @@ from typing import TYPE_CHECKING, Any
 from embedkit.encode.model_folder import (
     ModelSpec,
     fingerprint_files,
+    lowercases_text,
     read_json,
     read_model_spec,
     weights_fingerprint,
@@ -109,8 +111,10 @@ def config_fingerprint(path: Path) -> str:
 
 
 def tokenizer_fingerprint(folder: Path) -> str:
+    """The tokenizer files' fingerprint, marked when sentence-transformers lower-cases texts first."""
     files = [folder / name for name in TOKENIZER_FILES if (folder / name).is_file()]
-    return fingerprint_files(files) if files else "none"
+    fingerprint = fingerprint_files(files) if files else "none"
+    return f"{fingerprint}+lowercase" if lowercases_text(folder) else fingerprint
 
 
 def export_record(spec: ModelSpec, export_dir: Path) -> dict[str, Any]:

@@ -28,7 +28,23 @@ if TYPE_CHECKING:
 
 DEFAULT_BASE_MODEL = "all-MiniLM-L6-v2"
 _WEIGHT_FILES = ("model.safetensors", "pytorch_model.bin")
-_OFFSET_POSITIONS = ("roberta", "xlm-roberta", "camembert")
+# Text models whose position ids count from padding_idx + 1, so two positions are never used (the
+# model types whose transformers code calls create_position_ids_from_input_ids with padding_idx).
+_OFFSET_POSITIONS = (
+    "roberta",
+    "xlm-roberta",
+    "camembert",
+    "mpnet",
+    "roberta-prelayernorm",
+    "xlm-roberta-xl",
+    "data2vec-text",
+    "xmod",
+    "ibert",
+    "longformer",
+    "luke",
+)
+# transformers' "no limit" model_max_length is 1e30; anything this large is no length at all
+_NO_LENGTH = 10**9
 
 
 def default_base_model_path() -> Path:
@@ -106,9 +122,7 @@ def read_model_spec(model: str | Path | ModelSpec | None) -> ModelSpec:
     config = read_json(path / "config.json")
     st_path = path / "sentence_bert_config.json"
     st_config = read_json(st_path) if st_path.is_file() else {}
-    max_len = st_config.get("max_seq_length") or config.get("max_position_embeddings", 512)
-    if not isinstance(max_len, int) or isinstance(max_len, bool) or max_len < 1:
-        raise InputError(f"{st_path}: 'max_seq_length' must be a positive integer, got {max_len!r}")
+    max_len = max_seq_length_for(path, config, st_config)
     _check_positions(max_len, config, path)
     hidden = config.get("hidden_size", config.get("dim", 0))  # DistilBERT's config calls it dim
     if not isinstance(hidden, int) or isinstance(hidden, bool) or hidden < 0:
@@ -134,15 +148,52 @@ def read_model_spec(model: str | Path | ModelSpec | None) -> ModelSpec:
     )
 
 
+def max_seq_length_for(path: Path, config: dict[str, Any], st_config: dict[str, Any]) -> int:
+    """Where texts are cut, as sentence-transformers decides it for the folder.
+
+    Its 2 to 5 save `max_seq_length` in `sentence_bert_config.json`; its 6 save the tokenizer's
+    `model_max_length` in `tokenizer_config.json` and caps it at the model's positions. Without
+    either, the model's usable positions (512 where the config names none).
+    """
+    st_path = path / "sentence_bert_config.json"
+    value = st_config.get("max_seq_length")
+    if value is not None:
+        if not isinstance(value, int) or isinstance(value, bool) or value < 1:
+            raise InputError(f"{st_path}: 'max_seq_length' must be a positive integer, got {value!r}")
+        return value
+    positions = _usable_positions(config)
+    tokenizer_path = path / "tokenizer_config.json"
+    tokenizer_max = read_json(tokenizer_path).get("model_max_length") if tokenizer_path.is_file() else None
+    sane = type(tokenizer_max) is int and 0 < tokenizer_max < _NO_LENGTH
+    lengths = [n for n in (tokenizer_max if sane else None, positions) if n]
+    return min(lengths) if lengths else 512
+
+
+def lowercases_text(path: Path) -> bool:
+    """Whether sentence-transformers lower-cases every text before the folder's tokenizer sees it.
+
+    `do_lower_case` in `sentence_bert_config.json` (the Transformer module's config): it puts a
+    Lowercase normalizer in front of the tokenizer's own (`embedkit.encode.batching` does the same).
+    An export carries the file, so the ONNX folder lower-cases as its source does.
+    """
+    st_path = Path(path) / "sentence_bert_config.json"
+    return bool(read_json(st_path).get("do_lower_case", False)) if st_path.is_file() else False
+
+
+def _usable_positions(config: dict[str, Any]) -> int | None:
+    """The longest input the model's position embeddings take (None: the config sets no limit)."""
+    positions = config.get("max_position_embeddings")
+    if not isinstance(positions, int) or isinstance(positions, bool) or positions < 1:
+        return None
+    # RoBERTa-style models number positions from padding_idx + 1: two of them are never used.
+    return positions - 2 if config.get("model_type") in _OFFSET_POSITIONS else positions
+
+
 def _check_positions(max_seq_length: int, config: dict[str, Any], path: Path) -> None:
     """A `max_seq_length` beyond the model's position embeddings fails deep in torch or ONNX Runtime
     on the first long text; here it is one `InputError` when the folder is read."""
-    positions = config.get("max_position_embeddings")
-    if not isinstance(positions, int) or isinstance(positions, bool):
-        return
-    # RoBERTa-style models number positions from padding_idx + 1: two of them are never used.
-    usable = positions - 2 if config.get("model_type") in _OFFSET_POSITIONS else positions
-    if max_seq_length > usable:
+    usable = _usable_positions(config)
+    if usable is not None and max_seq_length > usable:
         raise InputError(
             f"{path}: max_seq_length {max_seq_length} exceeds the model's {usable} position embeddings "
             "(config.json max_position_embeddings): lower max_seq_length in sentence_bert_config.json "

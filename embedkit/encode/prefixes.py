@@ -9,8 +9,10 @@ re-embed) puts them before queries and documents; the lexical side never sees th
 
 Where no prefix is given, `detect_prefixes` reads the model folder: first the prompts that
 sentence-transformers records in `config_sentence_transformers.json` ("prompts": {"query": ...,
-"passage" or "document": ...}), then the model card (`README.md`), where the families above state
-theirs in the words matched by `_CARD_PATTERNS`. Prefixes given explicitly always win.
+"document", "passage" or "corpus": ...}), chosen as its `encode_query` and `encode_document`
+choose them (`prompt_prefixes`); then the model card (`README.md`), where
+the families above state theirs in the words matched by `_CARD_PATTERNS`. Prefixes given
+explicitly always win. `embedkit export` copies both files, so an ONNX folder states its source's.
 """
 
 from __future__ import annotations
@@ -47,7 +49,7 @@ _CARD_PATTERNS: tuple[tuple[str, re.Pattern[str], str, str], ...] = (
         "search_document: ",
     ),
 )
-_PASSAGE_PROMPTS = ("passage", "document", "corpus")  # the names sentence-transformers models use
+_PASSAGE_PROMPTS = ("document", "passage", "corpus")  # sentence-transformers' order of preference
 
 
 @dataclass(frozen=True)
@@ -90,12 +92,9 @@ def detect_prefixes(model_dir: str | Path) -> Prefixes:
     """The prefixes the model folder states (see the module docstring); empty ones where it states none."""
     folder = Path(model_dir)
     config = folder / "config_sentence_transformers.json"
-    if config.is_file():
-        prompts = model_prompts(folder)
-        if isinstance(prompts.get("query"), str):
-            passage = next((prompts[k] for k in _PASSAGE_PROMPTS if isinstance(prompts.get(k), str)), "")
-            if prompts["query"] or passage:
-                return Prefixes(prompts["query"], passage, config.name)
+    found = prompt_prefixes(folder) if config.is_file() else None
+    if found is not None:
+        return found
     card = folder / "README.md"
     if card.is_file():
         try:
@@ -106,6 +105,22 @@ def detect_prefixes(model_dir: str | Path) -> Prefixes:
             if pattern.search(text):
                 return Prefixes(query, passage, f"README.md ({family})")
     return Prefixes()
+
+
+def prompt_prefixes(model_dir: str | Path) -> Prefixes | None:
+    """The prompts sentence-transformers' `encode_query` and `encode_document` put before texts.
+
+    The "query" prompt for queries and the "document" one for documents, as sentence-transformers 6
+    chooses them; where a folder names its document prompt "passage" or "corpus" instead (e5's
+    convention), that one, the prompt its model was trained with for documents. The default
+    prompt (`default_prompt_name`) is not used: sentence-transformers adds it only in a plain
+    `encode`, never for a query or a document. None where neither side has a non-empty prompt.
+    """
+    prompts = model_prompts(model_dir)
+    query = prompts.get("query", "")
+    passage = next((prompts[name] for name in _PASSAGE_PROMPTS if name in prompts), "")
+    source = "config_sentence_transformers.json"
+    return Prefixes(query, passage, source) if query or passage else None
 
 
 def resolve_prefixes(model_dir: str | Path | None, query: str | None, passage: str | None) -> Prefixes:

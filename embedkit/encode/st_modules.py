@@ -6,8 +6,11 @@ every reported dimension (`ModelSpec.dim`, `embedkit-index.json`, `embed`'s outp
 
 The modules sentence-transformers writes for embedding models are supported, in its order:
 Transformer (the Hugging Face model at the folder root), Pooling in every mode and combination,
-then any sequence of Dense and Normalize. Any other module is refused in one line naming it,
-rather than embedded as if it were not there. Formats read (sentence-transformers 2 to 6):
+then any sequence of Dense and Normalize. Any other module, and any setting of these that changes
+the vectors in a way embedkit does not reproduce (a Pooling that leaves the prompt out, a
+Transformer that is not the model's last hidden state or that loads with changed arguments), is
+refused in one line naming it, rather than embedded as if it were not there. Formats read
+(sentence-transformers 2 to 6):
 
 - Pooling: the boolean `pooling_mode_*_token(s)` keys, or `pooling_mode` as a name or a list
   (5+). Several modes are concatenated in the order sentence-transformers uses;
@@ -145,7 +148,15 @@ def read_st_modules(path: Path, hidden_size: int) -> SentenceModules:
         raise InputError(
             f"{path / 'modules.json'}: the Transformer must be the folder itself, not {entries[0]['path']!r}"
         )
-    pooling = pooling_modes(_module_config(path, entries[1]), _module_dir(path, entries[1]) / "config.json")
+    _check_transformer_config(path)
+    pooling_config = _module_config(path, entries[1])
+    pooling_path = _module_dir(path, entries[1]) / "config.json"
+    if pooling_config.get("include_prompt", True) is False:
+        raise InputError(
+            f"{pooling_path}: the Pooling leaves the prompt's tokens out (include_prompt: false), "
+            "which embedkit does not reproduce"
+        )
+    pooling = pooling_modes(pooling_config, pooling_path)
     steps: list[DenseLayer | str] = []
     for entry, kind in zip(entries[2:], kinds[2:], strict=True):
         steps.append(_dense(path, entry) if kind == "Dense" else _normalize(path, entry))
@@ -188,6 +199,47 @@ def _modules_json(path: Path) -> list[dict[str, Any]] | None:
     if not isinstance(entries, list) or not all(isinstance(e, dict) for e in entries):
         raise InputError(f"{modules_path}: expected a list of modules")
     return entries
+
+
+# sentence_bert_config.json keys (the Transformer module's config) whose values change the vectors
+# in ways embedkit does not reproduce, with the values it does (None: absent). A folder with any
+# other value is refused rather than embedded differently.
+_TRANSFORMER_SETTINGS: dict[str, tuple[Any, ...]] = {
+    "transformer_task": (None, "feature-extraction"),
+    "module_output_name": (None, "token_embeddings"),
+    "processing_kwargs": (None, {}),  # how texts are tokenized and truncated (sentence-transformers 6)
+    "query_length": (None,),  # multi-vector (late-interaction) models
+    "document_length": (None,),
+    "query_expansion": (None,),
+}
+# Arguments sentence-transformers passes to transformers when it loads the folder; only keys that
+# change where files come from or how fast the model runs are accepted in them.
+_LOADING_ARGUMENTS = (
+    "model_args", "model_kwargs", "tokenizer_args", "processor_kwargs", "config_args", "config_kwargs"
+)
+_LOADING_ONLY = {
+    "trust_remote_code", "revision", "token", "cache_dir", "local_files_only", "use_fast", "padding_side",
+    "torch_dtype", "dtype", "attn_implementation", "device_map", "low_cpu_mem_usage",
+}  # fmt: skip
+
+
+def _check_transformer_config(path: Path) -> None:
+    """The Transformer module runs as embedkit runs it: the model's last hidden state, as it loads."""
+    st_path = path / "sentence_bert_config.json"
+    config = read_json(st_path) if st_path.is_file() else {}
+    for key, accepted in _TRANSFORMER_SETTINGS.items():
+        if config.get(key) not in accepted:
+            raise InputError(f"{st_path}: {key} {config[key]!r} is not supported by embedkit")
+    for key in _LOADING_ARGUMENTS:
+        arguments = config.get(key) or {}
+        changed = sorted(set(arguments) - _LOADING_ONLY) if isinstance(arguments, dict) else [str(arguments)]
+        if changed:
+            raise InputError(f"{st_path}: {key} {changed[0]!r} is not supported by embedkit")
+    modality = config.get("modality_config")
+    text = modality.get("text") if isinstance(modality, dict) else None
+    output = text.get("method_output_name") if isinstance(text, dict) else None
+    if output not in (None, "last_hidden_state"):
+        raise InputError(f"{st_path}: the text output {output!r} is not supported (only last_hidden_state)")
 
 
 def _module_kind(entry: dict[str, Any], path: Path, strict: bool = True) -> str:

@@ -24,6 +24,7 @@ from embedkit.index.search import SearchIndex, open_index_for
 from embedkit.search import pipeline
 from embedkit.search.fusion import DEFAULT_ALPHA, DEFAULT_FUSION, FUSION_METHODS
 from embedkit.search.request import SEARCH_MODES, SearchRequest
+from embedkit.search.rerank import DEFAULT_RERANK_DEPTH, PairScorer, Rerank
 
 
 @dataclass(frozen=True)
@@ -62,6 +63,8 @@ class RetrievalEvaluator:
     before queries and documents as they are embedded for exact search (None: none); an index
     embeds with its recorded ones. An index of passages ranks documents by their best passage.
     Queries without relevant documents count as 0 (see `embedkit.evaluation.metrics`).
+    `rerank`: a cross-encoder re-orders each query's first `rerank_depth` hits
+    (`embedkit.search.rerank`), the stage `embedkit search --rerank` runs.
     """
 
     name = "retrieval"
@@ -81,6 +84,8 @@ class RetrievalEvaluator:
         fusion: str | None = DEFAULT_FUSION,  # None: the index's calibrated choice (see above)
         alpha: float | None = DEFAULT_ALPHA,  # None: the calibrated or the default weight
         prefixes: Prefixes | None = None,
+        rerank: PairScorer | None = None,  # a cross-encoder over each query's first hits (None: none)
+        rerank_depth: int = DEFAULT_RERANK_DEPTH,
     ) -> None:
         if mode not in SEARCH_MODES:
             raise InputError(f"unknown retrieval mode {mode!r}: use {', '.join(SEARCH_MODES)}")
@@ -97,6 +102,7 @@ class RetrievalEvaluator:
         self.batch_size = batch_size
         self.progress = progress
         self.prefixes = prefixes
+        self.rerank, self.rerank_depth = rerank, rerank_depth
 
     def evaluate(self, encoder: Encoder) -> RetrievalReport:
         query_ids = list(self.data.queries)
@@ -172,7 +178,10 @@ class RetrievalEvaluator:
         request = SearchRequest(self.depth, mode=mode, fusion=fusion, alpha=alpha, exclude=exclude)
         meta = index.meta if index is not None else {}
         reason = index.no_lexical_reason().replace("search it", "evaluate it") if index is not None else ""
-        return request.resolved(meta, store.has_lexical, reason)
+        request = request.resolved(meta, store.has_lexical, reason)
+        if self.rerank is not None:  # the first hits re-ranked, as `search --rerank` does
+            request = Rerank(self.rerank, self.rerank_depth, request.k).request(request)
+        return request
 
     def _resolve(self, index: SearchIndex | None, calibrated: Any) -> tuple[str, float, str]:
         """(fusion, dense weight, where they come from) of this hybrid evaluation."""

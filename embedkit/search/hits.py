@@ -32,6 +32,7 @@ class Hit:
     lexical_score: float | None = None
     snippet: str | None = None  # the matched terms in <b>, HTML (`SearchRequest.snippets`)
     passage: Passage | None = None  # the best passage, in an index of passages (`SearchRequest.passages`)
+    rerank_score: float | None = None  # the cross-encoder's score, where re-ranked (`embedkit.search.rerank`)
 
 
 # A hit's fields beyond its rank, id and score, as `include` names them (Chroma's word): the
@@ -62,14 +63,16 @@ def hit_record(rank: int, hit: Hit, include: Iterable[str] = DEFAULT_FIELDS) -> 
 
     `dense_score` and `lexical_score` ("scores") are present (null where that side did not return
     the hit); `snippet` where one was made; `passage` (its text, and its start and end characters
-    in `text`) where passages were asked for; `title`, `text` and `metadata` where the document
-    is known.
+    in `text`) where passages were asked for; `rerank_score` (with the scores) where a
+    cross-encoder re-ranked the hit; `title`, `text` and `metadata` where the document is known.
     """
     fields = include if isinstance(include, frozenset) else checked_fields(include)
     record: dict[str, Any] = {"rank": rank, "id": hit.id, "score": float(hit.score)}
     if "scores" in fields:
         record["dense_score"] = None if hit.dense_score is None else float(hit.dense_score)
         record["lexical_score"] = None if hit.lexical_score is None else float(hit.lexical_score)
+        if hit.rerank_score is not None:
+            record["rerank_score"] = float(hit.rerank_score)
     if hit.snippet is not None and "snippet" in fields:
         record["snippet"] = hit.snippet
     if hit.passage is not None and "passage" in fields:

@@ -40,10 +40,11 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 from embedkit.errors import InputError
 from embedkit.search.hits import DEFAULT_FIELDS, checked_fields, hit_record
 from embedkit.serve.dynamic_batcher import BatcherClosed, QueueFull, TooLarge
-from embedkit.serve.engine import Embedded, Engine, ServedModel
+from embedkit.serve.engine import Embedded, Engine
 from embedkit.serve.metrics import CONTENT_TYPE
 from embedkit.serve.page import PATHS, ApiHelpers, extra_routes
 from embedkit.serve.schemas import OPENAI_EMBEDDINGS, SEARCH, BodyError, json_type
+from embedkit.serve.served_model import ServedModel
 
 log = logging.getLogger("embedkit.serve")
 ROUTES = tuple(dict.fromkeys(("/v1/embeddings", "/search", "/v1/models", "/health", "/metrics", *PATHS)))
@@ -132,11 +133,18 @@ class Server:
         log.info("%s %s: %s closed the connection %s", request.method, request.url.path, client, when)
         return ApiError(499, "the client closed the connection", "client_closed_request")
 
-    async def embed(self, request: Request, texts: list[str]) -> Embedded:
-        """`engine.embed`, abandoned when the client disconnects: its texts still queued are then
-        dropped rather than computed for nobody (clients that time out and retry would otherwise
-        pile work up behind themselves)."""
-        work = asyncio.ensure_future(self.engine.embed(texts))
+    def engine_for(self, name: str | None) -> Engine:
+        """The engine of the served model `name` (the OpenAI `model` field); 404 for another."""
+        try:
+            return self.engine.engine_for(name)
+        except InputError as exc:
+            raise ApiError(404, str(exc), param="model") from None
+
+    async def embed(self, request: Request, texts: list[str], engine: Engine | None = None) -> Embedded:
+        """`engine.embed` (the first model's by default), abandoned when the client disconnects:
+        its texts still queued are then dropped rather than computed for nobody (clients that
+        time out and retry would otherwise pile work up behind themselves)."""
+        work = asyncio.ensure_future((engine or self.engine).embed(texts))
         gone = asyncio.ensure_future(_disconnected(request))
         try:
             await asyncio.wait((work, gone), return_when=asyncio.FIRST_COMPLETED)
@@ -169,14 +177,17 @@ def server_of(request: Request) -> Server:
 async def embeddings(request: Request) -> Response:
     server = server_of(request)
     server.authorize(request)
-    model = server.require_ready()
+    server.require_ready()
     values = OPENAI_EMBEDDINGS.check(await server.read_object(request), server.config)
+    engine = server.engine_for(values.get("model"))
+    model = engine.model
+    assert model is not None  # every engine is ready once the first one is
     texts, encoding = values["input"], values["encoding_format"]
     dimensions = values.get("dimensions")
     if dimensions is not None and dimensions != model.dim:
         message = f"this model gives {model.dim}-d vectors; 'dimensions' cannot change that"
         raise ApiError(422, message, param="dimensions")
-    result = await server.embed(request, texts)
+    result = await server.embed(request, texts, engine)
     vectors = result.vectors
     if encoding == "base64":
         # OpenAI's encoding: the little-endian float32 bytes of each vector, base64.
@@ -201,12 +212,15 @@ async def search(request: Request) -> Response:
     asked for), the fusion and weight of a hybrid search, and the index version answered from."""
     server = server_of(request)
     server.authorize(request)
-    model = server.require_ready()
+    server.require_ready()
+    values = SEARCH.check(await server.read_object(request), server.config)
+    engine = server.engine_for(values.get("model"))
+    model = engine.model
+    assert model is not None  # every engine is ready once the first one is
     if model.index is None:
-        message = "this server has no index: start it with `embedkit serve --index INDEX_DIR`"
+        what = "this server has" if engine is server.engine else f"the model {model.name!r} has"
+        message = f"{what} no index: start the server with `embedkit serve --index INDEX_DIR`"
         raise ApiError(404, message, "not_found")
-    body = await server.read_object(request)
-    values = SEARCH.check(body, server.config)
     queries = [values["query"]] if "query" in values else values["queries"]
     mode, where = values.get("mode"), values.get("where")
     try:
@@ -214,7 +228,7 @@ async def search(request: Request) -> Response:
     except InputError as exc:
         raise ApiError(400, str(exc), param="include") from None
     try:
-        answer = await server.engine.search(
+        answer = await engine.search(
             queries,
             values["k"],
             mode=mode,
@@ -223,6 +237,7 @@ async def search(request: Request) -> Response:
             snippets=values["snippets"],
             passages=values["passages"],
             where=where,
+            rerank_depth=values.get("rerank_depth"),
         )
     except InputError as exc:
         message = str(exc).splitlines()[0]
@@ -235,6 +250,7 @@ async def search(request: Request) -> Response:
         "object": "list",
         "model": model.name,
         **how,
+        **({"rerank_depth": values["rerank_depth"]} if "rerank_depth" in values else {}),
         "index_version": answer.index_version,
         "results": [
             {"query": query, "hits": [hit_record(rank, hit, fields) for rank, hit in enumerate(hits, 1)]}
@@ -245,19 +261,25 @@ async def search(request: Request) -> Response:
 
 
 async def models(request: Request) -> Response:
+    """Every served model, the first (the one with the index and TEI's routes) first."""
     server = server_of(request)
     server.authorize(request)
-    model = server.require_ready()
-    card = {"id": model.name, "object": "model", "created": server.started, "owned_by": "embedkit"}
-    card.update(
-        backend=model.backend,
-        device=model.device,
-        precision=model.precision,
-        dim=model.dim,
-        max_seq_length=model.max_seq_length,
-        index=model.index is not None,
-    )
-    return json_response({"object": "list", "data": [card]})
+    server.require_ready()
+    cards = []
+    for name in server.engine.served_names():
+        model = server.engine.engine_for(name).model
+        assert model is not None
+        card = {"id": model.name, "object": "model", "created": server.started, "owned_by": "embedkit"}
+        card.update(
+            backend=model.backend,
+            device=model.device,
+            precision=model.precision,
+            dim=model.dim,
+            max_seq_length=model.max_seq_length,
+            index=model.index is not None,
+        )
+        cards.append(card)
+    return json_response({"object": "list", "data": cards})
 
 
 async def health(request: Request) -> Response:

@@ -10,7 +10,7 @@ the GIL, so the event loop keeps answering), and its vectors are scattered back 
 in each request's order.
 
 Inside a batch, texts are sorted by length and cut into groups that pad little
-(`embedkit.serve.engine.length_groups`): a padded model computes every position of the longest text,
+(`embedkit.serve.served_model.length_groups`): a padded model computes every position of the longest text,
 and on 32 random Wikipedia sentences one padded call ran at half the rate of the same texts in
 length groups (all-MiniLM-L6-v2, ONNX, 2 CPU cores; benchmarks/README.md).
 

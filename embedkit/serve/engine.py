@@ -1,4 +1,5 @@
-"""The served model: encoder, optional index, token counts and the dynamic batcher, without HTTP.
+"""The engine: each served model (`embedkit.serve.served_model`) with its dynamic batcher, the
+index and the re-ranker, without HTTP.
 
 Threads: the model runs in the batcher's worker threads; the index lives on one thread of its
 own, which opens it and runs every search (SQLite connections stay on the thread that opened
@@ -29,43 +30,18 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from embedkit.encode.batching import Batch, pad_encodings
 from embedkit.errors import InputError
 from embedkit.serve.dynamic_batcher import DynamicBatcher
 from embedkit.serve.metrics import Metrics
+from embedkit.serve.served_model import ServedModel, weights_bytes
 from embedkit.serve.settings import ServeConfig
-from embedkit.serve.sizing import INLINE_TOKENIZE_CHARS, MAX_ROWS, Sizing
+from embedkit.serve.sizing import INLINE_TOKENIZE_CHARS, Sizing
 
 if TYPE_CHECKING:
     from embedkit import SearchIndex
     from embedkit.search.request import SearchRequest
 
 log = logging.getLogger("embedkit.serve")
-
-
-# Padding allowed in one length group, as a fraction of its real tokens. `benchmarks/serve.py
-# --grouping` (all-MiniLM-L6-v2, ONNX, 2 shared CPU cores): random batches of 32 Wikipedia
-# sentences ran at 18 sentences/s as one padded call, 35 / 33-35 / 30-31 in groups padded at most
-# 10% / 25% / 50%, and 36 as length-sorted batches of 64; 25% needs about 5 calls per 32 texts.
-MAX_PADDING = 0.25
-
-
-def length_groups(tokens: Sequence[int], max_padding: float = MAX_PADDING) -> list[list[int]]:
-    """Positions of `tokens` sorted by length, cut into groups whose padding to their longest text
-    is at most `max_padding` of their real tokens (a text alone is always a group)."""
-    groups: list[list[int]] = []
-    group: list[int] = []
-    total = 0
-    for i in sorted(range(len(tokens)), key=tokens.__getitem__):
-        n = tokens[i]
-        if group and (len(group) + 1) * n > (1 + max_padding) * (total + n):
-            groups.append(group)
-            group, total = [], 0
-        group.append(i)
-        total += n
-    if group:
-        groups.append(group)
-    return groups
 
 
 @dataclass(frozen=True)
@@ -79,120 +55,10 @@ class Answer:
 
 
 @dataclass(frozen=True)
-class Prepared:
-    """A batch padded for the model: its texts' positions and padded arrays, per model run."""
-
-    size: int  # texts in the batch
-    runs: list[tuple[np.ndarray, Batch]]
-
-
-@dataclass(frozen=True)
 class Embedded:
     vectors: np.ndarray  # float32 [n, dim], in the texts' order
     tokens: int  # tokens embedded (after truncation)
     truncated: int  # texts cut at the model's max length
-
-
-class ServedModel:
-    """An open encoder (and index), with what the server says about it."""
-
-    def __init__(self, encoder: Any, index: SearchIndex | None = None, name: str | None = None) -> None:
-        from embedkit.encode.model_name import model_name
-
-        self.encoder = encoder
-        self.index = index
-        tokenizer = getattr(getattr(encoder, "batcher", None), "tokenizer", None)
-        if tokenizer is None:
-            raise InputError(f"{encoder.path} has no tokenizer to count tokens with")
-        self.tokenizer = tokenizer
-        self.name = model_name(encoder.path, name)  # the card's name, not a cache key or "onnx"
-        self.backend = str(encoder.backend)
-        self.device = str(encoder.device)
-        self.precision = str(getattr(encoder, "precision", "fp32"))
-        self.dim = int(encoder.dim)
-        self.max_seq_length = int(encoder.max_seq_length)
-        self.shapes = getattr(encoder, "shapes", None)  # an ONNX encoder's ShapePlan; torch: None
-        self.max_rows = MAX_ROWS  # rows in one model run under fixed shapes
-
-    @staticmethod
-    def check(config: ServeConfig) -> None:
-        """Read the model's (and the index's) folder, not the weights: quick, so that a wrong path is
-        one error line before the server says its URL, not after."""
-        from embedkit.encode.model_folder import read_model_spec
-        from embedkit.index.folder import check_model_for, read_index_meta
-        from embedkit.remote.base import is_remote
-
-        if config.index is None:
-            read_model_spec(config.model)
-        elif not is_remote(config.index):  # a collection is checked when it is opened, at load
-            check_model_for(read_index_meta(config.index), config.model, config.precision)
-
-    @classmethod
-    def load(cls, config: ServeConfig) -> ServedModel:
-        """Open the model (with `config.index`: the index and its model, or `config.model` checked
-        against it). Blocking: minutes for a large model, so the server runs it in a thread."""
-        from embedkit import load_encoder
-        from embedkit.index.folder import check_model_for
-        from embedkit.remote.search import open_search_index
-
-        # By default ONNX Runtime's CPU threads busy-wait for the next run after each one. An
-        # offline `encode` of large batches loses little by it, but a server runs many small
-        # length groups and shares the cores with its event loop: `benchmarks/serve.py` on 2
-        # shared CPU cores served 40 instead of 25 sentences/s to 8 single-sentence clients
-        # without spinning, 36 instead of 23 to 32 (benchmarks/README.md; `--ort-spinning` keeps it).
-        options = {
-            "device": config.device,
-            "precision": config.precision,
-            "spinning": config.ort_spinning,
-            "warmup": False,  # the engine warms the server's own shapes once it knows its sizing
-        }
-        if config.index is None:
-            return cls(load_encoder(config.model, **options), name=config.served_model_name)
-        index = open_search_index(config.index, config.collection, config.token)
-        try:
-            spec = check_model_for(index.meta, config.model, config.precision)
-            return cls(load_encoder(spec, **options), index, name=config.served_model_name)
-        except BaseException:
-            index.close()
-            raise
-
-    def tokenize(self, texts: Sequence[str]) -> tuple[list[Any], list[int], int]:
-        """The texts' encodings (truncated at the model's length), their token counts, and how many
-        texts were truncated."""
-        encodings = self.tokenizer.encode_batch(list(texts))
-        return encodings, [len(e.ids) for e in encodings], sum(1 for e in encodings if e.overflowing)
-
-    def prepare(self, encodings: list[Any], tokens: list[int]) -> Prepared:
-        """One batch of tokenized texts padded for the model: a run per group of similar length,
-        each padded to its fixed shape when the encoder has them (at most `max_rows` rows)."""
-        pad_id = self.encoder.batcher.pad_id
-        fixed = self.shapes if self.shapes is not None and self.shapes.fixed else None
-        runs = []
-        for group in length_groups(tokens):
-            step = self.max_rows if fixed else len(group)
-            for first in range(0, len(group), step):
-                rows = np.asarray(group[first : first + step])
-                runs.append((rows, pad_encodings(encodings, rows, pad_id, shapes=fixed, max_rows=step)))
-        return Prepared(len(encodings), runs)
-
-    def run_prepared(self, prepared: Prepared, tokens: list[int] | None = None) -> np.ndarray:
-        """The vectors of a prepared batch, as `encoder.encode` computes them (the model's own
-        normalization)."""
-        out = np.empty((prepared.size, self.dim), dtype=np.float32)
-        for rows, batch in prepared.runs:
-            out[rows] = self.encoder.run_batch(batch)[: len(rows)]
-        return out
-
-    def run_batch(self, encodings: list[Any], tokens: list[int]) -> np.ndarray:
-        """One batch of tokenized texts through the model: `prepare`, then `run_prepared`."""
-        return self.run_prepared(self.prepare(encodings, tokens))
-
-    @property
-    def index_version(self) -> str | None:
-        return self.index.version if self.index is not None else None
-
-    def describe(self) -> str:
-        return f"{self.name} ({self.backend}, {self.device}, {self.precision}, {self.dim}-d)"
 
 
 class Engine:
@@ -209,7 +75,12 @@ class Engine:
         self.error: BaseException | None = None
         self.on_ready: Callable[[ServedModel], None] | None = None
         self.on_error: Callable[[BaseException], None] | None = None
+        self.reranker: Any = None  # the cross-encoder of `config.rerank` (`CrossEncoderModel`), once loaded
+        # the engines of `config.extra_models`, by served name once loaded: a batcher each
+        self.others: dict[str, Engine] = {}
         self._index_thread = ThreadPoolExecutor(1, thread_name_prefix="embedkit-index")
+        # the cross-encoder runs one request's pairs at a time, beside the embedding batches
+        self._rerank_thread = ThreadPoolExecutor(1, thread_name_prefix="embedkit-rerank")
         self._last_warning = ""
         self.metrics.gauge(
             "embedkit_ready", "1 once the model answered its warm-up batch.", lambda: self.ready
@@ -233,6 +104,9 @@ class Engine:
             model = self.model = await loop.run_in_executor(
                 self._index_thread, ServedModel.load, self.config
             )
+            if self.config.rerank is not None:
+                self.reranker = await loop.run_in_executor(self._rerank_thread, self._load_reranker)
+            await self._start_others(model.name)
             sizing = self.sizing = Sizing.resolve(self.config, model.device, model.max_seq_length)
             model.max_rows = sizing.max_rows
             warm_up = getattr(model.encoder, "warm_up", None)
@@ -265,13 +139,66 @@ class Engine:
         if self.on_ready is not None:
             self.on_ready(self.model)
 
+    async def _start_others(self, name: str) -> None:
+        """Start an engine for each extra model and each extra index with its model (one after
+        another: each load takes the cores); the first failure, or two models of one name, is
+        this engine's error."""
+        names = [name]
+        extra = [self.config.for_extra_model(folder) for folder in self.config.extra_models]
+        extra += [self.config.for_extra_model(None, index) for index in self.config.extra_indexes]
+        for config in extra:
+            folder = config.index or config.model
+            other = Engine(config, Metrics())
+            await other.start()
+            if other.error is not None:
+                raise other.error
+            assert other.model is not None
+            if other.model.name in names:
+                await other.close()
+                raise InputError(
+                    f"two served models are named {other.model.name!r} ({folder} and another): "
+                    "each needs its own name in the OpenAI `model` field"
+                )
+            names.append(other.model.name)
+            other.reranker = self.reranker  # one cross-encoder re-ranks every index's hits
+            self.others[other.model.name] = other
+        if self.others:  # /metrics shows each model's batches and texts under its name
+            self.metrics.models = {name: self.metrics} | {n: e.metrics for n, e in self.others.items()}
+
+    def engine_for(self, name: str | None) -> Engine:
+        """The engine serving the model `name` (None, or this model's name: this one); an
+        `InputError` listing the served names for another."""
+        if name is None or not self.others or (self.model is not None and name == self.model.name):
+            return self  # one model served: any name is it, as before several could be served
+        if name in self.others:
+            return self.others[name]
+        served = ", ".join(repr(n) for n in self.served_names())
+        raise InputError(f"model {name!r} is not served here; the models are {served}")
+
+    def served_names(self) -> list[str]:
+        return ([self.model.name] if self.model is not None else []) + list(self.others)
+
     async def close(self) -> None:
         """Finish queued batches, close the index, stop the threads."""
+        for other in self.others.values():
+            await other.close()
         if self.batcher is not None:
             await self.batcher.close()
         if self.model is not None and self.model.index is not None:
             await asyncio.get_running_loop().run_in_executor(self._index_thread, self.model.index.close)
         self._index_thread.shutdown(wait=False)
+        self._rerank_thread.shutdown(wait=False)
+
+    def _load_reranker(self) -> Any:
+        from embedkit.encode.cross_encoder import CrossEncoderModel
+
+        return CrossEncoderModel(str(self.config.rerank), device=self.config.device)
+
+    async def rerank(self, query: str, texts: list[str], raw: bool = False) -> np.ndarray:
+        """The cross-encoder's score of each text against `query`, in the texts' order."""
+        assert self.reranker is not None, "rerank without a cross-encoder"
+        loop = asyncio.get_running_loop()
+        return await loop.run_in_executor(self._rerank_thread, self.reranker.score, query, texts, raw)
 
     async def embed(self, texts: Sequence[str]) -> Embedded:
         """The texts' vectors through the batcher, with their token counts."""
@@ -316,6 +243,28 @@ class Engine:
             },
         }
 
+    def models_info(self) -> list[dict[str, Any]]:
+        """Each served model as `/info` reports it under "embedkit": what runs it, the size of the
+        weight files it runs from (the process's memory is not split by model), its batches' times."""
+        found = []
+        for name in self.served_names():
+            engine = self.engine_for(name)
+            model, batches = engine.model, engine.metrics.batch_seconds
+            assert model is not None
+            found.append(
+                {
+                    "name": name,
+                    "backend": model.backend,
+                    "device": model.device,
+                    "precision": model.precision,
+                    "dim": model.dim,
+                    "weights_bytes": weights_bytes(model.encoder.path, model.backend, model.precision),
+                    "batches": batches.count,
+                    "mean_batch_seconds": round(batches.sum / batches.count, 6) if batches.count else None,
+                }
+            )
+        return found
+
     def describe_sizing(self) -> str:
         """One line for the console once the model is ready."""
         info = self.runtime_info()
@@ -328,15 +277,19 @@ class Engine:
             f"in flight, {shapes}{warmed}"
         )
 
-    async def search(self, queries: list[str], k: int, **settings: Any) -> Answer:
+    async def search(
+        self, queries: list[str], k: int, rerank_depth: int | None = None, **settings: Any
+    ) -> Answer:
         """Each query's hits from the live version of the index, through the search pipeline
         (`embedkit.search.pipeline`), as `embedkit search` runs it.
 
         `settings` (mode, fusion, alpha, where, snippets, passages; None: the index's default) make
         the `SearchRequest`; a bad value, or lexical and hybrid on an index without a lexical side,
-        is an `InputError`. The queries are embedded by the served encoder itself, as one call, not
-        in the dynamic batcher's length groups: padded as `embedkit search` pads them, their
-        vectors and so the scores are the command's to the last bit.
+        is an `InputError`. `rerank_depth` re-ranks each query's first hits with the served
+        cross-encoder (`embedkit.search.rerank`), as `embedkit search --rerank` does. The queries
+        are embedded by the served encoder itself, as one call, not in the dynamic batcher's length
+        groups: padded as `embedkit search` pads them, their vectors and so the scores are the
+        command's to the last bit.
         """
         assert self.model is not None and self.model.index is not None
         model = self.model
@@ -346,6 +299,8 @@ class Engine:
 
             index = self._live_index()
             request = index.request(k, **settings)
+            if rerank_depth is not None:
+                request = self._reranking(request, rerank_depth)
             truncated = 0
             if request.mode != "lexical":
                 _, lengths, truncated = model.tokenize(index.prefixes.queries(queries))
@@ -355,6 +310,14 @@ class Engine:
             return Answer(hits, truncated, request, index.version)
 
         return await asyncio.get_running_loop().run_in_executor(self._index_thread, run)
+
+    def _reranking(self, request: SearchRequest, depth: int) -> SearchRequest:
+        """`request` with the served cross-encoder as its last stage, over `depth` hits a query."""
+        from embedkit.search.rerank import Rerank
+
+        if self.reranker is None:
+            raise InputError("this server has no re-ranker: start it with `embedkit serve --rerank MODEL`")
+        return Rerank(self.reranker, depth, request.k).request(request)
 
     def _live_index(self) -> SearchIndex:
         """On the index thread: the served index, moved to the version `CURRENT` names when an

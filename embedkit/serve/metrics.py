@@ -60,6 +60,8 @@ class Metrics:
         self.client_disconnects = 0  # requests whose client left before its answer: not server errors
         self.index_swaps = 0  # times the server moved to a newer version of its index
         self.gauges: dict[str, tuple[str, Callable[[], float]]] = {}  # name -> (help, read)
+        # every served model's own figures, by name (the first model's are this object's own)
+        self.models: dict[str, Metrics] = {}
 
     def observe_request(self, route: str, status: int, seconds: float) -> None:
         key = (route, str(status))
@@ -120,7 +122,20 @@ class Metrics:
         for name, (help_text, read) in sorted(self.gauges.items()):
             _family(out, name, "gauge", help_text)
             out.append(f"{name} {_number(float(read()))}")
+        if self.models:
+            self._render_models(out)
         return "\n".join(out) + "\n"
+
+    def _render_models(self, out: list[str]) -> None:
+        """Each served model's batch times and texts, labelled by model (several models served)."""
+        name = "embedkit_model_batch_duration_seconds"
+        _family(out, name, "histogram", "Time to run one batch, by served model.")
+        for model, metrics in self.models.items():
+            out.extend(metrics.batch_seconds.lines(name, {"model": model}))
+        name = "embedkit_model_texts_embedded_total"
+        _family(out, name, "counter", "Texts embedded, by served model.")
+        for model, metrics in self.models.items():
+            out.append(f"{name}{_labels({'model': model})} {metrics.texts_embedded}")
 
 
 def _family(out: list[str], name: str, kind: str, help_text: str) -> None:

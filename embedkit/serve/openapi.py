@@ -12,7 +12,7 @@ from typing import Any
 
 from embedkit.search.fusion import FUSION_METHODS
 from embedkit.search.request import SEARCH_MODES
-from embedkit.serve.schemas import OPENAI_EMBEDDINGS, SEARCH, TEI_EMBED, Body
+from embedkit.serve.schemas import OPENAI_EMBEDDINGS, SEARCH, TEI_EMBED, TEI_RERANK, Body
 from embedkit.serve.settings import ServeConfig
 
 NUMBERS = {"type": "array", "items": {"type": "number"}}
@@ -168,6 +168,19 @@ RESPONSES: dict[str, dict[str, Any]] = {
         },
     },
     "TeiEmbedResponse": {"type": "array", "items": NUMBERS, "description": "one vector per input"},
+    "TeiRerankResponse": {
+        "type": "array",
+        "description": "one rank per text, best first: its position in `texts`, its score, its text if asked",
+        "items": {
+            "type": "object",
+            "required": ["index", "score"],
+            "properties": {
+                "index": {"type": "integer"},
+                "score": {"type": "number"},
+                "text": {"type": "string"},
+            },
+        },
+    },
     "TeiInfo": {
         "type": "object",
         "required": [
@@ -208,6 +221,14 @@ RESPONSES: dict[str, dict[str, Any]] = {
                 "description": "what this server runs with (embedkit.serve.sizing)",
                 "required": ["device", "max_batch_tokens", "batches_in_flight", "shapes", "warmup"],
                 "properties": {
+                    "models": {
+                        "type": "array",
+                        "description": "every served model: runtime, weight files' bytes, batch times",
+                        "items": {
+                            "type": "object",
+                            "required": ["name", "backend", "weights_bytes", "batches"],
+                        },
+                    },
                     "device": {"type": "string"},
                     "max_batch_tokens": {"type": "integer"},
                     "inference_workers": {"type": "integer"},
@@ -244,9 +265,10 @@ STATUS_TEXT = {
     200: "OK",
     400: "the body is not a JSON object",
     401: "missing or wrong API key (sent as 'Authorization: Bearer KEY')",
-    404: "no index on this server",
+    404: "no index on this server (/search), or no served model of that name (/v1/embeddings)",
     413: "the body, or a list in it, is over the server's limits (TEI: an input over max_input_length)",
     422: "a field of the wrong type or value",
+    424: "the server has no re-ranker (start it with --rerank MODEL), or the model failed",
     429: "the queue is full; retry later",
     499: "the client closed the connection",
     503: "the model is loading or failed, or the queue is full",
@@ -273,7 +295,7 @@ OPERATIONS = (
         "Embed texts (OpenAI's API)",
         "EmbeddingsResponse",
         OPENAI_EMBEDDINGS,
-        (400, 401, 413, 422, 499, 503),
+        (400, 401, 404, 413, 422, 499, 503),
     ),
     Operation(
         "post",
@@ -283,7 +305,7 @@ OPERATIONS = (
         SEARCH,
         (400, 401, 404, 413, 422, 503),
     ),
-    Operation("get", "/v1/models", "The served model (OpenAI's API)", "ModelsResponse", errors=(401, 503)),
+    Operation("get", "/v1/models", "The served models (OpenAI's API)", "ModelsResponse", errors=(401, 503)),
     Operation(
         "get",
         "/health",
@@ -309,6 +331,15 @@ OPERATIONS = (
         "TeiEmbedResponse",
         TEI_EMBED,
         TEI_ERRORS,
+        "TeiError",
+    ),
+    Operation(
+        "post",
+        "/rerank",
+        "Score texts against a query with the cross-encoder (text-embeddings-inference's API)",
+        "TeiRerankResponse",
+        TEI_RERANK,
+        (400, 401, 413, 422, 424, 503),  # the cross-encoder has no queue to be full
         "TeiError",
     ),
     Operation(

@@ -21,8 +21,9 @@ from starlette.responses import Response
 from starlette.routing import Route
 
 from embedkit.serve import tei
-from embedkit.serve.engine import Embedded, Engine, ServedModel
+from embedkit.serve.engine import Embedded, Engine
 from embedkit.serve.openapi import OPERATIONS, openapi_document
+from embedkit.serve.served_model import ServedModel
 
 MEDIA_TYPES = {".html": "text/html; charset=utf-8", ".css": "text/css", ".js": "text/javascript"}
 STATIC_FILES = ("search.js", "docs.js", "common.js", "style.css")

@@ -267,9 +267,29 @@ SEARCH = Body(
         ),
         Field("where", STRING, 'metadata filter, as `search --where`: year >= 2020 and lang = "en"'),
         Field("passages", BOOLEAN, "give each hit its best passage (an index built with passages)", False),
+        Field(
+            "model",
+            STRING,
+            "the served model whose index to search (serve --index A --index B); absent: the first",
+        ),
+        Field(
+            "rerank_depth",
+            INTEGER,
+            "re-rank each query's first N hits with the server's cross-encoder (serve --rerank); "
+            "absent: no re-ranking",
+            minimum=1,
+            maximum="max_k",
+        ),
     ),
     one_of=(("query", "queries"),),
     description="a search of the server's index",
+)
+TRUNCATION_DIRECTION = Field(  # TEI's, in /embed and /rerank
+    "truncation_direction",
+    STRING,
+    "where truncate cuts: this server cuts the end (right)",
+    "right",
+    ("right", "Right", "left", "Left"),
 )
 TEI_EMBED = Body(
     "TeiEmbedRequest",
@@ -277,13 +297,7 @@ TEI_EMBED = Body(
         Field("inputs", TEXTS, "the text, or texts, to embed", max_items="max_texts"),
         Field("normalize", BOOLEAN, "L2-normalize the vectors", True),
         Field("truncate", BOOLEAN, "cut texts longer than max_input_length (else 413)", False, nullable=True),
-        Field(
-            "truncation_direction",
-            STRING,
-            "where truncate cuts: this server cuts the end (right)",
-            "right",
-            ("right", "Right", "left", "Left"),
-        ),
+        TRUNCATION_DIRECTION,
         Field(
             "prompt_name",
             STRING,
@@ -295,4 +309,17 @@ TEI_EMBED = Body(
     required=("inputs",),
     description="text-embeddings-inference's /embed request (every field TEI defines)",
 )
-REQUESTS: Sequence[Body] = (OPENAI_EMBEDDINGS, SEARCH, TEI_EMBED)
+TEI_RERANK = Body(
+    "TeiRerankRequest",
+    (
+        Field("query", TEXT, "the query the texts are scored against"),
+        Field("texts", TEXTS, "the texts to score", max_items="max_texts"),
+        Field("truncate", BOOLEAN, "cut pairs longer than max_input_length (else 413)", False, nullable=True),
+        TRUNCATION_DIRECTION,
+        Field("raw_scores", BOOLEAN, "the model's logits, without its activation (the sigmoid)", False),
+        Field("return_text", BOOLEAN, "give each rank its text", False),
+    ),
+    required=("query", "texts"),
+    description="text-embeddings-inference's /rerank request (every field TEI defines)",
+)
+REQUESTS: Sequence[Body] = (OPENAI_EMBEDDINGS, SEARCH, TEI_EMBED, TEI_RERANK)

@@ -49,7 +49,8 @@ def run_server(config: ServeConfig, echo: Callable[[str], None] = print) -> None
     A model that fails to load stops the server and its error is raised here.
     """
     from embedkit.serve.app import create_app
-    from embedkit.serve.engine import Engine, ServedModel
+    from embedkit.serve.engine import Engine
+    from embedkit.serve.served_model import ServedModel
 
     config.check()
     ServedModel.check(config)
@@ -70,6 +71,11 @@ def run_server(config: ServeConfig, echo: Callable[[str], None] = print) -> None
     def ready(model: ServedModel) -> None:
         echo(f"ready: {url} model {model.describe()}")
         echo(engine.describe_sizing())
+        for other in engine.others.values():
+            assert other.model is not None
+            echo(f"  and model {other.model.describe()}: batched on its own, chosen by the `model` field")
+        if engine.reranker is not None:
+            echo(f"  re-ranker {engine.reranker.path} ({engine.reranker.backend}, {engine.reranker.device})")
 
     def failed(exc: BaseException) -> None:
         server.should_exit = True

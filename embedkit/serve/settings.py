@@ -31,7 +31,7 @@ Defaults and where they come from:
 from __future__ import annotations
 
 import ipaddress
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from embedkit.encode.loading import check_encoding_options
 from embedkit.errors import InputError
@@ -75,6 +75,13 @@ class ServeConfig:
     access_log: bool = False
     ort_spinning: bool = False  # let ONNX Runtime's CPU threads busy-wait (see engine.stop_spinning)
     served_model_name: str | None = None  # None: the model's own name (embedkit.encode.model_name)
+    rerank: str | None = None  # a cross-encoder folder for /rerank and /search's rerank_depth
+    # more model folders served beside `model` for embeddings, each batched on its own and chosen
+    # by the OpenAI `model` field (`serve --model A --model B`)
+    extra_models: tuple[str, ...] = ()
+    # more index folders served beside `index`, each with its own model (the index's), for /search
+    # with that model's name in `model` (`serve --index A --index B`)
+    extra_indexes: tuple[str, ...] = ()
 
     def check(self) -> None:
         if not 0 <= self.port <= 65535:
@@ -101,8 +108,19 @@ class ServeConfig:
             raise InputError("--served-model-name is empty")
         if self.max_wait_ms < 0:
             raise InputError(f"--max-wait-ms must be 0 or more, got {self.max_wait_ms}")
+        if (self.extra_models or self.extra_indexes) and self.served_model_name is not None:
+            raise InputError("--served-model-name names one model: it cannot go with several models")
+        if self.extra_indexes and self.index is None:
+            raise InputError("several --index folders: the first is served with the first model")
         if self.max_queue_texts < self.max_texts:
             raise InputError("the queue limit must hold at least one request of --max-texts texts")
+
+    def for_extra_model(self, model: str | None, index: str | None = None) -> ServeConfig:
+        """The settings of one extra model's own engine (with `index`: that index's model, and the
+        index): this server's limits, no re-ranker."""
+        return replace(
+            self, model=model, index=index, collection=None, rerank=None, extra_models=(), extra_indexes=()
+        )
 
     @property
     def loopback(self) -> bool:

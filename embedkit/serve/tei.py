@@ -1,4 +1,4 @@
-"""text-embeddings-inference's routes: `POST /embed` (and `POST /`) and `GET /info`.
+"""text-embeddings-inference's routes: `POST /embed` (and `POST /`), `POST /rerank` and `GET /info`.
 
 A client written for TEI (huggingface_hub's `InferenceClient(base_url).feature_extraction`, which
 posts to the base URL itself, LangChain's and LlamaIndex's TEI embeddings) works unchanged.
@@ -11,6 +11,12 @@ error (413, as TEI answers it), an empty list 400 (Empty), the model loading 503
 queue full 429 (Overloaded), a failure inside the model 424 (Backend). A missing or wrong key is
 401 with error_type Unauthorized (TEI answers a bare 401).
 
+`POST /rerank` (`{"query", "texts", "raw_scores", "return_text", "truncate",
+"truncation_direction"}`) scores each text against the query with the cross-encoder the server
+was started with (`serve --rerank MODEL`; `embedkit.encode.cross_encoder`, the model that
+`/search`'s `rerank_depth` and `embedkit search --rerank` use) and answers `[{"index", "score"}]`,
+best first, as TEI does; without a cross-encoder it is TEI's answer to an embedding model, 424.
+
 Two differences: the vectors are the model's own output, L2-normalized when `normalize` is true,
 so a model that normalizes inside its graph refuses `normalize: false` (422); and an input over
 `max_input_length` is counted by the server's tokenizer before the batcher counts it again (one
@@ -19,17 +25,20 @@ more tokenization, about 0.1 ms a sentence).
 
 from __future__ import annotations
 
+import asyncio
 import logging
 from typing import Any
 
+import numpy as np
 import orjson
 from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import Route
 
 from embedkit.encode.batching import l2_normalize
-from embedkit.serve.engine import Engine, ServedModel
-from embedkit.serve.schemas import TEI_EMBED, BodyError
+from embedkit.serve.engine import Engine
+from embedkit.serve.schemas import TEI_EMBED, TEI_RERANK, Body, BodyError
+from embedkit.serve.served_model import ServedModel
 
 log = logging.getLogger("embedkit.serve")
 DTYPES = {"fp32": "float32", "fp16": "float16"}  # TEI's names; others (int8) as embedkit names them
@@ -68,12 +77,16 @@ def over_long(model: ServedModel, texts: list[str]) -> int | None:
     return None
 
 
-def _prompted(model: ServedModel, values: dict[str, Any]) -> list[str]:
-    """The inputs, each after the model's prompt `prompt_name`; TEI's other fields checked against
-    what this server does (a 422 where it cannot, never a field ignored)."""
+def _check_direction(values: dict[str, Any]) -> None:
     if values["truncation_direction"].lower() == "left":
         message = "truncation_direction 'left' is not supported: this server cuts the end of a text (right)"
         raise TeiError(422, "Validation", message)
+
+
+def _prompted(model: ServedModel, values: dict[str, Any]) -> list[str]:
+    """The inputs, each after the model's prompt `prompt_name`; TEI's other fields checked against
+    what this server does (a 422 where it cannot, never a field ignored)."""
+    _check_direction(values)
     dimensions = values.get("dimensions")
     if dimensions is not None and dimensions != model.dim:
         message = f"dimensions {dimensions}: this model gives {model.dim}-d vectors and cannot change that"
@@ -115,16 +128,21 @@ class TeiRoutes:
     def error(exc: TeiError, headers: dict[str, str] | None = None) -> Response:
         return tei_response({"error": exc.message, "error_type": exc.error_type}, exc.status, headers)
 
+    async def checked_body(self, request: Request, schema: Body, texts: str) -> dict[str, Any]:
+        """The request's body checked against `schema`, TEI's errors for what does not fit; an
+        empty list in the `texts` field is TEI's Empty error."""
+        body = await self.helpers.read_object(request)
+        if body.get(texts) == []:
+            raise TeiError(400, "Empty", f"`{texts}` cannot be empty")
+        try:
+            return schema.check(body, self.config)
+        except BodyError as exc:
+            raise TeiError(exc.status, "Validation", exc.message) from None
+
     async def embed_work(self, request: Request) -> Any:
         self.helpers.authorize(request)
         model = self.helpers.require_ready()
-        body = await self.helpers.read_object(request)
-        if body.get("inputs") == []:
-            raise TeiError(400, "Empty", "`inputs` cannot be empty")
-        try:
-            values = TEI_EMBED.check(body, self.config)
-        except BodyError as exc:
-            raise TeiError(exc.status, "Validation", exc.message) from None
+        values = await self.checked_body(request, TEI_EMBED, "inputs")
         texts = _prompted(model, values)
         if not values["normalize"] and getattr(model.encoder, "normalize_default", False):
             message = f"{model.name} L2-normalizes its vectors itself: normalize=false cannot give raw ones"
@@ -140,6 +158,34 @@ class TeiRoutes:
                 )
         result = await self.helpers.embed(request, texts)
         return l2_normalize(result.vectors) if values["normalize"] else result.vectors
+
+    async def rerank_work(self, request: Request) -> list[dict[str, Any]]:
+        self.helpers.authorize(request)
+        self.helpers.require_ready()
+        values = await self.checked_body(request, TEI_RERANK, "texts")
+        _check_direction(values)
+        reranker = self.engine.reranker
+        if reranker is None:  # TEI's answer to /rerank on an embedding model
+            message = "model is not a re-ranker model: start the server with `embedkit serve --rerank MODEL`"
+            raise TeiError(424, "Backend", message)
+        query, texts = values["query"], values["texts"]
+        if not values["truncate"]:
+            longest = await asyncio.to_thread(reranker.first_cut, query, texts)
+            if longest is not None:
+                raise TeiError(
+                    413,
+                    "Validation",
+                    f"Input validation error: the query and `texts[{longest}]` are more than "
+                    f"{reranker.spec.max_length} tokens together; send truncate=true to cut them",
+                )
+        scores = await self.engine.rerank(query, texts, raw=values["raw_scores"])
+        ranks = []
+        for i in np.argsort(-scores, kind="stable"):
+            rank: dict[str, Any] = {"index": int(i), "score": float(scores[i])}
+            if values["return_text"]:
+                rank["text"] = texts[i]
+            ranks.append(rank)
+        return ranks
 
     async def info_work(self, request: Request) -> dict[str, Any]:
         from embedkit import __version__
@@ -163,8 +209,9 @@ class TeiRoutes:
             "version": __version__,
             "sha": None,
             "docker_label": None,
-            # embedkit's own: the device, batch budget, batches in flight, shapes and warm-up used
-            "embedkit": self.engine.runtime_info(),
+            # embedkit's own: the device, batch budget, batches in flight, shapes and warm-up used,
+            # and every served model's runtime, weight files' size and batch times
+            "embedkit": {**self.engine.runtime_info(), "models": self.engine.models_info()},
         }
 
     async def embed(self, request: Request) -> Response:
@@ -173,6 +220,9 @@ class TeiRoutes:
     async def info(self, request: Request) -> Response:
         return await self.answer(request, self.info_work)
 
+    async def rerank(self, request: Request) -> Response:
+        return await self.answer(request, self.rerank_work)
+
 
 def routes(engine: Engine, helpers: Any) -> list[Route]:
     """TEI's routes over `engine` (`TeiRoutes`)."""
@@ -180,5 +230,6 @@ def routes(engine: Engine, helpers: Any) -> list[Route]:
     return [
         Route("/embed", tei.embed, methods=["POST"]),
         Route("/", tei.embed, methods=["POST"]),
+        Route("/rerank", tei.rerank, methods=["POST"]),
         Route("/info", tei.info, methods=["GET"]),
     ]

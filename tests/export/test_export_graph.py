@@ -17,7 +17,7 @@ from embedkit.export.onnx_graph import (  # noqa: E402
     export_graph,
     load_eager_backbone,
 )
-from embedkit.export.optimize import optimize_graph  # noqa: E402
+from embedkit.export.optimize import fuse_graph  # noqa: E402
 
 
 def reference(
@@ -64,7 +64,7 @@ def exported(tmp_path_factory: pytest.TempPathFactory, tiny_bert: Path, tiny_ber
         modules = SentenceModules((pooling,), (), False, int(backbone.config.hidden_size))
         info = export_graph(backbone, raw, modules=modules, normalize=normalize, opset=17)
         fused = out / f"{name}_fused.onnx"
-        fusion = optimize_graph(raw, fused, num_heads=info.num_attention_heads, hidden_size=info.hidden_size)
+        fusion = fuse_graph(raw, fused, num_heads=info.num_attention_heads, hidden_size=info.hidden_size)
         graphs[name] = (folder, info, raw, fused, fusion, int(backbone.config.vocab_size))
     return graphs
 
@@ -125,8 +125,13 @@ def test_token_embeddings_output(tmp_path: Path, tiny_bert: Path):
     np.testing.assert_allclose(sentence, mean / np.linalg.norm(mean, axis=1, keepdims=True), atol=1e-5)
 
 
-def test_unsupported_architecture_is_an_input_error():
-    with pytest.raises(InputError, match="cannot export model_type 'gpt2': supported are bert"):
-        check_architecture({"model_type": "gpt2"})
-    with pytest.raises(InputError, match=r"cannot export model_type '\(missing\)'"):
+def test_any_model_type_transformers_builds_is_exportable_and_others_are_refused():
+    for model_type in ("bert", "mpnet", "deberta-v2", "modernbert", "gpt2"):
+        assert check_architecture({"model_type": model_type}) == model_type
+    unknown = r"cannot export model_type 'my-own-bert': transformers \S+ has no model"
+    with pytest.raises(InputError, match=unknown):
+        check_architecture({"model_type": "my-own-bert", "auto_map": {"AutoModel": "modeling.MyBert"}})
+    with pytest.raises(InputError, match="cannot export model_type 't5': an encoder-decoder"):
+        check_architecture({"model_type": "t5", "is_encoder_decoder": True})
+    with pytest.raises(InputError, match="cannot export: config.json has no model_type"):
         check_architecture({})

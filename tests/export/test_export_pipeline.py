@@ -222,12 +222,12 @@ def test_option_errors(tmp_path: Path, tiny_bert: Path, export_all):
 
 
 def test_unsupported_architecture(tmp_path: Path, tiny_bert: Path):
-    source = tmp_path / "gpt"
+    source = tmp_path / "custom"
     shutil.copytree(tiny_bert, source)
     config = json.loads((source / "config.json").read_text())
-    config["model_type"] = "gpt2"
+    config["model_type"] = "my-own-bert"
     (source / "config.json").write_text(json.dumps(config))
-    with pytest.raises(InputError, match="cannot export model_type 'gpt2'"):
+    with pytest.raises(InputError, match="cannot export model_type 'my-own-bert'"):
         export_model(source, tmp_path / "out", progress=False)
     assert not (tmp_path / "out").exists()
 
@@ -267,3 +267,20 @@ def test_a_second_writer_of_one_export_folder_fails_fast(tmp_path: Path, tiny_be
     finally:
         holder.kill()
         holder.wait()
+
+
+def test_a_model_too_large_for_one_onnx_file_is_refused_before_any_work(
+    tmp_path: Path, tiny_bert: Path, monkeypatch: pytest.MonkeyPatch
+):
+    from safetensors import safe_open
+
+    import embedkit.export.pipeline as pipeline
+
+    with safe_open(str(tiny_bert / "model.safetensors"), "np") as tensors:
+        count = sum(int(np.prod(tensors.get_slice(n).get_shape())) for n in tensors.keys())  # noqa: SIM118
+    monkeypatch.setattr(pipeline, "MAX_GRAPH_BYTES", 4 * count - 1)  # one parameter too many
+    with pytest.raises(InputError, match=r"parameters take .* GiB in fp32, more than one ONNX file holds"):
+        export_model(tiny_bert, tmp_path / "out", progress=False)
+    assert not (tmp_path / "out").exists()
+    monkeypatch.setattr(pipeline, "MAX_GRAPH_BYTES", 4 * count)  # exactly fits
+    pipeline._check_graph_size(tiny_bert)

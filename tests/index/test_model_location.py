@@ -39,7 +39,7 @@ def test_a_tree_moved_whole_keeps_its_model(tmp_path: Path, tiny_bert: Path):
     assert read_index_meta(data / "my-index")["model"] == str((data / "models" / "mine").resolve())
     found = CliRunner().invoke(app, ["search", str(data / "my-index"), "shock wave", "--json"])
     assert found.exit_code == 0, found.output
-    from embedkit.serve.engine import ServedModel
+    from embedkit.serve.served_model import ServedModel
     from embedkit.serve.settings import ServeConfig
 
     config = ServeConfig(index=str(data / "my-index"), device="cpu")

@@ -28,6 +28,22 @@ CORPUS = [
 URL_LINE = re.compile(r"(http://\S+)")
 
 
+@contextlib.contextmanager
+def in_process(config):
+    """The app of `config` (a `ServeConfig`) in a Starlette TestClient, once its model is ready."""
+    from starlette.testclient import TestClient
+
+    from embedkit.serve.app import create_app
+    from embedkit.serve.engine import Engine
+
+    with TestClient(create_app(Engine(config)), raise_server_exceptions=False) as test_client:
+        for _ in range(1000):
+            if test_client.get("/health").status_code == 200:
+                break
+            time.sleep(0.02)
+        yield test_client
+
+
 class Server:
     """`python -m embedkit.cli.app serve ARGS` on a free port; `url` once it printed it."""
 

@@ -15,7 +15,8 @@ pytest.importorskip("httpx")
 from starlette.testclient import TestClient  # noqa: E402
 
 from embedkit.serve.app import create_app  # noqa: E402
-from embedkit.serve.engine import Engine, ServedModel  # noqa: E402
+from embedkit.serve.engine import Engine  # noqa: E402
+from embedkit.serve.served_model import ServedModel  # noqa: E402
 from embedkit.serve.settings import ServeConfig  # noqa: E402
 
 BOOM = 99  # the token id of the word "boom", on which the fake model fails

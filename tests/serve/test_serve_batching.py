@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 
 from embedkit.serve.dynamic_batcher import BatcherClosed, BatchStats, DynamicBatcher, QueueFull
-from embedkit.serve.engine import length_groups
+from embedkit.serve.served_model import length_groups
 
 
 def expected(text: str) -> np.ndarray:

@@ -151,7 +151,8 @@ def test_info_reports_the_sizing_and_vectors_are_unchanged(monkeypatch, device):
     from starlette.testclient import TestClient
 
     from embedkit.serve.app import create_app
-    from embedkit.serve.engine import Engine, ServedModel
+    from embedkit.serve.engine import Engine
+    from embedkit.serve.served_model import ServedModel
 
     encoder = FakeEncoder(device)
     monkeypatch.setattr(ServedModel, "load", staticmethod(lambda config: ServedModel(encoder)))

@@ -73,7 +73,7 @@ def client(app_client):
 
 def test_the_cases_cover_every_body_route_and_field():
     routes = {(path, field) for path, _, field, _ in _cases()}
-    assert {"/v1/embeddings", "/search", "/embed", "/"} == {path for path, _ in routes}
+    assert {"/v1/embeddings", "/search", "/embed", "/", "/rerank"} == {path for path, _ in routes}
     assert {("/v1/embeddings", "input"), ("/search", "query"), ("/embed", "inputs")} <= routes
 
 

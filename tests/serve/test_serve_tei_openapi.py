@@ -28,8 +28,9 @@ LONG = " ".join(["pressure"] * 200)  # far over the tiny model's 64 tokens
 
 
 @pytest.fixture(scope="module")
-def server(tiny_onnx: Path, tiny_index: Path):
+def server(tiny_onnx: Path, tiny_index: Path, tiny_cross_encoder: Path):
     args = [str(tiny_onnx), "--index", str(tiny_index), "--api-key", KEY, "--max-texts", str(MAX_TEXTS)]
+    args += ["--rerank", str(tiny_cross_encoder)]
     with serving([*args, "--max-body-mb", str(MAX_BODY_BYTES / 2**20), "--max-wait-ms", "1"]) as process:
         yield process
 
@@ -149,6 +150,11 @@ def live_calls() -> list[tuple[str, str, dict, int]]:
         ("post", "/", {"content": b"{}}"}, 400),
         ("post", "/", {"json": {"inputs": "x"}, **no_key}, 401),
         ("post", "/", {"json": {"inputs": 5}}, 422),
+        ("post", "/rerank", {"json": {"query": "wing", "texts": TEXTS, "return_text": True}}, 200),
+        ("post", "/rerank", {"json": {"query": "wing", "texts": []}}, 400),
+        ("post", "/rerank", {"json": {"query": "wing", "texts": ["x"]}, **no_key}, 401),
+        ("post", "/rerank", {"json": {"query": "wing", "texts": [LONG]}}, 413),
+        ("post", "/rerank", {"json": {"query": "wing", "texts": ["x"], "raw_scores": 1}}, 422),
         ("get", "/info", {}, 200),
         ("get", "/info", no_key, 401),
         ("get", "/openapi.json", {}, 200),
@@ -187,18 +193,22 @@ def test_every_documented_answer_of_every_route_fits_the_description(client, doc
         for method, operation in operations.items()
         for status in operation["responses"]
     }
-    # not provoked here: a client that leaves (499) and TEI's full queue (429), tested elsewhere
+    # not provoked here: a client that leaves (499), TEI's full queue (429) and a model this
+    # one-model server does not serve (404: test_serve_models), tested elsewhere
     rare = {("post", "/v1/embeddings", "499"), ("post", "/embed", "429"), ("post", "/", "429")}
+    rare.add(("post", "/v1/embeddings", "404"))
     assert documented - rare == seen
 
 
 def loading_and_indexless_answers() -> list[tuple[str, str, httpx.Response]]:
-    """503 from every route while a model loads, then 404 from /search with no index (in-process)."""
+    """503 from every route while a model loads, then 404 from /search with no index and 424 from
+    /rerank with no cross-encoder (in-process)."""
     from starlette.testclient import TestClient
     from test_serve_app import FakeEncoder
 
     from embedkit.serve.app import create_app
-    from embedkit.serve.engine import Engine, ServedModel
+    from embedkit.serve.engine import Engine
+    from embedkit.serve.served_model import ServedModel
     from embedkit.serve.settings import ServeConfig
 
     gate = threading.Event()
@@ -220,6 +230,7 @@ def loading_and_indexless_answers() -> list[tuple[str, str, httpx.Response]]:
                 ("post", "/embed", {"inputs": "x"}),
                 ("post", "/", {"inputs": "x"}),
                 ("get", "/info", None),
+                ("post", "/rerank", {"query": "x", "texts": ["y"]}),
             ]:
                 response = app.request(method.upper(), path, json=body)
                 assert response.status_code == 503, (path, response.text)
@@ -231,6 +242,8 @@ def loading_and_indexless_answers() -> list[tuple[str, str, httpx.Response]]:
                 threading.Event().wait(0.02)
             answers.append(("post", "/search", app.post("/search", json={"query": "x"})))
             assert answers[-1][2].status_code == 404
+            answers.append(("post", "/rerank", app.post("/rerank", json={"query": "x", "texts": ["y"]})))
+            assert answers[-1][2].status_code == 424  # no cross-encoder: TEI's answer on an embedder
     finally:
         ServedModel.load = original
     return answers

@@ -27,11 +27,13 @@ DOCUMENT = openapi_document(ServeConfig(max_wait_ms=0), __version__)
 # The request fields of the reference APIs, as they define them.
 OPENAI_FIELDS = {"input", "model", "encoding_format", "dimensions", "user"}
 TEI_FIELDS = {"inputs", "normalize", "truncate", "truncation_direction", "prompt_name", "dimensions"}
+TEI_RERANK_FIELDS = {"query", "texts", "truncate", "truncation_direction", "raw_scores", "return_text"}
 MINIMAL = {
     "/v1/embeddings": {"input": "wing flow"},
     "/search": {"query": "wing flow"},
     "/embed": {"inputs": "wing flow"},
     "/": {"inputs": "wing flow"},
+    "/rerank": {"query": "wing flow", "texts": ["the wing"]},
 }
 
 
@@ -50,12 +52,13 @@ def _fields(path: str) -> set[str]:
 
 def _error(path: str, response) -> str:
     body = response.json()
-    return body["error"] if path in ("/embed", "/") else body["error"]["message"]
+    return body["error"] if path in ("/embed", "/", "/rerank") else body["error"]["message"]
 
 
 def test_the_reference_apis_fields_are_exactly_those_described():
     assert _fields("/v1/embeddings") == OPENAI_FIELDS
     assert _fields("/embed") == TEI_FIELDS == _fields("/")
+    assert _fields("/rerank") == TEI_RERANK_FIELDS
     assert set(MINIMAL) == {path for path, methods in DOCUMENT["paths"].items() if "post" in methods}
 
 
@@ -108,6 +111,16 @@ def test_every_field_of_the_reference_apis_is_accepted(client):
     for path in ("/embed", "/"):
         response = client.post(path, json=tei)
         assert response.status_code == 200 and len(response.json()) == 2, response.text
+    rerank = {
+        "query": "wing",
+        "texts": ["wing", "flow"],
+        "truncate": True,
+        "truncation_direction": "Right",
+        "raw_scores": False,
+        "return_text": True,
+    }
+    response = client.post("/rerank", json=rerank)
+    assert response.status_code == 200 and len(response.json()) == 2, response.text
 
 
 @pytest.mark.parametrize(
