@@ -21,6 +21,7 @@ import numpy as np
 from embedkit import __version__
 from embedkit.encode.identity import TOKENIZER_FILES, export_record
 from embedkit.encode.model_folder import (
+    MATRYOSHKA_DIMS,
     ModelSpec,
     model_fingerprint,
     read_json,
@@ -162,6 +163,7 @@ def export_model(
             "normalize": info.normalize,
             "source_normalize": spec.normalize,
             "dim": info.dim,
+            **({MATRYOSHKA_DIMS: list(spec.matryoshka_dims)} if spec.matryoshka_dims else {}),
             "max_seq_length": spec.max_seq_length,
             "input_names": list(info.input_names),
             "output_names": list(info.output_names),
