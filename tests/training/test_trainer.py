@@ -15,6 +15,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
+from training_runs import CORPUS, Killed, config, weights
 
 from embedkit.encode.model_folder import read_model_spec
 from embedkit.errors import InputError, RunFailure
@@ -27,35 +28,9 @@ from embedkit.training.trainer import train
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 
-# Distinct lengths, so the sentences differ even for a tokenizer that knows few words.
-CORPUS = [" ".join(["wing flow"] * n) + f" {n}" for n in range(1, 13)]
-
-
-def config(base: Path, **changes: object) -> TrainConfig:
-    # CPU even where CUDA exists: the exact-resume comparison needs CPU determinism
-    defaults = {
-        "base_model": str(base),
-        "batch_size": 4,
-        "epochs": 100,
-        "max_steps": 4,
-        "queue_size": 6,
-        "device": "cpu",
-    }
-    return TrainConfig(**{**defaults, **changes})  # type: ignore[arg-type]
-
-
-def weights(folder: Path) -> dict[str, torch.Tensor]:
-    from safetensors.torch import load_file
-
-    return load_file(str(folder / "model.safetensors"))
-
 
 def metric_records(folder: Path) -> list[dict]:
     return [json.loads(line) for line in (folder / "metrics.jsonl").read_text().splitlines()]
-
-
-class Killed(Exception):
-    """Stands for the process being killed after a step."""
 
 
 # --- the objective on one batch --------------------------------------------------------------------
