@@ -142,7 +142,7 @@ def train_metadata(
 
     `meta` is what its checkpoints record it was made from (settings, fingerprints, stage 1)."""
     source = str(corpus) if isinstance(corpus, (str, Path)) else "a list of texts"
-    # the sizes a later `--dim` may keep; a run that gave the base back was not trained at them
+    # the sizes its vectors may be cut to; a run that gave the base back was not trained at them
     dims = [] if keeps_base(config, state) else list(config.matryoshka[0])
     return {
         "method": config.method,

@@ -184,6 +184,24 @@ def test_a_run_without_matryoshka_records_no_sizes(tmp_path: Path, tiny_bert: Pa
     assert read_model_spec(tmp_path / "out").matryoshka_dims == ()
 
 
+def test_a_run_that_gives_the_base_back_records_no_sizes() -> None:
+    from types import SimpleNamespace
+
+    from embedkit.data.corpus import CorpusStats
+    from embedkit.training.checkpoint import TrainState
+    from embedkit.training.save import train_metadata
+
+    cfg = TrainConfig(matryoshka_dims=(128, 384), dev_retrieval="judged")
+    sample = SimpleNamespace(fingerprint="f", stats=CorpusStats(12, 0, 12, 0, 12))
+
+    def metadata(best: float) -> dict:
+        state = TrainState(step=4, base_score=0.5, best_score=best, best_step=4)
+        return train_metadata(cfg, {"base_fingerprint": "b"}, state, CORPUS, sample, Path("base"), None)
+
+    assert metadata(best=0.6)["matryoshka_dims"] == [384, 128]
+    assert "matryoshka_dims" not in metadata(best=0.4)  # no checkpoint beat the base: the base is saved
+
+
 def test_the_loss_acts_on_the_saved_vectors_without_the_head(tiny_bert: Path) -> None:
     from embedkit.training.model import ContrastiveModel
 
