@@ -20,7 +20,13 @@ import numpy as np
 
 from embedkit import __version__
 from embedkit.encode.identity import TOKENIZER_FILES, export_record, model_fingerprint
-from embedkit.encode.model_folder import ModelSpec, read_json, read_model_spec, resolve_model_path
+from embedkit.encode.model_folder import (
+    MATRYOSHKA_DIMS,
+    ModelSpec,
+    read_json,
+    read_model_spec,
+    resolve_model_path,
+)
 from embedkit.encode.onnx_backend import OnnxEncoder
 from embedkit.encode.ort_import import import_onnxruntime
 from embedkit.encode.precisions import PRECISION_FILES
@@ -156,6 +162,7 @@ def export_model(
             "normalize": info.normalize,
             "source_normalize": spec.normalize,
             "dim": info.dim,
+            **({MATRYOSHKA_DIMS: list(spec.matryoshka_dims)} if spec.matryoshka_dims else {}),
             "max_seq_length": spec.max_seq_length,
             "input_names": list(info.input_names),
             "output_names": list(info.output_names),
