@@ -8,8 +8,12 @@ The prefix is renormalized, so inner products stay cosine similarities. numpy on
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+from typing import Any
+
 import numpy as np
 
+from embedkit.encode.protocol import EncoderBase
 from embedkit.errors import InputError
 
 
@@ -29,4 +33,36 @@ def truncate_vectors(vectors: np.ndarray, dim: int) -> np.ndarray:
     return np.divide(prefix, norms, out=np.zeros_like(prefix), where=norms > 0)
 
 
-__all__ = ["truncate_vectors"]
+class TruncatedEncoder(EncoderBase):
+    """Another encoder's vectors cut to their first `dim` dimensions and renormalized
+    (`truncate_vectors`): what an index built with `index --dim` embeds its documents and queries
+    with. Everything else (path, fingerprint, tokenizer, device) is the wrapped encoder's."""
+
+    def __init__(self, encoder: Any, dim: int) -> None:
+        if isinstance(dim, bool) or not isinstance(dim, int) or not 1 <= dim <= encoder.dim:
+            raise InputError(
+                f"cannot keep {dim!r} dimensions of {encoder.dim}-d vectors: use 1 to {encoder.dim}"
+            )
+        self.encoder = encoder
+        self.dim = dim
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.encoder, name)  # backend, path, fingerprint, truncated, batcher, ...
+
+    def encode_texts(
+        self, texts: Sequence[str], batch_size: int, normalize: bool | None, progress: bool
+    ) -> np.ndarray:
+        full = self.encoder.encode(list(texts), batch_size=batch_size, normalize=True, progress=progress)
+        return truncate_vectors(np.asarray(full).reshape(len(texts), -1), self.dim)
+
+
+def keep_dimensions(encoder: Any, dim: int | None) -> Any:
+    """`encoder` giving its first `dim` dimensions, renormalized; itself where `dim` is None or its own."""
+    if dim is None or dim == encoder.dim:
+        return encoder
+    if isinstance(encoder, TruncatedEncoder):
+        encoder = encoder.encoder
+    return TruncatedEncoder(encoder, dim)
+
+
+__all__ = ["TruncatedEncoder", "keep_dimensions", "truncate_vectors"]

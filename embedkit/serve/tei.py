@@ -28,6 +28,7 @@ from starlette.responses import Response
 from starlette.routing import Route
 
 from embedkit.encode.batching import l2_normalize
+from embedkit.serve.dimensions import cut, dimensions_problem
 from embedkit.serve.engine import Engine, ServedModel
 from embedkit.serve.schemas import TEI_EMBED, BodyError
 
@@ -74,10 +75,9 @@ def _prompted(model: ServedModel, values: dict[str, Any]) -> list[str]:
     if values["truncation_direction"].lower() == "left":
         message = "truncation_direction 'left' is not supported: this server cuts the end of a text (right)"
         raise TeiError(422, "Validation", message)
-    dimensions = values.get("dimensions")
-    if dimensions is not None and dimensions != model.dim:
-        message = f"dimensions {dimensions}: this model gives {model.dim}-d vectors and cannot change that"
-        raise TeiError(422, "Validation", message)
+    problem = dimensions_problem(model.dim, values.get("dimensions"))
+    if problem is not None:
+        raise TeiError(422, "Validation", problem)
     name = values.get("prompt_name")
     if name is None:
         return values["inputs"]
@@ -139,7 +139,9 @@ class TeiRoutes:
                     f"(inputs[{longest}] has more); send truncate=true to cut it",
                 )
         result = await self.helpers.embed(request, texts)
-        return l2_normalize(result.vectors) if values["normalize"] else result.vectors
+        size = cut(values.get("dimensions"), model.dim)  # TEI cuts first, then normalizes
+        vectors = result.vectors if size is None else result.vectors[:, :size]
+        return l2_normalize(vectors) if values["normalize"] else vectors
 
     async def info_work(self, request: Request) -> dict[str, Any]:
         from embedkit import __version__
