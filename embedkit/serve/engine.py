@@ -230,9 +230,7 @@ class Engine:
         `on_ready(model)` is called. A failure is kept in `error` and handed to `on_error`."""
         loop = asyncio.get_running_loop()
         try:
-            model = self.model = await loop.run_in_executor(
-                self._index_thread, ServedModel.load, self.config
-            )
+            model = self.model = await loop.run_in_executor(self._index_thread, ServedModel.load, self.config)
             sizing = self.sizing = Sizing.resolve(self.config, model.device, model.max_seq_length)
             model.max_rows = sizing.max_rows
             warm_up = getattr(model.encoder, "warm_up", None)
@@ -304,9 +302,9 @@ class Engine:
             "inference_workers": sizing.workers,
             "batches_in_flight": sizing.batches_in_flight,
             "prepares_ahead": sizing.prepares_ahead,
-            "tokenization": "thread" if sizing.inline_tokenize_chars == 0 else (
-                f"event loop up to {sizing.inline_tokenize_chars} characters a request, else a thread"
-            ),
+            "tokenization": "thread"
+            if sizing.inline_tokenize_chars == 0
+            else (f"event loop up to {sizing.inline_tokenize_chars} characters a request, else a thread"),
             "max_queue_tokens": sizing.max_queue_tokens,
             "shapes": shapes.describe(sizing.max_rows) if shapes is not None else {"fixed": False},
             "warmup": {
@@ -342,6 +340,7 @@ class Engine:
         model = self.model
 
         def run() -> Answer:
+            from embedkit.index.folder import fit_encoder
             from embedkit.search import pipeline
 
             index = self._live_index()
@@ -350,7 +349,8 @@ class Engine:
             if request.mode != "lexical":
                 _, lengths, truncated = model.tokenize(index.prefixes.queries(queries))
                 self.metrics.count_texts(len(queries), sum(lengths), truncated)
-            encoder = model.encoder if request.mode != "lexical" else None
+            # an index of fewer dimensions than the model's (`index --dim`) gets its prefix
+            encoder = fit_encoder(index.meta, model.encoder) if request.mode != "lexical" else None
             hits = pipeline.search(index.store, queries, encoder, request, index.prefixes)
             return Answer(hits, truncated, request, index.version)
 
