@@ -58,6 +58,26 @@ def index(
             help="auto (flat under 100k documents, else HNSW; IVF-PQ if memory is short), flat, hnsw, ivf-pq",
         ),
     ] = "auto",
+    quantize: Annotated[
+        str | None,
+        typer.Option(
+            "--quantize",
+            metavar="int8|binary",
+            help="Search compact codes (int8: 4x less memory, binary: 32x) with a flat or hnsw index, then "
+            "rescore the best candidates with the float vectors kept on disk (memory-mapped); "
+            "docs/quantization.md. An append keeps the index's.",
+        ),
+    ] = None,
+    dim: Annotated[
+        int | None,
+        typer.Option(
+            "--dim",
+            min=1,
+            help="Keep the first N dimensions of each vector, renormalized (a Matryoshka model's "
+            "recorded sizes keep its quality best; docs/dimensions.md); default: the model's own. "
+            "Queries are cut the same way; an append keeps the index's.",
+        ),
+    ] = None,
     append: Annotated[
         bool, typer.Option("--append", help="Add the corpus to the existing index in --out.")
     ] = False,
@@ -176,9 +196,10 @@ def index(
         raise InputError("--upsert replaces documents of an existing index: use it with --append")
     options = CorpusOptions(column=column, id_column=id_column, chunk_size=chunk_size, batch_size=batch_size)
     if from_vectors is not None:
-        if passages is not None or query_prefix is not None or passage_prefix is not None:
+        if passages is not None or query_prefix is not None or passage_prefix is not None or dim or quantize:
             raise InputError(
-                "--from-vectors indexes the parts' vectors as they are: drop --passages and the prefixes"
+                "--from-vectors indexes the parts' vectors as they are: drop --passages, --dim, --quantize "
+                "and the prefixes"
             )
         building = {"kind": kind, "overwrite": overwrite, "gpu": gpu, "device": device, "lexical": lexical}
         _from_vectors(from_vectors, corpus, out, model, append, building | {"options": options}, wait)
@@ -186,6 +207,8 @@ def index(
     check_io(inputs=[corpus, model], indexes=[out], wait=wait)
     settings = IndexOptions(
         kind=kind,
+        dim=dim,
+        quantize=quantize,
         append=append,
         upsert=upsert,
         overwrite=overwrite,

@@ -58,6 +58,21 @@ def train(
         Path | None,
         typer.Option("--aux-from", help="Reuse this stage-1 folder of the auxiliary MLM network."),
     ] = None,
+    matryoshka: Annotated[
+        str | None,
+        typer.Option(
+            "--matryoshka",
+            help="Matryoshka training (Kusupati et al. 2022): also apply the loss to these leading "
+            "dimensions of each vector, renormalized, e.g. 384,256,128,64 (the model's dimension "
+            "included), so the first 128 work alone. The head SimCSE trains through is then not used.",
+        ),
+    ] = None,
+    matryoshka_weights: Annotated[
+        str | None,
+        typer.Option(
+            "--matryoshka-weights", help="Weight of each --matryoshka size, in its order (default: 1 each)."
+        ),
+    ] = None,
     pooling: Annotated[
         str, typer.Option("--pooling", help="auto (the base model's own, else cls), mean or cls.")
     ] = DEFAULTS.pooling,
@@ -203,7 +218,7 @@ def train(
         positive_max_length=positive_max_length,
         eval_steps=eval_steps,
         save_steps=save_steps,
-    ).with_overrides(options or [])
+    ).with_overrides(_matryoshka_settings(matryoshka, matryoshka_weights) + (options or []))
     config.validate()
     rank = _torchrun_rank()
     if nproc > 1:
@@ -252,6 +267,12 @@ def train(
             )
 
 
+def _matryoshka_settings(dims: str | None, weights: str | None) -> list[str]:
+    """--matryoshka and --matryoshka-weights as KEY=VALUE settings (TrainConfig parses and checks them)."""
+    given = {"matryoshka_dims": dims, "matryoshka_weights": weights}
+    return [f"{key}={value}" for key, value in given.items() if value is not None]
+
+
 def _torchrun_rank() -> int | None:
     """This process's rank when torchrun started several; None for a single process."""
     try:
@@ -295,4 +316,3 @@ def _rank_argv(ctx: typer.Context) -> list[str]:
             for item in value if getattr(param, "multiple", False) else [value]:
                 options += [param.opts[0], str(item)]
     return [*positional, *options]
-

@@ -19,7 +19,13 @@ from typing import Any
 
 from embedkit import __version__
 from embedkit.encode.identity import TOKENIZER_FILES, export_record, model_fingerprint
-from embedkit.encode.model_folder import ModelSpec, read_json, read_model_spec, resolve_model_path
+from embedkit.encode.model_folder import (
+    MATRYOSHKA_DIMS,
+    ModelSpec,
+    read_json,
+    read_model_spec,
+    resolve_model_path,
+)
 from embedkit.encode.ort_import import import_onnxruntime
 from embedkit.encode.precisions import PRECISION_FILES
 from embedkit.encode.st_modules import read_st_modules
@@ -177,6 +183,7 @@ def _graph_metadata(
         "normalize": info.normalize,
         "source_normalize": spec.normalize,
         "dim": info.dim,
+        **({MATRYOSHKA_DIMS: list(spec.matryoshka_dims)} if spec.matryoshka_dims else {}),
         "max_seq_length": spec.max_seq_length,
         "input_names": list(info.input_names),
         "output_names": list(info.output_names),

@@ -76,6 +76,16 @@ class TrainConfig:
     aux_from: str | None = None  # a stage-1 folder to reuse instead of training or the cache
     # "auto" = eager when AMI needs attention maps (sdpa returns none), else sdpa; see benchmarks/
     attn_implementation: str = "auto"
+    # --- Matryoshka Representation Learning (Kusupati et al. 2022, NeurIPS) ---
+    # Prefix sizes of the sentence vector, e.g. (384, 256, 128, 64): the method's InfoNCE is computed
+    # on each prefix, renormalized, and the terms summed (the paper's Eq. 1; `losses.matryoshka_info_nce`),
+    # so the first m dimensions of the saved vectors work alone. Any order; must include the base
+    # model's dimension (the whole vector). The losses then act on the saved sentence vector: SimCSE's
+    # MLP head, whose every output mixes all dimensions, is not used. None = off.
+    matryoshka_dims: tuple[int, ...] | None = None
+    # c_m of each size, in the order of matryoshka_dims; None = 1 each: the paper's setting (Sec. 3)
+    # and sentence-transformers' MatryoshkaLoss default
+    matryoshka_weights: tuple[float, ...] | None = None
 
     # --- optimisation ---
     learning_rate: float = 3e-5  # miCSE Sec. 4 and SimCSE's BERT-base setting
@@ -167,6 +177,35 @@ class TrainConfig:
     def needs_attentions(self) -> bool:
         return self.uses_ami
 
+    @property
+    def uses_head(self) -> bool:
+        """SimCSE's MLP head; Matryoshka trains the saved vector's prefixes, which the head would mix."""
+        return self.matryoshka_dims is None
+
+    @property
+    def matryoshka(self) -> tuple[tuple[int, ...], tuple[float, ...]]:
+        """The prefix sizes, largest first, and their weights; both empty when Matryoshka is off."""
+        if not self.matryoshka_dims:
+            return (), ()
+        weights = self.matryoshka_weights or (1.0,) * len(self.matryoshka_dims)
+        pairs = sorted(zip(self.matryoshka_dims, weights, strict=True), reverse=True)
+        return tuple(m for m, _ in pairs), tuple(float(w) for _, w in pairs)
+
+    def check_matryoshka(self, dim: int) -> None:
+        """`InputError` unless the prefix sizes fit a model of `dim` dimensions and include it."""
+        if not self.matryoshka_dims:
+            return
+        too_large = [m for m in self.matryoshka_dims if m > dim]
+        if too_large:
+            raise InputError(
+                f"matryoshka_dims {_listed(too_large)}: larger than the base model's {dim} dimensions"
+            )
+        if dim not in self.matryoshka_dims:
+            raise InputError(
+                f"matryoshka_dims must include {dim}, the base model's dimension, so the whole vector is "
+                f"trained too: e.g. {_listed((dim, *self.matryoshka_dims))}"
+            )
+
     def validate(self) -> TrainConfig:
         """Raise `InputError` naming the first bad field; return self."""
         _one_of("method", self.method, METHODS)
@@ -210,18 +249,43 @@ class TrainConfig:
             value = getattr(self, name)
             if value is not None and value < 1:
                 raise InputError(f"{name} must be at least 1, got {value}")
+        self._validate_matryoshka()
         if sum(bool(x) for x in (self.dev_sts, self.dev_pseudo, self.dev_retrieval)) > 1:
             raise InputError(
                 "give one of dev_sts, dev_pseudo and dev_retrieval: one criterion selects the checkpoint"
             )
         return self
 
+    def _validate_matryoshka(self) -> None:
+        dims, weights = self.matryoshka_dims, self.matryoshka_weights
+        if dims is None:
+            if weights is not None:
+                raise InputError("matryoshka_weights needs matryoshka_dims, the sizes they weight")
+            return
+        if not dims or any(m < 1 for m in dims):
+            raise InputError(
+                f"matryoshka_dims must be sizes of at least 1, e.g. 384,256,128,64; got {_listed(dims)}"
+            )
+        if len(set(dims)) != len(dims):
+            raise InputError(f"matryoshka_dims lists a size twice: {_listed(dims)}")
+        if weights is not None:
+            if len(weights) != len(dims):
+                raise InputError(
+                    f"matryoshka_weights needs one weight per size of matryoshka_dims ({len(dims)}), "
+                    f"got {len(weights)}"
+                )
+            if not all(math.isfinite(w) and w > 0 for w in weights):
+                raise InputError(
+                    f"matryoshka_weights must be positive finite numbers, got {_listed(weights)}"
+                )
+
     def to_dict(self) -> dict[str, Any]:
         """The fields as JSON values; `queue_size` as the length the run uses (`queue_length`)."""
         data = dataclasses.asdict(self)
         data["queue_size"] = self.queue_length
-        if data["ami_layers"] is not None:
-            data["ami_layers"] = list(data["ami_layers"])
+        for name in _TUPLE_FIELDS:
+            if data[name] is not None:
+                data[name] = list(data[name])
         return data
 
     @classmethod
@@ -231,8 +295,9 @@ class TrainConfig:
         if unknown:
             raise InputError(f"unknown training settings: {', '.join(unknown)}")
         values = dict(data)
-        if values.get("ami_layers") is not None:
-            values["ami_layers"] = tuple(int(x) for x in values["ami_layers"])
+        for name, kind in _TUPLE_FIELDS.items():
+            if values.get(name) is not None:
+                values[name] = tuple(kind(x) for x in values[name])
         return cls(**values)
 
     def replace(self, **changes: Any) -> TrainConfig:
@@ -241,8 +306,8 @@ class TrainConfig:
     def with_overrides(self, overrides: Mapping[str, str] | Iterable[str]) -> TrainConfig:
         """A copy with `KEY=VALUE` strings (or a KEY -> VALUE mapping) parsed by each field's type.
 
-        `none` sets an optional field to None; `ami_layers=4,5` gives a tuple; booleans accept
-        true/false/1/0/yes/no.
+        `none` sets an optional field to None; `ami_layers=4,5` gives a tuple (`matryoshka_weights=1,0.5`
+        one of floats); booleans accept true/false/1/0/yes/no.
         """
         pairs = overrides.items() if isinstance(overrides, Mapping) else (_split_pair(o) for o in overrides)
         hints = typing.get_type_hints(type(self))
@@ -254,6 +319,14 @@ class TrainConfig:
                 raise InputError(f"unknown training setting {key!r} (known: {', '.join(names)})")
             changes[name] = _parse_value(name, str(raw), hints[name])
         return self.replace(**changes)
+
+
+# the fields that hold a tuple (a JSON list), and the type of their items
+_TUPLE_FIELDS: dict[str, type] = {"ami_layers": int, "matryoshka_dims": int, "matryoshka_weights": float}
+
+
+def _listed(values: Iterable[object]) -> str:
+    return ",".join(f"{v:g}" if isinstance(v, float) else str(v) for v in values)
 
 
 def _one_of(name: str, value: str, allowed: Iterable[str]) -> None:
@@ -287,10 +360,12 @@ def _parse_value(name: str, raw: str, hint: Any) -> Any:
         if hint is float:
             return float(raw)
         if typing.get_origin(hint) is tuple:
-            return tuple(int(x) for x in raw.split(",") if x.strip())
+            return tuple(args[0](x) for x in raw.split(",") if x.strip())
         return raw
     except ValueError:
         kind = getattr(hint, "__name__", str(hint))
+        if typing.get_origin(hint) is tuple:
+            kind = f"comma-separated list of {args[0].__name__}s"
         raise InputError(f"{name}={raw!r} is not a valid {kind}") from None
 
 

@@ -1,11 +1,14 @@
-"""Embedding-level loss terms of the miCSE objective: InfoNCE with a queue, and L2 reconstruction.
+"""Embedding-level loss terms of the miCSE objective: InfoNCE with a queue, its Matryoshka form
+over prefixes of the vectors, and L2 reconstruction.
 
-Both are pure functions of tensors; the trainer embeds the two dropout views and composes the
+All are pure functions of tensors; the trainer embeds the two dropout views and composes the
 terms (with the attention term of `embedkit.training.ami`). Shapes: B sentences, D dimensions,
-Q queued keys.
+Q queued keys, M Matryoshka prefixes.
 """
 
 from __future__ import annotations
+
+from collections.abc import Sequence
 
 import torch
 import torch.nn.functional as F
@@ -60,6 +63,57 @@ def info_nce(
         logits = anchors @ F.normalize(keys, dim=-1).T / temperature  # (B, B + Q)
         labels = torch.arange(e1.shape[0], device=e1.device)
         return F.cross_entropy(logits, labels)
+
+
+def matryoshka_info_nce(
+    e1: torch.Tensor,
+    e2: torch.Tensor,
+    dims: Sequence[int],
+    weights: Sequence[float],
+    queue: torch.Tensor | None = None,
+    temperature: float = 0.05,
+) -> torch.Tensor:
+    """InfoNCE at each prefix of the vectors: ``weights[k] * info_nce(e1[:, :m], e2[:, :m], queue[:, :m])``
+    for each ``m = dims[k]``, every prefix L2-renormalized before its cosine similarities.
+
+    Matryoshka Representation Learning (Kusupati et al., NeurIPS 2022), Eq. 1: the sum over the
+    nested sizes ``m`` of ``c_m`` times the task loss computed on the first ``m`` dimensions of the
+    representation. Here the task loss is the method's InfoNCE (`info_nce`); the paper's
+    per-size classifier ``W^(m)`` becomes the cosine similarity against the other view's and the
+    queue's prefixes, as in MRL's contrastive (ALIGN) experiments and sentence-transformers'
+    ``MatryoshkaLoss``. The paper sets every ``c_m`` to 1; so does `TrainConfig`'s default. With
+    ``dims = [D]`` and weight 1 it is `info_nce` itself.
+
+    Args:
+        e1: (B, D) anchors (gradients flow).
+        e2: (B, D) positives (gradients flow).
+        dims: M prefix sizes, each in 1..D.
+        weights: M non-negative weights ``c_m``, one per size.
+        queue: (Q, D) detached keys, truncated like the views; ``None`` for in-batch negatives.
+        temperature: tau of every InfoNCE term.
+
+    Returns:
+        (M,) float32: each size's weighted InfoNCE; their sum is the loss.
+
+    Example:
+        >>> e1, e2 = torch.randn(8, 32), torch.randn(8, 32)
+        >>> terms = matryoshka_info_nce(e1, e2, dims=[32, 16, 8], weights=[1.0, 1.0, 1.0])
+        >>> loss = terms.sum()
+    """
+    if len(dims) != len(weights) or not dims:
+        raise ValueError(
+            f"matryoshka_info_nce needs one weight per size, got {list(dims)} and {list(weights)}"
+        )
+    if any(not 1 <= m <= e1.shape[-1] for m in dims):
+        raise ValueError(f"prefix sizes must be in 1..{e1.shape[-1]}, got {list(dims)}")
+    terms = []
+    with torch.autocast(device_type=e1.device.type, enabled=False):
+        for m, weight in zip(dims, weights, strict=True):
+            # the first m dimensions, renormalized: the vector a user keeps with m dimensions
+            a, p = (F.normalize(x[:, :m].float(), dim=-1) for x in (e1, e2))
+            q = None if queue is None else F.normalize(queue[:, :m].float(), dim=-1)
+            terms.append(weight * info_nce(a, p, q, temperature))
+    return torch.stack(terms)
 
 
 def reconstruction_loss(e1: torch.Tensor, e2: torch.Tensor) -> torch.Tensor:

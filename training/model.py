@@ -6,7 +6,8 @@ pure loss functions of `losses` and `ami`:
 1. the batch is duplicated, [x; x], and run through the backbone once, so that independent
    dropout masks give the two views E1, E2 (and attentions W1, W2 when AMI is on), as SimCSE;
 2. each view is pooled and passed through the MLP head (Linear + Tanh, training only);
-3. InfoNCE (tau = 0.05) over in-batch negatives plus the momentum queue;
+3. InfoNCE (tau = 0.05) over in-batch negatives plus the momentum queue; with Matryoshka
+   (Kusupati et al. 2022) also at each listed prefix of the vectors, and without the head;
 4. AMI between W1 and W2 (float32), and optionally InforMin-CL's L2 reconstruction term;
 5. the momentum encoder embeds x (no grad, its own dropout 0.3, the shared head); after the
    optimizer step it moves by EMA and those keys enter the queue (`after_step`);
@@ -115,7 +116,11 @@ class ContrastiveModel(nn.Module):
         self.pooling = pooling
         self.config = config
         self.dim = int(backbone.config.hidden_size)
-        self.head = MLPHead(self.dim, float(getattr(backbone.config, "initializer_range", 0.02)))
+        config.check_matryoshka(self.dim)
+        # Matryoshka trains prefixes of the saved vector: no head, whose every output mixes all D
+        self.head: nn.Module = nn.Identity()
+        if config.uses_head:
+            self.head = MLPHead(self.dim, float(getattr(backbone.config, "initializer_range", 0.02)))
         self.uses_token_type_ids = "token_type_ids" in inspect.signature(backbone.forward).parameters
         self.num_layers = int(backbone.config.num_hidden_layers)
         self.ami_layers = config.ami_layers or ami.ami_layers(self.num_layers)
@@ -242,7 +247,7 @@ class ContrastiveModel(nn.Module):
         """Each weighted loss term; `e1`, `e2` are the views of the whole batch (every rank's)."""
         config = self.config
         queued = self.queue.keys() if self.queue is not None and len(self.queue) else None
-        terms = {"info_nce": losses.info_nce(e1, e2, queue=queued, temperature=config.temperature)}
+        terms = _contrastive_terms(e1, e2, queued, config)
         out = views.output
         if config.uses_ami and out is not None:
             size = views.e1.shape[0]
@@ -287,6 +292,19 @@ class ContrastiveModel(nn.Module):
             return
         self.momentum.update(self.backbone)
         self.queue.enqueue(keys)
+
+
+def _contrastive_terms(
+    e1: torch.Tensor, e2: torch.Tensor, queued: torch.Tensor | None, config: TrainConfig
+) -> dict[str, torch.Tensor]:
+    """InfoNCE of the whole vectors; with Matryoshka, also of each smaller prefix (`info_nce@m`)."""
+    dims, weights = config.matryoshka
+    if not dims:
+        return {"info_nce": losses.info_nce(e1, e2, queue=queued, temperature=config.temperature)}
+    per_size = losses.matryoshka_info_nce(e1, e2, dims, weights, queued, config.temperature)  # (M,)
+    # dims[0] is the whole vector (TrainConfig.check_matryoshka): it keeps the method's term name
+    names = ["info_nce", *(f"info_nce@{m}" for m in dims[1:])]
+    return dict(zip(names, per_size.unbind(), strict=True))
 
 
 def _set_attention(module: nn.Module, implementation: str) -> None:

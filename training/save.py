@@ -7,7 +7,8 @@ The folder loads with `SentenceTransformer(DIR)`, `embedkit.TorchEncoder(DIR)` a
   SimCSE), the base model's tokenizer files;
 - `modules.json` (Transformer, Pooling, Normalize, like all-MiniLM-L6-v2, so vectors are unit
   length), `1_Pooling/config.json`, `sentence_bert_config.json`, `config_sentence_transformers.json`;
-- `embedkit.json`: how the model was made, and its `fingerprint`.
+- `embedkit.json`: how the model was made, and its `fingerprint` (and, after Matryoshka training,
+  the prefix sizes it was trained at: `model_folder.MATRYOSHKA_DIMS`).
 
 The folder is written atomically (`atomic_dir`): it replaces `out_dir` as a whole, so a run
 folder with checkpoints becomes a clean model folder in one rename. `train_metadata` is what
@@ -27,7 +28,7 @@ from torch import nn
 
 from embedkit import __version__
 from embedkit.encode.identity import TOKENIZER_FILES  # those present in the base folder are copied
-from embedkit.encode.model_folder import fingerprint_files, read_json
+from embedkit.encode.model_folder import MATRYOSHKA_DIMS, fingerprint_files, read_json
 from embedkit.storage.atomic import atomic_dir
 
 if TYPE_CHECKING:
@@ -141,8 +142,11 @@ def train_metadata(
 
     `meta` is what its checkpoints record it was made from (settings, fingerprints, stage 1)."""
     source = str(corpus) if isinstance(corpus, (str, Path)) else "a list of texts"
+    # the sizes its vectors may be cut to; a run that gave the base back was not trained at them
+    dims = [] if keeps_base(config, state) else list(config.matryoshka[0])
     return {
         "method": config.method,
+        **({MATRYOSHKA_DIMS: dims} if dims else {}),
         "training": {
             **meta,
             "steps": state.step,

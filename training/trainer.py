@@ -145,6 +145,7 @@ class TrainJob:
         self.spec = read_model_spec(config.base_model)
         if self.spec.kind != "torch":
             raise InputError(f"--base {self.spec.path} is an ONNX folder: training needs the torch model")
+        config.check_matryoshka(self.spec.dim)
         # what the run is made from: its checkpoints record it, a resume compares it
         self.meta = {
             "config": config.to_dict(),

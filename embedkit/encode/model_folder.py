@@ -45,6 +45,9 @@ _OFFSET_POSITIONS = (
 )
 # transformers' "no limit" model_max_length is 1e30; anything this large is no length at all
 _NO_LENGTH = 10**9
+# embedkit.json: the prefix sizes a Matryoshka-trained model keeps its quality at, largest first
+# (`embedkit train --matryoshka`); absent for any other model
+MATRYOSHKA_DIMS = "matryoshka_dims"
 
 
 def default_base_model_path() -> Path:
@@ -90,6 +93,11 @@ class ModelSpec:
     # A torch folder's sentence-transformers pipeline (pooling, Dense, Normalize); None for ONNX,
     # whose graph holds it.
     modules: SentenceModules | None = field(default=None, compare=False)
+
+    @property
+    def matryoshka_dims(self) -> tuple[int, ...]:
+        """The prefix sizes the model was trained at (`MATRYOSHKA_DIMS`), largest first; () if none."""
+        return tuple(self.metadata.get(MATRYOSHKA_DIMS) or ())
 
 
 def read_model_spec(model: str | Path | ModelSpec | None) -> ModelSpec:
@@ -213,9 +221,22 @@ def _check_metadata(meta: dict[str, Any], path: Path) -> None:
         "fingerprint": (lambda v: isinstance(v, str) and bool(v), "a non-empty string"),
         "kind": (lambda v: v in ("torch", "onnx"), "torch or onnx"),
     }
+    checks[MATRYOSHKA_DIMS] = (
+        lambda v: _is_size_list(v, meta.get("dim")),
+        "distinct positive sizes, largest first, none above 'dim'",
+    )
     for key, (ok, what) in checks.items():
         if key in meta and not ok(meta[key]):
             raise InputError(f"{path}: {key!r} must be {what}, got {meta[key]!r}: the folder is damaged")
+
+
+def _is_size_list(value: object, dim: object) -> bool:
+    if not isinstance(value, list) or not value:
+        return False
+    if not all(isinstance(m, int) and not isinstance(m, bool) and m >= 1 for m in value):
+        return False
+    top = dim if isinstance(dim, int) else value[0]
+    return value == sorted(set(value), reverse=True) and value[0] <= top
 
 
 def _is_pooling_name(value: object) -> bool:

@@ -33,6 +33,7 @@ from embedkit.index.folder import DOCS_FILE, INDEX_FILE, META_FILE, index_files_
 from embedkit.index.lexical import lexical_settings
 from embedkit.index.lexical_rebuild import fill_lexical
 from embedkit.index.meta import IndexMeta
+from embedkit.index.quantized import open_full_vectors, quantization
 from embedkit.index.rows import compacted, remove_rows
 from embedkit.index.version_copy import copy_store, read_faiss_copy, write_faiss
 from embedkit.storage.atomic import write_json_atomic
@@ -128,7 +129,10 @@ def compact_index(out: str | Path) -> EditReport:
         try:
             masked = store.deletions.masked_rows()
             if len(masked):
-                index = compacted(index, old["kind"], old["params"], masked)
+                full = None  # a quantized index is made again from its float vectors
+                if quantization(old["params"]):
+                    full = open_full_vectors(tmp, int(old["dim"]), store.next_row())
+                index = compacted(index, old["kind"], old["params"], masked, full)
             store.deletions.unmask()
             lexical = None
             if old.get("lexical") is not None:  # an earlier embedkit's lexical side is upgraded too

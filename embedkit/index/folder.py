@@ -39,6 +39,7 @@ __all__ = [  # the layout's names, read from here by the rest of the package too
     "check_model_for",
     "check_new_target",
     "check_not_in_index",
+    "fit_encoder",
     "index_files_dir",
     "is_index_folder",
     "locate_model",
@@ -47,7 +48,6 @@ __all__ = [  # the layout's names, read from here by the rest of the package too
     "read_index_meta",
     "relative_model",
 ]
-
 
 
 # --- the folder ----------------------------------------------------------------------------------
@@ -118,7 +118,9 @@ def read_faiss(path: Path, meta: dict[str, Any]):  # -> faiss.Index
     """Read `index.faiss`, checked against the metadata: a truncated or corrupt file is an `InputError`."""
     check_index_file(path, meta)
     try:
-        index = faiss_module().read_index(str(path))
+        faiss = faiss_module()
+        binary = meta["params"].get("quantize") == "binary"  # `embedkit.index.quantized`
+        index = faiss.read_index_binary(str(path)) if binary else faiss.read_index(str(path))
     except RuntimeError as exc:
         raise InputError(f"corrupt index file {path}: {str(exc).strip().splitlines()[-1]}") from None
     if index.ntotal != int(meta["count"]) or index.d != int(meta["dim"]):
@@ -145,8 +147,10 @@ def check_model_for(
         if not model.exists():
             raise InputError(f"the index's model {model} is missing: pass --model with the same model")
     spec = read_model_spec(model)
-    if spec.dim != int(meta["dim"]):
-        raise InputError(f"model {spec.path} gives {spec.dim}-d vectors; the index holds {meta['dim']}-d")
+    if spec.dim != model_dim(meta):
+        raise InputError(
+            f"model {spec.path} gives {spec.dim}-d vectors; the index's model {model_dim(meta)}-d"
+        )
     identity = model_identity(spec, precision)
     check_same_model(
         meta["model_fingerprint"], meta["model"], identity.fingerprint, spec.path, "the index", identity
@@ -154,12 +158,18 @@ def check_model_for(
     return spec
 
 
+def model_dim(meta: dict[str, Any]) -> int:
+    """The dimension of the model an index records: `dim`, unless it keeps only a prefix (`index --dim`)."""
+    return int(meta.get("model_dim") or meta["dim"])
+
+
 def check_encoder_for(meta: dict[str, Any], encoder: Encoder, holder: str) -> None:
-    """An `InputError` unless the open `encoder` runs the model `meta` (an index's) records."""
+    """An `InputError` unless the open `encoder` runs the model `meta` (an index's) records (at the
+    model's dimension, or already cut to the index's: `fit_encoder`)."""
     from embedkit.encode.identity import check_same_model
 
     name = getattr(encoder, "path", "the encoder")
-    if encoder.dim != int(meta["dim"]):
+    if encoder.dim not in (int(meta["dim"]), model_dim(meta)):
         raise InputError(f"model {name} gives {encoder.dim}-d vectors; {holder} holds {meta['dim']}-d")
     identity = getattr(encoder, "identity", None)
     check_same_model(meta["model_fingerprint"], meta["model"], encoder.fingerprint, name, holder, identity)
@@ -174,4 +184,13 @@ def open_model_for(
     """`load_encoder` on `check_model_for(meta, model, precision)`: one read of the folder, one check."""
     from embedkit.encode.loading import load_encoder
 
-    return load_encoder(check_model_for(meta, model, precision), device=device, precision=precision)
+    spec = check_model_for(meta, model, precision)
+    return fit_encoder(meta, load_encoder(spec, device=device, precision=precision))
+
+
+def fit_encoder(meta: dict[str, Any], encoder: Encoder) -> Encoder:
+    """`encoder` giving the index's vectors: its first `dim` dimensions, renormalized, where the
+    index keeps fewer than the model gives (`index --dim`); else `encoder` itself."""
+    from embedkit.encode.dimensions import keep_dimensions
+
+    return keep_dimensions(encoder, int(meta["dim"]))

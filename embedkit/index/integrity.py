@@ -61,6 +61,7 @@ def read_version(folder: Path) -> tuple[dict[str, Any], Any, Any]:
     from embedkit.index.docstore import DocStore
     from embedkit.index.folder import DOCS_FILE, INDEX_FILE, META_FILE, read_faiss, read_index_meta
     from embedkit.index.lexical import lexical_settings
+    from embedkit.index.quantized import open_full_vectors, quantization
 
     # every file of the version, as written (cached: cheap after once), those it opens listed
     verify_checksums(folder, required=(META_FILE, INDEX_FILE, DOCS_FILE))
@@ -76,6 +77,8 @@ def read_version(folder: Path) -> tuple[dict[str, Any], Any, Any]:
                 f"{folder / DOCS_FILE} does not match {folder / INDEX_FILE} ({held:,} rows for "
                 f"{index.ntotal:,} vectors): rebuild the index"
             )
+        if quantization(meta["params"]):  # the float vectors a quantized index rescores with
+            open_full_vectors(folder, int(meta["dim"]), store.next_row())
     except BaseException:
         store.close()
         raise

@@ -35,6 +35,7 @@ from embedkit.index.folder import (
 )
 from embedkit.index.integrity import load_consistent, read_version
 from embedkit.index.kinds import HNSW_EF_SEARCH, SCORE_OVERSHOOT, faiss_module
+from embedkit.index.quantized import RESCORE, first_pass_queries, open_full_vectors, quantization, rescored
 from embedkit.index.rows import labels
 from embedkit.index.where_sql import rows_where
 
@@ -64,6 +65,9 @@ class LocalStore:
         # documents held, where they differ from the vectors (a scan of the documents' keys, once)
         self._documents = docs.document_count() if self.passages else None
         self._filters: dict[str, np.ndarray] = {}  # filter text -> its allowed rows
+        self.quantize = quantization(meta["params"])  # int8 or binary codes, rescored (`quantized`)
+        # a quantized index's float32 vectors by row, memory-mapped (None: FAISS holds floats)
+        self.full = open_full_vectors(self.folder, self.dim, docs.next_row()) if self.quantize else None
 
     @classmethod
     def open(cls, path: str | Path) -> LocalStore:
@@ -123,7 +127,25 @@ class LocalStore:
             return np.empty((len(queries), 0), np.float32), np.empty((len(queries), 0), np.int64)
         normalized = np.ascontiguousarray(l2_normalize(queries))
         params = self.meta["params"]
+        if self.full is not None:
+            return self._rescored(normalized, k, allowed)
         scores, rows = search_rows(self.vectors, self.kind, normalized, k, allowed, self.masked, params)
+        check_scores(scores, rows, self.meta, self.path)
+        return scores, rows
+
+    def _rescored(
+        self, queries: np.ndarray, k: int, allowed: np.ndarray | None
+    ) -> tuple[np.ndarray, np.ndarray]:
+        """A quantized index's search: `RESCORE` x k candidates by their codes, the best k of them
+        by exact cosine against the float vectors (`embedkit.index.quantized`)."""
+        assert self.full is not None
+        wide = min(len(self), k * int(self.meta["params"].get("rescore", RESCORE[str(self.quantize)])))
+        first = first_pass_queries(self.vectors, queries)
+        exact = _full_exact(self.full, queries) if self.kind == "hnsw" else None
+        _, candidates = search_rows(
+            self.vectors, self.kind, first, wide, allowed, self.masked, self.meta["params"], exact
+        )
+        scores, rows = rescored(queries, candidates, self.full, k)
         check_scores(scores, rows, self.meta, self.path)
         return scores, rows
 
@@ -138,6 +160,8 @@ class LocalStore:
         if not len(rows):
             return np.empty((0, self.dim), dtype=np.float32)
         wanted = np.asarray(rows, dtype=np.int64)
+        if self.full is not None:  # a quantized index: its float vectors, not decoded codes
+            return np.asarray(self.full[wanted], dtype=np.float32)
         try:
             return np.asarray(self.vectors.reconstruct_batch(wanted), dtype=np.float32)
         except RuntimeError:  # an IVF index without its direct map, or a GPU index
@@ -188,9 +212,11 @@ def search_rows(
     allowed: np.ndarray | None,
     masked: np.ndarray,
     params: dict[str, Any],
+    exact=None,  # (query rows, k, allowed rows) -> (scores, rows): HNSW's fallback; None: `_exact`
 ) -> tuple[np.ndarray, np.ndarray]:
     """faiss's (scores, rows) [q, k] of normalised `queries`, among the `allowed` rows (sorted; None:
-    all) and never the `masked` ones; padded with row -1 only where fewer than `k` rows are allowed."""
+    all) and never the `masked` ones; padded with row -1 only where fewer than `k` rows are allowed.
+    A binary index's `queries` are their codes, its scores Hamming distances."""
     selector = None  # every row
     available = int(index.ntotal)
     plain = None  # an unfiltered IVF search as the index is set (on a GPU too), before any widening
@@ -222,7 +248,9 @@ def search_rows(
         width = min(limit, width * WIDEN)
     if kind == "hnsw" and short.any():
         rows_allowed = allowed if allowed is not None else np.setdiff1d(labels(index), masked)
-        exact_scores, exact_rows = _exact(index, queries[short], k, rows_allowed)
+        exact_scores, exact_rows = (
+            _exact(index, queries[short], k, rows_allowed) if exact is None else exact(short, k, rows_allowed)
+        )
         scores[short], rows[short] = exact_scores, exact_rows
     return scores, rows
 
@@ -239,9 +267,23 @@ def _parameters(kind: str, selector, width: int, k: int):  # -> faiss.SearchPara
     return faiss.SearchParameters(**chosen)
 
 
+def _full_exact(full: np.ndarray, queries: np.ndarray):
+    """HNSW's exact fallback for a quantized index: cosines against its float vectors by row."""
+
+    def exact(which: np.ndarray, k: int, rows: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        return _top(queries[which], np.asarray(full[np.sort(rows)], np.float32), np.sort(rows), k)
+
+    return exact
+
+
 def _exact(index, queries: np.ndarray, k: int, rows: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """Exact inner-product top-k over the stored vectors of `rows` (HNSW stores them unencoded)."""
     vectors = np.asarray(index.reconstruct_batch(np.ascontiguousarray(rows, dtype=np.int64)), np.float32)
+    return _top(queries, vectors, rows, k)
+
+
+def _top(queries: np.ndarray, vectors: np.ndarray, rows: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]:
+    """The best `k` of `rows` (their `vectors`) for each query by inner product, padded with -1."""
     scores = queries @ vectors.T  # (q, len(rows))
     top = np.argsort(-scores, axis=1, kind="stable")[:, :k]
     found_scores = np.full((len(queries), k), -np.inf, dtype=np.float32)

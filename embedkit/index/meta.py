@@ -42,7 +42,7 @@ class IndexMeta:
 
     model: str  # the model folder queries are embedded with
     model_fingerprint: str  # `embedkit.encode.identity.model_fingerprint` of that model
-    dim: int
+    dim: int  # the vectors' dimension: the model's, or the first `dim` of them (`model_dim`)
     kind: str  # flat, hnsw or ivf-pq (`embedkit.index.kinds`)
     params: dict[str, Any]  # the kind's parameters
     count: int  # vectors: documents, or passages where `passages` is set
@@ -64,6 +64,9 @@ class IndexMeta:
     documents: int | None = None  # documents held where they differ from `count` (passages); None: = count
     query_prefix: str = ""  # put before every query the model embeds (`embedkit.encode.prefixes`)
     passage_prefix: str = ""  # put before every document or passage the model embeds
+    # the model's dimension where the index keeps only the first `dim` of its vectors, renormalized
+    # (`index --dim`, `embedkit.encode.dimensions`); None: the model's own, `dim`
+    model_dim: int | None = None
     metric: str = "inner_product"  # vectors are L2-normalised: inner product = cosine
     normalized: bool = True
     version: int = FORMAT_VERSION
@@ -143,6 +146,8 @@ def _check(meta: dict[str, Any], path: Path) -> None:
         _int(meta, "max_seq_length", path, 1)
     if meta.get("documents") is not None:
         _int(meta, "documents", path, 0)
+    if meta.get("model_dim") is not None:
+        _int(meta, "model_dim", path, meta["dim"])
     from embedkit.index.passages import PassageSettings
     from embedkit.search.request import Calibration
 

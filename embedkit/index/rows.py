@@ -23,17 +23,22 @@ from typing import Any
 import numpy as np
 
 from embedkit.errors import InputError
-from embedkit.index.kinds import faiss_module, new_faiss_index
+from embedkit.index.kinds import faiss_module
+from embedkit.index.quantized import codes, is_binary, is_quantized, new_index
 
 
 def _idmapped(index) -> bool:
     faiss = faiss_module()
-    return isinstance(index, (faiss.IndexIDMap, faiss.IndexIDMap2))
+    return isinstance(
+        index, (faiss.IndexIDMap, faiss.IndexIDMap2, faiss.IndexBinaryIDMap, faiss.IndexBinaryIDMap2)
+    )
 
 
 def add_rows(index, vectors: np.ndarray, first_row: int) -> None:
     """Add `vectors` under rows first_row, first_row + 1, ... (positionally where they are the
     positions, else with their rows as labels)."""
+    if is_binary(index):
+        vectors = codes(vectors)  # a binary index holds the signs, packed (`embedkit.index.quantized`)
     if first_row == index.ntotal and not _idmapped(index):
         index.add(vectors)
         return
@@ -50,7 +55,7 @@ def remove_rows(index, kind: str, rows: np.ndarray):  # -> (faiss.Index, masked:
     """Remove the vectors of `rows` (sorted int64): the index to save, and whether they are only
     masked (HNSW) rather than gone."""
     faiss = faiss_module()
-    if kind == "hnsw":
+    if kind == "hnsw" or is_quantized(index):  # a quantized index's codes are masked like a graph's
         return index, True
     if kind == "flat" and not _idmapped(index):
         index = _labelled_copy(index, np.arange(index.ntotal, dtype=np.int64))
@@ -67,15 +72,24 @@ def labels(index) -> np.ndarray:
     return np.arange(index.ntotal, dtype=np.int64)
 
 
-def compacted(index, kind: str, params: dict[str, Any], masked: np.ndarray):  # -> faiss.Index
-    """A new index of the live vectors of `index` (every label but `masked`), under their rows."""
+def compacted(
+    index, kind: str, params: dict[str, Any], masked: np.ndarray, full: np.ndarray | None = None
+):  # -> faiss.Index
+    """A new index of the live vectors of `index` (every label but `masked`), under their rows; a
+    quantized index is made again from its float vectors `full` (`embedkit.index.quantized`)."""
+    faiss = faiss_module()
     inner = index.index if _idmapped(index) else index
     rows = labels(index)
     keep = ~np.isin(rows, masked)
-    vectors = inner.reconstruct_n(0, inner.ntotal)[keep]
-    fresh = faiss_module().IndexIDMap2(new_faiss_index(kind, index.d, params))
+    vectors = inner.reconstruct_n(0, inner.ntotal)[keep] if full is None else full[np.sort(rows[keep])]
+    rows = rows[keep] if full is None else np.sort(rows[keep])
+    vectors = np.ascontiguousarray(vectors, dtype=np.float32)
+    made = new_index(kind, index.d, params)
+    if not made.is_trained and len(vectors):  # int8: the live vectors' ranges
+        made.train(vectors)
+    fresh = faiss.IndexBinaryIDMap2(made) if is_binary(made) else faiss.IndexIDMap2(made)
     if len(vectors):
-        fresh.add_with_ids(np.ascontiguousarray(vectors), rows[keep])
+        fresh.add_with_ids(codes(vectors) if is_binary(made) else vectors, rows)
     return fresh
 
 

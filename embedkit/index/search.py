@@ -19,7 +19,7 @@ import numpy as np
 from embedkit.encode.prefixes import recorded_prefixes
 from embedkit.errors import InputError
 from embedkit.index.faiss_gpu import placement_for
-from embedkit.index.folder import check_encoder_for, index_files_dir, open_model_for
+from embedkit.index.folder import check_encoder_for, fit_encoder, index_files_dir, open_model_for
 from embedkit.index.local_store import LocalStore
 from embedkit.search import pipeline
 from embedkit.search.hits import Hit
@@ -67,6 +67,11 @@ class SearchIndex:
         path = Path(path)
         placement = placement_for(device, gpu)  # a GPU faiss cannot have: one line, before any reading
         store = LocalStore.open(path)
+        if placement is not None and store.quantize is not None:
+            store.close()
+            raise InputError(
+                f"{path} is a quantized index ({store.quantize}), searched on the CPU: drop --gpu"
+            )
         if placement is not None:
             try:
                 store.vectors = placement.to_gpu(store.vectors, store.kind)
@@ -195,12 +200,13 @@ class SearchIndex:
         check_encoder_for(self.meta, encoder, f"the index {self.path}")
 
     def checked(self, encoder: Encoder | None) -> Encoder:
-        """`encoder` once checked to run this index's model; None: the index's own, opened once."""
+        """`encoder` once checked to run this index's model, giving the index's dimension; None: the
+        index's own, opened once."""
         if encoder is None:
             return self.encoder()
         if encoder is not self._encoder:
             self.check_encoder(encoder)
-        return encoder
+        return fit_encoder(self.meta, encoder)  # cut to the index's dimension (`index --dim`)
 
     def search_text(
         self,

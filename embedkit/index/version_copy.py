@@ -15,11 +15,15 @@ from embedkit.index.folder import DOCS_FILE, INDEX_FILE, index_files_dir, read_f
 from embedkit.index.kinds import faiss_module
 from embedkit.index.lexical import LEXICAL_DIR, LexicalIndex, LexicalSettings, is_current_format
 from embedkit.index.lexical_rebuild import fill_lexical
+from embedkit.index.quantized import FULL_VECTORS, is_binary
 
 
 def read_faiss_copy(out: Path, tmp: Path, meta: dict[str, Any]):  # -> faiss.Index
-    """The live version's FAISS index, copied into the staging folder `tmp` and read from there."""
+    """The live version's FAISS index (and a quantized index's float vectors), copied into the
+    staging folder `tmp` and read from there."""
     shutil.copy2(index_files_dir(out) / INDEX_FILE, tmp / INDEX_FILE)
+    if (index_files_dir(out) / FULL_VECTORS).is_file():  # a quantized index's float vectors
+        shutil.copy2(index_files_dir(out) / FULL_VECTORS, tmp / FULL_VECTORS)
     return read_faiss(tmp / INDEX_FILE, meta)
 
 
@@ -45,5 +49,6 @@ def copy_store(out: Path, tmp: Path, meta: dict[str, Any]) -> DocStore:
 
 def write_faiss(index, path: Path) -> int:
     """Write a CPU index to `path`; its size in bytes (recorded, and checked on load)."""
-    faiss_module().write_index(index, str(path))
+    faiss = faiss_module()
+    (faiss.write_index_binary if is_binary(index) else faiss.write_index)(index, str(path))
     return path.stat().st_size

@@ -29,6 +29,7 @@ from embedkit.data.corpus import ReadStats, is_line_file
 from embedkit.data.fingerprint import CorpusFingerprint, combined
 from embedkit.data.textfolder import check_folder, is_text_folder
 from embedkit.encode.default_onnx import recorded_model_path
+from embedkit.encode.dimensions import TruncatedEncoder, keep_dimensions
 from embedkit.encode.prefixes import Prefixes, check_recorded, recorded_prefixes, resolve_prefixes
 from embedkit.errors import InputError
 from embedkit.evaluation.fusion_calibration import calibrate_version
@@ -44,17 +45,19 @@ from embedkit.index.folder import (
     check_encoder_for,
     check_index_file,
     check_new_target,
+    fit_encoder,
     index_files_dir,
     open_model_for,
     read_index_meta,
     relative_model,
 )
-from embedkit.index.kinds import KINDS, choose_kind, index_params, new_faiss_index, train_ivf
+from embedkit.index.kinds import KINDS
 from embedkit.index.lexical_rebuild import fill_lexical
 from embedkit.index.meta import IndexMeta, new_index_id, now
 from embedkit.index.passages import PassageSettings, PassageSplitter, passage_settings
-from embedkit.index.rows import add_rows
+from embedkit.index.quantized import check_quantize, quantization
 from embedkit.index.version_copy import copy_store, read_faiss_copy, write_faiss
+from embedkit.jobs.index_vectors import Target, VectorWriter
 from embedkit.jobs.streaming import (
     Corpus,
     CorpusOptions,
@@ -73,14 +76,18 @@ from embedkit.storage.versioned import new_version
 if TYPE_CHECKING:
     from embedkit.encode.protocol import Encoder
 
-SPOOL = "vectors.tmp.f32"  # a new index's vectors, in the build folder until its kind is chosen
-
 
 @dataclass(frozen=True)
 class IndexOptions:
     """How `build_index` builds or extends an index; the defaults are `embedkit index`'s."""
 
     kind: str = "auto"  # auto, flat, hnsw or ivf-pq (`embedkit.index.kinds`)
+    # keep the first `dim` dimensions of each vector, renormalized (`embedkit.encode.dimensions`);
+    # None: the model's own (an append keeps the index's)
+    dim: int | None = None
+    # int8 or binary: FAISS searches compact codes, the best candidates rescored with the float
+    # vectors kept on disk (`embedkit.index.quantized`); None: float vectors (an append keeps the index's)
+    quantize: str | None = None
     append: bool = False  # add to the index in `out`
     upsert: bool = False  # with `append`: documents whose ids the index holds replace them
     overwrite: bool = False  # replace the index in `out`
@@ -203,17 +210,37 @@ def prepare(corpus: Corpus, out: Path, model: Encoder | str | Path | None, optio
     # line ids go on after the index's, not from 1 again; an upsert keeps them, to meet its lines
     if old is not None and not options.upsert and isinstance(corpus, (str, Path)) and is_line_file(corpus):
         options = replace(options, corpus=replace(options.corpus, first_line_id=_largest_number_id(out)))
+    _check_vector_options(options, old)
     if old is not None and (model is None or isinstance(model, (str, Path))):
         encoder = open_model_for(old, model, options.device, options.precision)
     else:
         encoder = as_encoder(model, options.device, options.precision)
     if old is None:
+        encoder = keep_dimensions(encoder, options.dim)
         prefixes = resolve_prefixes(encoder.path, options.query_prefix, options.passage_prefix)
     else:
         check_encoder_for(old, encoder, f"the index {out}")
+        encoder = fit_encoder(old, encoder)
         prefixes = recorded_prefixes(old)
         check_recorded(prefixes, options.query_prefix, options.passage_prefix, "index")
     return Plan(corpus, out, options, old, encoder, prefixes, split, placement)
+
+
+def _check_vector_options(options: IndexOptions, old: dict[str, Any] | None) -> None:
+    """--quantize and --dim: known values for a new index; an append keeps the index's."""
+    if options.quantize is not None:
+        check_quantize(options.quantize, "flat" if options.kind == "auto" else options.kind, 8)
+        if options.gpu or (options.device or "").startswith("cuda"):
+            raise InputError("--quantize builds on the CPU: drop --gpu and a cuda --device")
+    if old is not None and options.quantize not in (None, quantization(old["params"])):
+        held = quantization(old["params"]) or "float vectors"
+        raise InputError(
+            f"--quantize {options.quantize} differs from the index's ({held}); an append keeps it"
+        )
+    if old is not None and options.dim not in (None, int(old["dim"])):
+        raise InputError(
+            f"--dim {options.dim} differs from the index's dimension {old['dim']}; an append keeps it"
+        )
 
 
 def _largest_number_id(out: Path) -> int:
@@ -226,7 +253,15 @@ def fill(plan: Plan, tmp: Path, progress: bool) -> Filled:
     and embedded, an upsert's replaced documents removed first; then the vectors into FAISS."""
     store, index = _opened(plan, tmp)
     try:
-        writer = _VectorWriter(plan, index, tmp, store.next_row())
+        writer = VectorWriter(
+            index,
+            tmp,
+            store.next_row(),
+            plan.encoder.dim,
+            Target(plan.old, plan.options.kind, plan.options.quantize, plan.options.corpus.chunk_size),
+            plan.placement,
+            on_gpu=_appends_on_gpu(plan),
+        )
         if not store.deletions.any() and writer.first_row != (index.ntotal if index is not None else 0):
             raise InputError(
                 f"{store.path} holds {writer.first_row} documents but the index {index.ntotal} vectors"
@@ -259,7 +294,7 @@ def fill(plan: Plan, tmp: Path, progress: bool) -> Filled:
 
 
 def _embed(
-    plan: Plan, store: DocStore, writer: _VectorWriter, tally: _Tally, chunk: list, bar: ProgressBar
+    plan: Plan, store: DocStore, writer: VectorWriter, tally: _Tally, chunk: list, bar: ProgressBar
 ) -> None:
     """One chunk: an upsert's replaced documents removed, then its texts embedded (with the
     passage prefix) and stored, vectors and documents at the same rows."""
@@ -304,7 +339,7 @@ class _Tally:
             self._new.add_fields(doc.id, doc.title, doc.text)
         self.count += len(documents)
 
-    def replace(self, store: DocStore, writer: _VectorWriter, chunk: list) -> None:
+    def replace(self, store: DocStore, writer: VectorWriter, chunk: list) -> None:
         """Remove the index's documents (every row) whose ids `chunk` holds: those held before this
         run; a repeated id within the corpus stays a duplicate (an `InputError` at `add`)."""
         found = store.rows_by_id(list(dict.fromkeys(str(unit.id) for unit in chunk)))
@@ -317,48 +352,6 @@ class _Tally:
     def fingerprint(self) -> str | None:
         """The index's: this corpus's, added to the appended index's (None: that one is unknown)."""
         return combined(self._old, self._new.hex) if self._appending else self._new.hex
-
-
-class _VectorWriter:
-    """Vectors into the appended index as they come, or for a new index into `SPOOL` until
-    `finish` knows how many there are (the kind and its parameters depend on it)."""
-
-    def __init__(self, plan: Plan, index: Any, tmp: Path, first_row: int) -> None:
-        self.plan, self.index, self.first_row, self.next_row = plan, index, first_row, first_row
-        self.kind = plan.old["kind"] if plan.old else ""
-        self.added = 0
-        self._spool_path = tmp / SPOOL
-        self._spool = self._spool_path.open("wb") if index is None else None
-
-    def write(self, vectors: np.ndarray) -> None:
-        if self._spool is not None:
-            self._spool.write(np.ascontiguousarray(vectors, dtype=np.float32).tobytes())
-        else:
-            add_rows(self.index, vectors, self.next_row)
-        self.next_row += len(vectors)
-        self.added += len(vectors)
-
-    def finish(self, documents: int) -> tuple[str, str, dict[str, Any], Any]:
-        """(kind, why, params, the CPU index) once every vector is written."""
-        plan, dim = self.plan, self.plan.encoder.dim
-        if self._spool is None:
-            index = plan.placement.to_cpu(self.index) if _appends_on_gpu(plan) else self.index
-            return self.kind, "the index's kind", dict(plan.old["params"]), index  # type: ignore[index]
-        self._spool.close()
-        kind, reason = choose_kind(plan.options.kind, self.added, dim, gpu=plan.placement is not None)
-        params = index_params(kind, self.added, dim)
-        index = new_faiss_index(kind, dim, params)
-        work = plan.placement.to_gpu(index, kind) if plan.placement else index
-        vectors = np.memmap(self._spool_path, dtype=np.float32, mode="r", shape=(self.added, dim))
-        chunk = plan.options.corpus.chunk_size
-        if not work.is_trained:
-            train_ivf(work, vectors, chunk)  # trained on a fixed-seed sample, then every vector added
-        else:
-            for start in range(0, self.added, chunk):
-                add_rows(work, np.ascontiguousarray(vectors[start : start + chunk]), start)
-        del vectors
-        self._spool_path.unlink()
-        return kind, reason, params, plan.placement.to_cpu(work) if plan.placement else work
 
 
 def calibrated(plan: Plan, filled: Filled, tmp: Path) -> Calibration | None:
@@ -387,6 +380,7 @@ def record(plan: Plan, filled: Filled, tmp: Path, fusion: Calibration | None) ->
         model_fingerprint=encoder.fingerprint,
         model_backend=encoder.backend,
         dim=encoder.dim,
+        model_dim=encoder.encoder.dim if isinstance(encoder, TruncatedEncoder) else None,
         max_seq_length=encoder.max_seq_length,
         kind=filled.kind,
         kind_reason=old.get("kind_reason", filled.reason),

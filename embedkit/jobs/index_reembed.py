@@ -2,13 +2,14 @@
 
 `embedkit adapt` ends here: the index's documents (ids, titles, texts, metadata) are embedded again
 with the adapted model into a new version of the same kind (`build_index(overwrite=True)`, the
-versioned replace: a kill leaves the old version searchable). The result is what a fresh
-`embedkit index` of the same corpus with that model gives: the same passages and prefixes too, but
-for the fusion: the new version keeps the index's recorded one (or none, and so the default), not a
-calibration made with the new model. An adapted model was trained on pseudo queries cut from these
-very documents, the kind the calibration scores, so it looks better on them than it is: on Cranfield
-a calibration after `adapt` turned fusion off (dense 52.32 nDCG@10), where the kept fusion of the
-base model's calibration scored 56.79 (docs/training.md "After adapt: the index").
+versioned replace: a kill leaves the old version searchable). The result is what a fresh `embedkit
+index` of the same corpus with that model gives: the same passages, prefixes, dimension and
+quantization too, but for the fusion: the new version keeps the index's recorded one (or none, and
+so the default), not a calibration made with the new model. An adapted model was trained on pseudo
+queries cut from these very documents, the kind the calibration scores, so it looks better on them
+than it is: on Cranfield a calibration after `adapt` turned fusion off (dense 52.32 nDCG@10), where
+the kept fusion of the base model's calibration scored 56.79 (docs/training.md "After adapt: the
+index").
 """
 
 from __future__ import annotations
@@ -51,6 +52,8 @@ def reembed_index(
                 _write_documents(store, corpus)
         settings = IndexOptions(
             kind=str(meta["kind"]),
+            dim=int(meta["dim"]) if meta.get("model_dim") else None,  # `index --dim`, kept
+            quantize=meta["params"].get("quantize"),  # `index --quantize`, kept
             overwrite=True,
             lexical=meta.get("lexical") is not None,
             calibrate=False,

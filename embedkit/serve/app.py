@@ -37,8 +37,10 @@ from starlette.responses import Response
 from starlette.routing import Route
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
+from embedkit.encode.dimensions import truncate_vectors
 from embedkit.errors import InputError
 from embedkit.search.hits import DEFAULT_FIELDS, checked_fields, hit_record
+from embedkit.serve.dimensions import cut, dimensions_problem
 from embedkit.serve.dynamic_batcher import BatcherClosed, QueueFull, TooLarge
 from embedkit.serve.engine import Embedded, Engine
 from embedkit.serve.metrics import CONTENT_TYPE
@@ -184,11 +186,12 @@ async def embeddings(request: Request) -> Response:
     assert model is not None  # every engine is ready once the first one is
     texts, encoding = values["input"], values["encoding_format"]
     dimensions = values.get("dimensions")
-    if dimensions is not None and dimensions != model.dim:
-        message = f"this model gives {model.dim}-d vectors; 'dimensions' cannot change that"
-        raise ApiError(422, message, param="dimensions")
+    problem = dimensions_problem(model.dim, dimensions)
+    if problem is not None:
+        raise ApiError(422, problem, param="dimensions")
     result = await server.embed(request, texts, engine)
-    vectors = result.vectors
+    size = cut(dimensions, model.dim)  # OpenAI's shortened vectors are unit length: renormalized
+    vectors = result.vectors if size is None else truncate_vectors(result.vectors, size)
     if encoding == "base64":
         # OpenAI's encoding: the little-endian float32 bytes of each vector, base64.
         little = vectors.astype("<f4", copy=False)

@@ -231,9 +231,9 @@ class Engine:
             "inference_workers": sizing.workers,
             "batches_in_flight": sizing.batches_in_flight,
             "prepares_ahead": sizing.prepares_ahead,
-            "tokenization": "thread" if sizing.inline_tokenize_chars == 0 else (
-                f"event loop up to {sizing.inline_tokenize_chars} characters a request, else a thread"
-            ),
+            "tokenization": "thread"
+            if sizing.inline_tokenize_chars == 0
+            else (f"event loop up to {sizing.inline_tokenize_chars} characters a request, else a thread"),
             "max_queue_tokens": sizing.max_queue_tokens,
             "shapes": shapes.describe(sizing.max_rows) if shapes is not None else {"fixed": False},
             "warmup": {
@@ -295,6 +295,7 @@ class Engine:
         model = self.model
 
         def run() -> Answer:
+            from embedkit.index.folder import fit_encoder
             from embedkit.search import pipeline
 
             index = self._live_index()
@@ -305,7 +306,8 @@ class Engine:
             if request.mode != "lexical":
                 _, lengths, truncated = model.tokenize(index.prefixes.queries(queries))
                 self.metrics.count_texts(len(queries), sum(lengths), truncated)
-            encoder = model.encoder if request.mode != "lexical" else None
+            # an index of fewer dimensions than the model's (`index --dim`) gets its prefix
+            encoder = fit_encoder(index.meta, model.encoder) if request.mode != "lexical" else None
             hits = pipeline.search(index.store, queries, encoder, request, index.prefixes)
             return Answer(hits, truncated, request, index.version)
 

@@ -36,6 +36,7 @@ from starlette.responses import Response
 from starlette.routing import Route
 
 from embedkit.encode.batching import l2_normalize
+from embedkit.serve.dimensions import cut, dimensions_problem
 from embedkit.serve.engine import Engine
 from embedkit.serve.schemas import TEI_EMBED, TEI_RERANK, Body, BodyError
 from embedkit.serve.served_model import ServedModel
@@ -87,10 +88,9 @@ def _prompted(model: ServedModel, values: dict[str, Any]) -> list[str]:
     """The inputs, each after the model's prompt `prompt_name`; TEI's other fields checked against
     what this server does (a 422 where it cannot, never a field ignored)."""
     _check_direction(values)
-    dimensions = values.get("dimensions")
-    if dimensions is not None and dimensions != model.dim:
-        message = f"dimensions {dimensions}: this model gives {model.dim}-d vectors and cannot change that"
-        raise TeiError(422, "Validation", message)
+    problem = dimensions_problem(model.dim, values.get("dimensions"))
+    if problem is not None:
+        raise TeiError(422, "Validation", problem)
     name = values.get("prompt_name")
     if name is None:
         return values["inputs"]
@@ -157,7 +157,9 @@ class TeiRoutes:
                     f"(inputs[{longest}] has more); send truncate=true to cut it",
                 )
         result = await self.helpers.embed(request, texts)
-        return l2_normalize(result.vectors) if values["normalize"] else result.vectors
+        size = cut(values.get("dimensions"), model.dim)  # TEI cuts first, then normalizes
+        vectors = result.vectors if size is None else result.vectors[:, :size]
+        return l2_normalize(vectors) if values["normalize"] else vectors
 
     async def rerank_work(self, request: Request) -> list[dict[str, Any]]:
         self.helpers.authorize(request)

@@ -66,6 +66,22 @@ def bad_inputs(tmp_path: Path, tiny_bert: Path) -> dict[str, tuple[list[str], st
             [str(tmp_path / "ok.txt"), *base, "--resume"],
             r"nothing to resume in .*out: it holds no checkpoint",
         ),
+        "matryoshka not sizes": (
+            [str(tmp_path / "ok.txt"), *base, "--matryoshka", "32,x"],
+            r"matryoshka_dims='32,x' is not a valid comma-separated list of ints",
+        ),
+        "matryoshka above the model": (
+            [str(tmp_path / "ok.txt"), *base, "--matryoshka", "64,32,16"],
+            r"matryoshka_dims 64: larger than the base model's 32 dimensions",
+        ),
+        "matryoshka without the model's size": (
+            [str(tmp_path / "ok.txt"), *base, "--matryoshka", "16,8"],
+            r"matryoshka_dims must include 32, the base model's dimension",
+        ),
+        "matryoshka weights mismatch": (
+            [str(tmp_path / "ok.txt"), *base, "--matryoshka", "32,16", "--matryoshka-weights", "1,1,1"],
+            r"one weight per size of matryoshka_dims \(2\), got 3",
+        ),
     }
 
 
@@ -80,6 +96,10 @@ def bad_inputs(tmp_path: Path, tiny_bert: Path) -> dict[str, tuple[list[str], st
         "bad --set",
         "cuda without a GPU",
         "nothing to resume",
+        "matryoshka not sizes",
+        "matryoshka above the model",
+        "matryoshka without the model's size",
+        "matryoshka weights mismatch",
     ],
 )
 def test_bad_input_exits_2_with_one_line_and_writes_nothing(
@@ -115,6 +135,19 @@ def test_a_short_run_writes_a_model(tmp_path: Path, corpus: Path, tiny_bert: Pat
 
     again = CliRunner().invoke(app, args)  # a finished model is not overwritten silently
     assert again.exit_code == 2 and "pass --overwrite" in again.stderr
+
+
+def test_matryoshka_run_records_its_sizes(tmp_path: Path, corpus: Path, tiny_bert: Path) -> None:
+    out = tmp_path / "out"
+    args = ["train", str(corpus), "--out", str(out), "--base", str(tiny_bert), "--method", "simcse"]
+    args += ["--max-steps", "2", "--batch-size", "4", "--quiet"]
+    args += ["--matryoshka", "8,32,16", "--matryoshka-weights", "0.5,1,2"]
+    result = CliRunner().invoke(app, args)
+    assert result.exit_code == 0, result.output
+    meta = json.loads((out / "embedkit.json").read_text())
+    assert meta["matryoshka_dims"] == [32, 16, 8]
+    config = meta["training"]["config"]
+    assert (config["matryoshka_dims"], config["matryoshka_weights"]) == ([8, 32, 16], [0.5, 1.0, 2.0])
 
 
 def test_worse_than_base_is_said_plainly(

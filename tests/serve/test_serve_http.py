@@ -231,7 +231,7 @@ def test_api_key_is_required_except_for_health(server: Server):
         ),
         ("/v1/embeddings", b'{"input": "x", "encoding_format": "hex"}', 422, "encoding_format"),
         ("/v1/embeddings", b'{"input": "x", "model": 3}', 422, "'model'"),
-        ("/v1/embeddings", b'{"input": "x", "dimensions": 8}', 422, "32-d"),
+        ("/v1/embeddings", b'{"input": "x", "dimensions": 64}', 422, "32-d"),
         ("/search", b'{"query": 3}', 422, "'query' must be a string"),
         ("/search", b'{"queries": []}', 422, "empty list"),
         ("/search", b'{"query": "x", "queries": ["y"]}', 422, "one of"),

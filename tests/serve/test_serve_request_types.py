@@ -86,7 +86,7 @@ def test_null_and_wrong_types_are_a_4xx_naming_the_field(client, path, name, fie
     assert response.status_code < 500, (body, response.text)  # never a server error
     valid = _validator(name).is_valid(body)
     if valid:
-        # the schema-valid refusals: 'dimensions' must equal the model's own, 'where' must parse,
+        # the schema-valid refusals: 'dimensions' must not exceed the model's own, 'where' must parse,
         # 'prompt_name' must name one of the model's prompts (the tiny model has none)
         refusable = ("dimensions", "where", "prompt_name")
         assert response.status_code == 200 or field in refusable, (body, response.text)

@@ -15,6 +15,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
+from training_runs import CORPUS, Killed, config, weights
 
 from embedkit.encode.identity import model_fingerprint
 from embedkit.encode.model_folder import read_model_spec
@@ -28,35 +29,9 @@ from embedkit.training.trainer import train
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 
-# Distinct lengths, so the sentences differ even for a tokenizer that knows few words.
-CORPUS = [" ".join(["wing flow"] * n) + f" {n}" for n in range(1, 13)]
-
-
-def config(base: Path, **changes: object) -> TrainConfig:
-    # CPU even where CUDA exists: the exact-resume comparison needs CPU determinism
-    defaults = {
-        "base_model": str(base),
-        "batch_size": 4,
-        "epochs": 100,
-        "max_steps": 4,
-        "queue_size": 6,
-        "device": "cpu",
-    }
-    return TrainConfig(**{**defaults, **changes})  # type: ignore[arg-type]
-
-
-def weights(folder: Path) -> dict[str, torch.Tensor]:
-    from safetensors.torch import load_file
-
-    return load_file(str(folder / "model.safetensors"))
-
 
 def metric_records(folder: Path) -> list[dict]:
     return [json.loads(line) for line in (folder / "metrics.jsonl").read_text().splitlines()]
-
-
-class Killed(Exception):
-    """Stands for the process being killed after a step."""
 
 
 # --- the objective on one batch --------------------------------------------------------------------
@@ -199,7 +174,6 @@ def test_each_method_runs(tmp_path: Path, tiny_bert: Path, method: str, terms: s
 
 def test_model_without_token_type_ids_and_cls_pooling(tmp_path: Path, tiny_bert_no_types: Path) -> None:
     from sentence_transformers import SentenceTransformer
-
 
     out = tmp_path / "out"
     train(CORPUS, out, config(tiny_bert_no_types, method="micse", max_steps=2), progress=False)

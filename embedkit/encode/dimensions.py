@@ -1,0 +1,68 @@
+"""Fewer dimensions from the same vectors: the first N of each, renormalized.
+
+A model trained with Matryoshka Representation Learning (Kusupati et al., NeurIPS 2022;
+`embedkit train --matryoshka`) keeps most of its quality in every prefix it was trained at
+(`ModelSpec.matryoshka_dims`); any other model can be truncated the same way, at a larger loss.
+The prefix is renormalized, so inner products stay cosine similarities. numpy only.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+
+from embedkit.encode.protocol import EncoderBase
+from embedkit.errors import InputError
+
+
+def truncate_vectors(vectors: np.ndarray, dim: int) -> np.ndarray:
+    """The first `dim` columns of (n, D) `vectors` (or of one (D,) vector), each row L2-normalized.
+
+    A row whose prefix is all zeros stays zeros. Returns float32, a new array.
+    """
+    array = np.asarray(vectors, dtype=np.float32)
+    if array.ndim not in (1, 2):
+        raise InputError(f"vectors must be (n, D) or (D,), got shape {array.shape}")
+    full = array.shape[-1]
+    if isinstance(dim, bool) or not isinstance(dim, (int, np.integer)) or not 1 <= dim <= full:
+        raise InputError(f"cannot keep {dim!r} dimensions of {full}-d vectors: use 1 to {full}")
+    prefix = array[..., :dim]
+    norms = np.linalg.norm(prefix, axis=-1, keepdims=True)
+    return np.divide(prefix, norms, out=np.zeros_like(prefix), where=norms > 0)
+
+
+class TruncatedEncoder(EncoderBase):
+    """Another encoder's vectors cut to their first `dim` dimensions and renormalized
+    (`truncate_vectors`): what an index built with `index --dim` embeds its documents and queries
+    with. Everything else (path, fingerprint, tokenizer, device) is the wrapped encoder's."""
+
+    def __init__(self, encoder: Any, dim: int) -> None:
+        if isinstance(dim, bool) or not isinstance(dim, int) or not 1 <= dim <= encoder.dim:
+            raise InputError(
+                f"cannot keep {dim!r} dimensions of {encoder.dim}-d vectors: use 1 to {encoder.dim}"
+            )
+        self.encoder = encoder
+        self.dim = dim
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.encoder, name)  # backend, path, fingerprint, truncated, batcher, ...
+
+    def encode_texts(
+        self, texts: Sequence[str], batch_size: int, normalize: bool | None, progress: bool
+    ) -> np.ndarray:
+        full = self.encoder.encode(list(texts), batch_size=batch_size, normalize=True, progress=progress)
+        return truncate_vectors(np.asarray(full).reshape(len(texts), -1), self.dim)
+
+
+def keep_dimensions(encoder: Any, dim: int | None) -> Any:
+    """`encoder` giving its first `dim` dimensions, renormalized; itself where `dim` is None or its own."""
+    if dim is None or dim == encoder.dim:
+        return encoder
+    if isinstance(encoder, TruncatedEncoder):
+        encoder = encoder.encoder
+    return TruncatedEncoder(encoder, dim)
+
+
+__all__ = ["TruncatedEncoder", "keep_dimensions", "truncate_vectors"]
