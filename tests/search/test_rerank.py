@@ -87,6 +87,7 @@ def index(tmp_path_factory: pytest.TempPathFactory, tiny_bert: Path) -> Path:
 def _search(index: Path, *args: str) -> list[dict]:
     from embedkit.cli.app import app
 
+    args = ("--include", "title,text,scores", *args)  # the documents' text, which the cross-encoder reads
     result = CliRunner().invoke(app, ["search", str(index), QUERY, "--json", "--device", "cpu", *args])
     assert result.exit_code == 0, result.output
     return json.loads(result.stdout)["hits"]

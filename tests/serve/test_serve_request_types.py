@@ -87,8 +87,9 @@ def test_null_and_wrong_types_are_a_4xx_naming_the_field(client, path, name, fie
     valid = _validator(name).is_valid(body)
     if valid:
         # the schema-valid refusals: 'dimensions' must not exceed the model's own, 'where' must parse,
-        # 'prompt_name' must name one of the model's prompts (the tiny model has none)
-        refusable = ("dimensions", "where", "prompt_name")
+        # 'prompt_name' must name one of the model's prompts (the tiny model has none), 'include'
+        # must name hit fields
+        refusable = ("dimensions", "where", "prompt_name", "include")
         assert response.status_code == 200 or field in refusable, (body, response.text)
         return
     assert response.status_code in (400, 422), (body, response.text)

@@ -61,9 +61,8 @@ def test_raw_scores_are_the_logits(client, reference):
 
 
 def test_search_rerank_depth_reorders_the_first_hits_by_the_cross_encoder(client, reference):
-    first = client.post("/search", json={"query": QUERY, "k": 6, "mode": "dense"}).json()["results"][0][
-        "hits"
-    ]
+    asked = {"query": QUERY, "k": 6, "mode": "dense", "include": ["title", "text"]}
+    first = client.post("/search", json=asked).json()["results"][0]["hits"]
     texts = [f"{h['title']} {h['text']}".strip() for h in first]
     expected = reference.predict([(QUERY, t) for t in texts])
     order = np.argsort(-expected, kind="stable")[:4]
