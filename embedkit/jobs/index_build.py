@@ -159,6 +159,7 @@ def build_index(
     start, truncated = time.perf_counter(), plan.encoder.truncated
     with new_version(plan.out) as tmp:
         filled = fill(plan, tmp, progress)
+        truncated = plan.encoder.truncated - truncated  # the corpus's texts, not the calibration's
         calibration = calibrated(plan, filled, tmp) if fusion is None else None
         meta = record(plan, filled, tmp, calibration or fusion)
     return IndexReport(
@@ -169,7 +170,7 @@ def build_index(
         filled.documents,
         meta.count - filled.masked if filled.held is None else filled.held,
         time.perf_counter() - start,
-        plan.encoder.truncated - truncated,
+        truncated,
         plan.encoder.backend,
         str(plan.encoder.device),
         appended=plan.old is not None,
