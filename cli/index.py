@@ -300,8 +300,5 @@ def _print_built(report: IndexReport, what: str) -> None:
     if report.passages:
         print_truncated(console, report.truncated, "passages", ": choose a shorter --passages N")
     else:
-        from embedkit.index import read_index_meta
-
-        longest = read_index_meta(report.path).get("max_seq_length") or 256  # the longest passage it takes
-        hint = f": `--passages {longest}:{longest // 4}` indexes the rest"
+        hint = f": `--passages {report.passage_advice}` indexes the rest" if report.passage_advice else ""
         print_truncated(console, report.truncated, hint=hint)

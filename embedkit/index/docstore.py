@@ -31,7 +31,7 @@ from __future__ import annotations
 import json
 import sqlite3
 from collections import Counter
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 
 from embedkit.data.document import Document, Passage, TextSpan
@@ -295,6 +295,11 @@ class DocStore:
         for doc_id, row in sorted(self._query_in(sql, [str(i) for i in ids]), key=lambda pair: pair[1]):
             found.setdefault(doc_id, []).append(int(row))
         return found
+
+    def titles(self) -> Iterator[str]:
+        """Every document's title, in row order (an empty one for a document without)."""
+        for (title,) in self._db.execute("SELECT title FROM documents ORDER BY row"):
+            yield title
 
     def iter_documents(self, batch: int = READ_BATCH):  # -> Iterator[Document]
         """Every document once, in the order they were added (whatever the rows of their passages)."""

@@ -106,6 +106,29 @@ def token_windows(count: int, size: int, overlap: int) -> list[tuple[int, int]]:
     return windows
 
 
+def fitting_passages(model_dir: str | Path, titles: Iterable[str]) -> PassageSettings | None:
+    """The longest passages a model takes whole with the longest of `titles` before each and its
+    special tokens around them, overlapping by a quarter: the `--passages` an index of whole
+    documents advises when some were cut. None when the titles leave too little room for one."""
+    from embedkit.encode.batching import load_tokenizer
+    from embedkit.encode.model_folder import read_model_spec
+
+    longest = read_model_spec(model_dir).max_seq_length
+    tokenizer = load_tokenizer(Path(model_dir), longest)
+    tokenizer.no_truncation()
+    specials = len(tokenizer.encode("", add_special_tokens=True).ids)
+    title_tokens, batch = 0, []
+    for title in [*titles, None]:  # None: the end, the last batch measured
+        if title:
+            batch.append(title)
+        if batch and (title is None or len(batch) >= 1024):
+            encodings = tokenizer.encode_batch(batch, add_special_tokens=False)
+            title_tokens = max(title_tokens, *(len(e.ids) for e in encodings))
+            batch = []
+    tokens = longest - specials - title_tokens
+    return PassageSettings(tokens, tokens // 4) if tokens >= 16 else None
+
+
 class PassageSplitter:
     """Splits documents into passages with a model folder's tokenizer."""
 

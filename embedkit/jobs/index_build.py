@@ -54,7 +54,7 @@ from embedkit.index.folder import (
 from embedkit.index.kinds import KINDS
 from embedkit.index.lexical_rebuild import fill_lexical
 from embedkit.index.meta import IndexMeta, new_index_id, now
-from embedkit.index.passages import PassageSettings, PassageSplitter, passage_settings
+from embedkit.index.passages import PassageSettings, PassageSplitter, fitting_passages, passage_settings
 from embedkit.index.quantized import check_quantize, quantization
 from embedkit.index.version_copy import copy_store, read_faiss_copy, write_faiss
 from embedkit.jobs.index_vectors import Target, VectorWriter
@@ -160,6 +160,10 @@ def build_index(
     with new_version(plan.out) as tmp:
         filled = fill(plan, tmp, progress)
         truncated = plan.encoder.truncated - truncated  # the corpus's texts, not the calibration's
+        advice = None  # the passages that would have kept every word
+        if truncated and plan.split is None:
+            with DocStore.open(tmp / DOCS_FILE) as docs:
+                advice = fitting_passages(plan.encoder.path, docs.titles())
         calibration = calibrated(plan, filled, tmp) if fusion is None else None
         meta = record(plan, filled, tmp, calibration or fusion)
     return IndexReport(
@@ -183,6 +187,7 @@ def build_index(
         binary_files=filled.read.binary,
         recoded_files=tuple(filled.read.recoded),
         prefixes=plan.prefixes.describe(),
+        passage_advice=advice.describe() if advice is not None else None,
     )
 
 
