@@ -147,10 +147,10 @@ def check_model_for(
         if not model.exists():
             raise InputError(f"the index's model {model} is missing: pass --model with the same model")
     spec = read_model_spec(model)
-    if spec.dim != model_dim(meta):
-        raise InputError(
-            f"model {spec.path} gives {spec.dim}-d vectors; the index's model {model_dim(meta)}-d"
-        )
+    expected, dim = model_dim(meta), int(meta["dim"])
+    if spec.dim != expected:
+        cut = f" (the first {dim} of {expected})" if expected != dim else ""
+        raise InputError(f"model {spec.path} gives {spec.dim}-d vectors; the index holds {dim}-d{cut}")
     identity = model_identity(spec, precision)
     check_same_model(
         meta["model_fingerprint"], meta["model"], identity.fingerprint, spec.path, "the index", identity
