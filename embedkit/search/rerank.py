@@ -27,9 +27,9 @@ if TYPE_CHECKING:
 
     from embedkit.search.request import SearchRequest
 
-# Hits a query's cross-encoder scores by default: its cost grows with the depth, one model run per
-# pair. A choice of cost, not of quality (no cross-encoder could be measured here); a hybrid search's
-# fused list is 100 deep, and its first 50 hold what a user reads.
+# Hits a query's cross-encoder scores by default: half of a hybrid search's 100 fused candidates
+# (`FUSION_DEPTH`). A choice of cost (one model run per pair), not of quality: no cross-encoder
+# could be measured here.
 DEFAULT_RERANK_DEPTH = 50
 
 
