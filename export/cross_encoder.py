@@ -25,6 +25,7 @@ from embedkit import __version__
 from embedkit.encode.cross_encoder import CrossEncoderModel
 from embedkit.encode.identity import TOKENIZER_FILES
 from embedkit.errors import RunFailure
+from embedkit.export.onnx_graph import trace_graph
 from embedkit.export.parity import builtin_sentences
 from embedkit.storage.atomic import atomic_dir, write_json_atomic
 
@@ -89,21 +90,8 @@ def _trace(scorer: CrossEncoderModel, path: Path, opset: int) -> tuple[str, ...]
     dynamic = {name: {0: "batch", 1: "sequence"} for name in names} | {"logit": {0: "batch"}}
     with warnings.catch_warnings(), torch.no_grad():
         warnings.simplefilter("ignore")  # the tracer's own deprecation and constant-shape notes
-        try:
-            torch.onnx.export(
-                _LogitGraph(model).eval(),
-                tuple(batch[name] for name in names),
-                str(path),
-                input_names=names,
-                output_names=["logit"],
-                dynamic_axes=dynamic,
-                opset_version=opset,
-                do_constant_folding=True,
-                dynamo=False,
-            )
-        except Exception as exc:  # the tracer raises assorted errors on code it cannot record
-            reason = " ".join(str(exc).split())[:200] or type(exc).__name__
-            raise RunFailure(f"torch.onnx cannot trace this cross-encoder: {reason}") from None
+        args = tuple(batch[name] for name in names)
+        trace_graph(_LogitGraph(model).eval(), args, path, names, ["logit"], dynamic, opset, "cross-encoder")
     return tuple(names)
 
 

@@ -150,21 +150,8 @@ def export_graph(
         # The tracer warns about its own deprecation and about Python-side shape checks that it
         # records as constants; the dynamic-axes tests (batch 1/7, length 5/40) guard the result.
         warnings.simplefilter("ignore")
-        try:
-            torch.onnx.export(
-                wrapper,
-                args,
-                str(path),
-                input_names=input_names,
-                output_names=output_names,
-                dynamic_axes=dynamic_axes,
-                opset_version=opset,
-                do_constant_folding=True,
-                dynamo=False,
-            )
-        except Exception as exc:  # the tracer raises assorted errors on code it cannot record
-            reason = " ".join(str(exc).split())[:200] or type(exc).__name__
-            raise RunFailure(f"torch.onnx cannot trace this {config.model_type} model: {reason}") from None
+        what = f"{config.model_type} model"
+        trace_graph(wrapper, args, path, input_names, output_names, dynamic_axes, opset, what)
     return GraphInfo(
         input_names=graph_inputs(path),
         output_names=tuple(output_names),
@@ -199,3 +186,32 @@ def exporter_versions() -> dict[str, str]:
         "onnx": onnx.__version__,
         "onnxruntime": onnxruntime.__version__,
     }
+
+
+def trace_graph(
+    module: torch.nn.Module,
+    args: tuple,
+    path: Path,
+    input_names: list[str],
+    output_names: list[str],
+    dynamic_axes: dict,
+    opset: int,
+    what: str,
+) -> None:
+    """`module` traced by torch.onnx's TorchScript exporter into `path` (the caller silences its
+    warnings); code the tracer cannot record is a `RunFailure` naming `what`."""
+    try:
+        torch.onnx.export(
+            module,
+            args,
+            str(path),
+            input_names=input_names,
+            output_names=output_names,
+            dynamic_axes=dynamic_axes,
+            opset_version=opset,
+            do_constant_folding=True,
+            dynamo=False,
+        )
+    except Exception as exc:  # the tracer raises assorted errors on code it cannot record
+        reason = " ".join(str(exc).split())[:200] or type(exc).__name__
+        raise RunFailure(f"torch.onnx cannot trace this {what}: {reason}") from None

@@ -149,16 +149,8 @@ def ready(client) -> None:
 @contextlib.contextmanager
 def app_client_for(model: Path, index: Path | None) -> Iterator[Any]:
     """The app over `model` (and `index`) in a Starlette TestClient, once the model is ready."""
-    from starlette.testclient import TestClient
-
-    from embedkit.serve.app import create_app
-    from embedkit.serve.engine import Engine
     from embedkit.serve.settings import ServeConfig
 
     config = ServeConfig(model=str(model), index=str(index) if index else None, max_wait_ms=0)
-    with TestClient(create_app(Engine(config)), raise_server_exceptions=False) as test_client:
-        for _ in range(1000):
-            if test_client.get("/health").status_code == 200:
-                break
-            time.sleep(0.02)
+    with in_process(config) as test_client:
         yield test_client
