@@ -211,7 +211,7 @@ def prepare(corpus: Corpus, out: Path, model: Encoder | str | Path | None, optio
     if old is not None and placement is not None and old["kind"] == "hnsw":
         raise InputError(f"faiss has no GPU HNSW index: append to this index without {placement.asked}")
     split = passage_settings(options.passages, old)
-    if is_text_folder(Path(corpus)):  # its files checked before the model opens (a model load is long)
+    if isinstance(corpus, (str, Path)) and is_text_folder(Path(corpus)):  # checked before the model opens
         check_folder(Path(corpus))
     # line ids go on after the index's, not from 1 again; an upsert keeps them, to meet its lines
     if old is not None and not options.upsert and isinstance(corpus, (str, Path)) and is_line_file(corpus):
