@@ -21,11 +21,7 @@ PACKAGES = {  # the installed package -> its folder (pyproject's package-dir)
 }
 
 # Circles kept on purpose, each with its reason; a new one fails the test.
-ALLOWED = {
-    # a registry: the seam checks a target's scheme against the registered engines, and the
-    # registry opens the adapter, which implements the seam's protocol
-    frozenset({"embedkit.remote.base", "embedkit.remote.engines"}),
-}
+ALLOWED: set[frozenset[str]] = set()
 # Package edges kept on purpose: the runtime exports the bundled model to ONNX on its first use
 # (`embedkit.encode.default_onnx`), and the exporter is a package above the runtime it checks.
 ALLOWED_PACKAGE_EDGES = {("embedkit.encode.default_onnx", "embedkit.export")}

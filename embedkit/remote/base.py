@@ -15,7 +15,7 @@ from dataclasses import asdict, dataclass, field, fields
 from typing import TYPE_CHECKING, Any, Protocol
 
 from embedkit.errors import InputError
-from embedkit.remote.engines import ENGINES
+from embedkit.remote.engines import ENGINES, LITE_SCHEME
 
 if TYPE_CHECKING:
     import numpy as np
@@ -174,6 +174,9 @@ def open_collection(target: RemoteTarget, *, create: bool = False) -> RemoteColl
     unreachable server is an `InputError`. A local file target is created only with `create` (a
     push); a reader is refused a missing one.
     """
-    from embedkit.remote.engines import open_collection as open_registered
+    import importlib
 
-    return open_registered(target, create=create)
+    scheme = target.uri.split("://", 1)[0] if "://" in target.uri else LITE_SCHEME
+    module_name, class_name = ENGINES[scheme].split(":")
+    adapter = getattr(importlib.import_module(module_name), class_name)
+    return adapter.connect(target, create=create)
