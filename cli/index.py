@@ -196,12 +196,12 @@ def index(
         raise InputError("--upsert replaces documents of an existing index: use it with --append")
     options = CorpusOptions(column=column, id_column=id_column, chunk_size=chunk_size, batch_size=batch_size)
     if from_vectors is not None:
-        if passages is not None or query_prefix is not None or passage_prefix is not None or dim or quantize:
+        if passages is not None or query_prefix is not None or passage_prefix is not None:
             raise InputError(
-                "--from-vectors indexes the parts' vectors as they are: drop --passages, --dim, --quantize "
-                "and the prefixes"
+                "--from-vectors indexes the parts' vectors, embedded before: drop --passages and the prefixes"
             )
         building = {"kind": kind, "overwrite": overwrite, "gpu": gpu, "device": device, "lexical": lexical}
+        building |= {"dim": dim, "quantize": quantize}
         _from_vectors(from_vectors, corpus, out, model, append, building | {"options": options}, wait)
         return
     check_io(inputs=[corpus, model], indexes=[out], wait=wait)

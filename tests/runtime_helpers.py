@@ -31,7 +31,13 @@ class TableEncoder:
         self.table = table
         self.dim = dim if dim is not None else len(next(iter(table.values())))
 
-    def encode(self, texts: Sequence[str], batch_size: int = 64, normalize: bool | None = None) -> np.ndarray:
+    def encode(
+        self,
+        texts: Sequence[str],
+        batch_size: int = 64,
+        normalize: bool | None = None,
+        progress: bool = False,
+    ) -> np.ndarray:
         rows = [self.table[t] if t in self.table else self._unknown(t) for t in texts]
         out = np.stack(rows).astype(np.float32)
         if normalize:

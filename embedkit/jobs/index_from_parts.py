@@ -13,8 +13,12 @@ other. Memory holds the training sample, one chunk of vectors and the index's co
 384-d vector), never all vectors: 100M documents index on one machine from 150 GB of parts.
 
 Vectors are L2-normalized as they are added (as `build_index` asks its encoder to), so parts
-written with `--no-normalize` index alike. The index records the parts (file names, vector counts)
-in its `sources`, and the model that made them, so that queries are embedded by the same model.
+written with `--no-normalize` index alike. `dim` keeps the first N dimensions of each, renormalized
+(`index --dim`), and `quantize` builds codes (`embedkit.index.quantized`) with the float vectors
+written beside them a chunk at a time; an int8 quantizer trains on the fixed-seed sample a
+single-pass build draws, so both builds hold the same codes. The index records the parts (file
+names, vector counts) in its `sources`, and the model that made them, so that queries are embedded
+by the same model.
 """
 
 from __future__ import annotations
@@ -27,6 +31,7 @@ from typing import Any
 import numpy as np
 
 from embedkit.encode.default_onnx import recorded_model_path
+from embedkit.encode.dimensions import truncate_vectors
 from embedkit.encode.model_folder import ModelSpec
 from embedkit.errors import InputError, RunFailure
 from embedkit.index.build_report import IndexReport
@@ -38,10 +43,11 @@ from embedkit.index.kinds import (
     choose_kind,
     index_params,
     ivf_training_rows,
-    new_faiss_index,
 )
 from embedkit.index.lexical_rebuild import fill_lexical
 from embedkit.index.meta import IndexMeta, new_index_id, now
+from embedkit.index.quantized import FULL_VECTORS, RESCORE, TRAIN_SAMPLE, check_quantize, new_index
+from embedkit.index.rows import add_rows
 from embedkit.index.version_copy import write_faiss
 from embedkit.jobs.parts import Part, check_corpus, model_of_parts, normalized, read_parts
 from embedkit.jobs.streaming import CorpusOptions, read_corpus
@@ -65,6 +71,8 @@ def build_index_from_vectors(
     options: CorpusOptions | None = None,  # how to read the corpus (columns); chunk_size: rows per add
     progress: bool = False,
     lexical: bool = True,
+    dim: int | None = None,  # keep the first `dim` dimensions, renormalized (None: all)
+    quantize: str | None = None,  # int8 or binary codes with float rescoring (None: float vectors)
 ) -> IndexReport:
     """Build the index folder `out` from the part files in `vectors` and the documents of `corpus`.
 
@@ -81,29 +89,34 @@ def build_index_from_vectors(
     first = parts[0].info
     spec = model_of_parts(parts, model)
     check_new_target(out, overwrite)
-    total, dim = first.total, first.dim
+    total, dim = first.total, _kept_dim(dim, first.dim)
     placement = placement_for(device, gpu)
-    chosen, reason = choose_kind(kind, total, dim, gpu=placement is not None)
-    params = index_params(chosen, total, dim)
+    chosen, reason, params = _kind(kind, quantize, total, dim, on_gpu=placement is not None)
     fingerprint = check_corpus(parts, corpus, options, progress)
     start = time.perf_counter()
     with new_version(out) as tmp:
         store = DocStore.create(tmp / DOCS_FILE)
         if lexical:
             fill_lexical(store)
-        index = new_faiss_index(chosen, dim, params)
+        index = new_index(chosen, dim, params)
         work = placement.to_gpu(index, chosen) if placement else index
+        full = _full_vectors(tmp, total, dim) if quantize else None
         try:
             if not work.is_trained:
-                work.train(_training_sample(parts, total, work.nlist))
-            _fill(work, store, parts, corpus, options, progress)
+                rows = _int8_rows(total) if quantize else ivf_training_rows(total, work.nlist)
+                work.train(_training_sample(parts, total, rows, dim))
+            _fill(work, store, parts, corpus, options, progress, dim, full)
             store.commit()
+            if full is not None:
+                full.flush()
         finally:
             store.close()
         index = placement.to_cpu(work) if placement else work
         lexical_record = store.lexical.settings.to_json() if store.lexical is not None else None
         built = {"kind": chosen, "kind_reason": reason, "params": params, "lexical": lexical_record}
         source = {"corpus": str(corpus), "added": total, "vectors": str(folder)}
+        if dim != first.dim:
+            built["model_dim"] = first.dim
         meta = _recorded(parts, spec, out, tmp, index, source, fingerprint, built)
     device = placement.name if placement else "cpu"
     return IndexReport(
@@ -130,7 +143,7 @@ def _recorded(
         model_relative=relative_model(recorded_model_path(spec), out),
         model_fingerprint=first.model_fingerprint,
         model_backend=first.model_backend,
-        dim=first.dim,
+        dim=index.d,
         max_seq_length=first.max_seq_length,
         count=int(index.ntotal),
         corpus_fingerprint=fingerprint,
@@ -145,15 +158,51 @@ def _recorded(
     return meta
 
 
-def _training_sample(parts: list[Part], total: int, nlist: int) -> np.ndarray:
-    """The rows `ivf_training_rows` picks, gathered from the parts' memory maps and normalized.
+def _kind(
+    kind: str, quantize: str | None, total: int, dim: int, *, on_gpu: bool
+) -> tuple[str, str, dict[str, Any]]:
+    """The index's kind, why, and its parameters, as `build_index` decides them for `total`
+    vectors of `dim` (quantized ones: flat or HNSW, on the CPU)."""
+    if quantize is not None and on_gpu:
+        raise InputError("--quantize builds on the CPU: drop --gpu and a cuda --device")
+    chosen, reason = choose_kind(kind, total, dim, gpu=on_gpu)
+    if quantize is not None and chosen == "ivf-pq" and kind == "auto":
+        chosen, reason = "hnsw", f"{reason}; quantized {quantize} codes fit in memory: HNSW"
+    check_quantize(quantize, chosen, dim)
+    params = index_params(chosen, total, dim)
+    if quantize is not None:
+        params |= {"quantize": quantize, "rescore": RESCORE[quantize]}
+    return chosen, reason, params
+
+
+def _kept_dim(dim: int | None, parts_dim: int) -> int:
+    """The index's dimension: `dim` of the parts' `parts_dim`, checked (None: all of them)."""
+    if dim is None:
+        return parts_dim
+    if isinstance(dim, bool) or not isinstance(dim, int) or not 1 <= dim <= parts_dim:
+        raise InputError(f"--dim {dim!r}: the parts hold {parts_dim}-d vectors; use 1 to {parts_dim}")
+    return dim
+
+
+def _int8_rows(total: int) -> np.ndarray:
+    """The rows an int8 quantizer learns its ranges from: `train_quantized`'s fixed-seed sample."""
+    return np.sort(np.random.default_rng(0).choice(total, min(total, TRAIN_SAMPLE), replace=False))
+
+
+def _full_vectors(tmp: Path, total: int, dim: int) -> np.ndarray:
+    """The quantized index's `FULL_VECTORS`, [total, dim] float32, memory-mapped to be filled."""
+    return np.lib.format.open_memmap(tmp / FULL_VECTORS, mode="w+", dtype=np.float32, shape=(total, dim))
+
+
+def _training_sample(parts: list[Part], total: int, rows: np.ndarray | slice, dim: int) -> np.ndarray:
+    """`rows` of the corpus (IVF-PQ's or an int8 quantizer's sample) gathered from the parts'
+    memory maps, normalized and cut to `dim`.
 
     Written into one array sized up front: the sample is the largest thing a build holds (2M
     vectors, 3 GB, at 100M documents), so it is never held twice.
     """
-    rows = ivf_training_rows(total, nlist)
     size = total if isinstance(rows, slice) else len(rows)
-    sample = np.empty((size, parts[0].info.dim), dtype=np.float32)
+    sample = np.empty((size, dim), dtype=np.float32)
     filled = 0
     for part in parts:
         start, count = part.info.start, part.info.count
@@ -163,14 +212,29 @@ def _training_sample(parts: list[Part], total: int, nlist: int) -> np.ndarray:
             local: Any = slice(None)
         else:
             local = rows[(rows >= start) & (rows < start + count)] - start
-        piece = normalized(part.vectors()[local], part)
+        piece = _kept(normalized(part.vectors()[local], part), dim)
         sample[filled : filled + len(piece)] = piece
         filled += len(piece)
     return sample
 
 
-def _fill(index, store: DocStore, parts: list[Part], corpus, options: CorpusOptions, progress: bool) -> None:
-    """Add each part's vectors, a chunk at a time, and the matching documents to the store."""
+def _kept(vectors: np.ndarray, dim: int) -> np.ndarray:
+    """Unit `vectors` cut to their first `dim` dimensions, renormalized (themselves if all kept)."""
+    return vectors if vectors.shape[1] == dim else truncate_vectors(vectors, dim)
+
+
+def _fill(
+    index,
+    store: DocStore,
+    parts: list[Part],
+    corpus,
+    options: CorpusOptions,
+    progress: bool,
+    dim: int,
+    full: np.ndarray | None,
+) -> None:
+    """Add each part's vectors, a chunk at a time, and the matching documents to the store (and
+    a quantized index's float vectors to `full`)."""
     documents = read_corpus(corpus, options)
     total = parts[0].info.total
     row = 0
@@ -178,12 +242,14 @@ def _fill(index, store: DocStore, parts: list[Part], corpus, options: CorpusOpti
         for part in parts:
             vectors, ids = part.vectors(), part.read_ids()
             for offset in range(0, part.info.count, options.chunk_size):
-                block = normalized(vectors[offset : offset + options.chunk_size], part)
+                block = _kept(normalized(vectors[offset : offset + options.chunk_size], part), dim)
                 chunk = list(islice(documents, len(block)))
                 if [str(doc.id) for doc in chunk] != ids[offset : offset + len(block)]:
                     raise RunFailure(f"{corpus} changed while it was read: its ids no longer match the parts")
                 store.add(row, chunk)
-                index.add(block)
+                if full is not None:
+                    full[row : row + len(block)] = block
+                add_rows(index, block, row)  # a binary index takes the codes of the block
                 row += len(block)
                 bar.advance(len(block))
             del vectors  # the part's map is released before the next one is opened

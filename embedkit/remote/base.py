@@ -95,6 +95,9 @@ class PushRecord:
     # the pushed index's calibrated fusion (`embedkit.search.request.Calibration`, its `fusion`
     # metadata), so a search of the collection defaults to what the index's does; None: the default
     fusion: dict[str, Any] | None = None
+    # the model's dimension where the pushed index keeps only the first `dim` of each vector
+    # (`index --dim`): queries are cut the same way; None: the model's own
+    model_dim: int | None = None
     format: int = RECORD_FORMAT
 
     def to_json(self) -> dict[str, Any]:
@@ -114,8 +117,12 @@ class PushRecord:
             not isinstance(record.dim, int)
             or not isinstance(record.count, int)
             or not record.model_fingerprint
+            or not (
+                record.model_dim is None
+                or (isinstance(record.model_dim, int) and record.model_dim > record.dim)
+            )
         ):
-            raise InputError(f"{where}: damaged push record (dim, count or model fingerprint)")
+            raise InputError(f"{where}: damaged push record (dim, model_dim, count or model fingerprint)")
         if record.fusion is not None:
             from embedkit.search.request import Calibration
 
@@ -133,6 +140,7 @@ class PushRecord:
             "model_backend": self.model_backend,
             "max_seq_length": self.max_seq_length,
             "dim": self.dim,
+            "model_dim": self.model_dim,
             "count": self.count,
             "kind": "remote",
             "params": {},

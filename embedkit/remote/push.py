@@ -65,23 +65,7 @@ def push_index(
                 f"{index_dir} holds passages or embeds with prefixes, which a pushed collection does not "
                 "record yet: push an index of whole documents built without prefixes"
             )
-        record = PushRecord(
-            model=meta["model"],
-            model_fingerprint=meta["model_fingerprint"],
-            model_backend=meta.get("model_backend", "torch"),
-            max_seq_length=meta.get("max_seq_length"),
-            dim=index.dim,
-            count=len(index),
-            corpus_fingerprint=meta.get("corpus_fingerprint"),
-            index_id=meta.get("index_id", ""),
-            index_created=meta.get("created", ""),
-            index_updated=meta.get("updated", ""),
-            index_format=meta.get("version"),
-            source=str(index_dir),
-            lexical={"analyzer": ANALYZER, **BM25},
-            metadata_fields={name: sorted(types) for name, types in index.docs.filters.fields().items()},
-            fusion=meta.get("fusion"),  # its search defaults travel with it (`embedkit.search.request`)
-        )
+        record = _index_record(index, index_dir)
 
         def batches(wanted: list[int]) -> Iterator[Batch]:
             found = index.docs.by_rows(wanted)
@@ -106,6 +90,29 @@ def push_index(
         return _push(record, target, batches, append, dense_index, batch_size, progress, **where)
     finally:
         index.close()
+
+
+def _index_record(index, index_dir: str | Path) -> PushRecord:
+    """The push record of an open local index (`LocalStore`): its model, size, identity, fusion."""
+    meta = index.meta
+    return PushRecord(
+        model=meta["model"],
+        model_fingerprint=meta["model_fingerprint"],
+        model_backend=meta.get("model_backend", "torch"),
+        max_seq_length=meta.get("max_seq_length"),
+        dim=index.dim,
+        model_dim=meta.get("model_dim"),  # queries are cut to `dim` where the index keeps fewer
+        count=len(index),
+        corpus_fingerprint=meta.get("corpus_fingerprint"),
+        index_id=meta.get("index_id", ""),
+        index_created=meta.get("created", ""),
+        index_updated=meta.get("updated", ""),
+        index_format=meta.get("version"),
+        source=str(index_dir),
+        lexical={"analyzer": ANALYZER, **BM25},
+        metadata_fields={name: sorted(types) for name, types in index.docs.filters.fields().items()},
+        fusion=meta.get("fusion"),  # its search defaults travel with it (`embedkit.search.request`)
+    )
 
 
 def push_vectors(

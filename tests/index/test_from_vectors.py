@@ -123,7 +123,8 @@ def test_the_training_sample_is_gathered_across_parts_as_from_one_matrix(ivf_cas
     rows = ivf_training_rows(10_000, 100)  # 9,984 of 10,000 rows: a real sample, spanning all parts
     assert not isinstance(rows, slice) and len(rows) == 9_984
     unit = docs / np.linalg.norm(docs, axis=1, keepdims=True)
-    np.testing.assert_array_equal(_training_sample(read_parts(folder / "parts"), 10_000, 100), unit[rows])
+    sample = _training_sample(read_parts(folder / "parts"), 10_000, rows, DIM)
+    np.testing.assert_array_equal(sample, unit[rows])
 
 
 def test_ivf_pq_from_parts_stores_documents_in_row_order_and_records_its_parts(ivf_case, tiny_bert):
@@ -282,3 +283,61 @@ def test_gpu_without_faiss_gpu_is_an_input_error(small_parts):
     corpus, parts, tmp_path = small_parts
     with pytest.raises(InputError, match="faiss sees no GPU"):
         build_index_from_vectors(parts, corpus, tmp_path / "idx", gpu=True)
+
+
+@pytest.mark.parametrize(("quantize", "dim"), [("int8", None), ("binary", None), (None, 16), ("binary", 16)])
+def test_quantize_and_dim_from_parts_build_what_one_pass_builds(tmp_path, tiny_bert, quantize, dim):
+    """Codes, float vectors and hits of `--from-vectors` with --quantize/--dim equal a one-pass build's;
+    the hits are exact search over the first `dim` dimensions, renormalized (numpy, by hand)."""
+    rng = np.random.default_rng(8)
+    docs, queries = rng.standard_normal((61, DIM)).astype(np.float32), rng.standard_normal((7, DIM))
+    corpus, encoder, ids = corpus_and_encoder(tmp_path, tiny_bert, docs)
+    parts = write_parts(corpus, tmp_path / "parts", encoder, 4, chunk_size=5)
+    built = {"kind": "flat", "quantize": quantize, "dim": dim}
+    report = build_index_from_vectors(
+        parts, corpus, tmp_path / "parts-idx", options=CorpusOptions(chunk_size=3), **built
+    )
+    build_index(
+        corpus, tmp_path / "one-pass", encoder, IndexOptions(**built, corpus=CorpusOptions(chunk_size=8))
+    )
+    kept = dim or DIM
+    prefix = docs[:, :kept] / np.linalg.norm(docs[:, :kept], axis=1, keepdims=True)
+    meta = json.loads((index_files_dir(tmp_path / "parts-idx") / META_FILE).read_text())
+    assert (report.count, meta["dim"], meta.get("model_dim"), meta["params"].get("quantize")) == (
+        61,
+        kept,
+        DIM if dim else None,
+        quantize,
+    )
+    files = [index_files_dir(tmp_path / name) for name in ("parts-idx", "one-pass")]
+    if quantize:
+        read = faiss.read_index_binary if quantize == "binary" else faiss.read_index
+        codes = [faiss.serialize_index_binary(read(str(f / INDEX_FILE))) if quantize == "binary"
+                 else faiss.serialize_index(read(str(f / INDEX_FILE))) for f in files]  # fmt: skip
+        assert np.array_equal(codes[0], codes[1])
+        np.testing.assert_allclose(np.load(files[0] / "vectors.npy"), prefix, atol=1e-6)
+    cut = queries[:, :kept]
+    hits = []
+    for name in ("parts-idx", "one-pass"):
+        with SearchIndex.load(tmp_path / name) as index:
+            hits.append(index.search(cut, k=5))
+    assert hits[0][1] == hits[1][1]
+    want_scores, want_rows = brute_force(docs[:, :kept], cut, 5)
+    if quantize == "binary":  # 32 signs rank coarsely: the rescored hits' scores are exact cosines
+        unit = prefix.astype(np.float64)
+        exact = [
+            [float(unit[ids.index(i)] @ (q / np.linalg.norm(q))) for i in row]
+            for q, row in zip(cut, hits[0][1], strict=True)
+        ]
+        np.testing.assert_allclose(hits[0][0], exact, atol=1e-5)
+        return
+    for scores, found in hits:
+        assert found == [[ids[r] for r in row] for row in want_rows]
+        np.testing.assert_allclose(scores, want_scores, atol=1e-5)
+
+
+def test_dim_beyond_the_parts_is_refused(small_parts):
+    corpus, parts, tmp_path = small_parts
+    with pytest.raises(InputError, match="--dim 33: the parts hold 32-d vectors; use 1 to 32"):
+        build_index_from_vectors(parts, corpus, tmp_path / "idx", dim=33)
+    assert not (tmp_path / "idx").exists()

@@ -341,3 +341,58 @@ def test_a_pushed_index_searches_with_its_recorded_fusion_by_default(tmp_path: P
         local_hits = index.search_text(texts, k=5, encoder=encoder)
         remote_hits = collection.search_text(texts, k=5, encoder=encoder)
         assert [[h.id for h in q] for q in remote_hits] == [[h.id for h in q] for q in local_hits]
+
+
+def test_a_pushed_index_of_fewer_dimensions_cuts_its_queries_as_the_index_does(
+    tmp_path: Path, tiny_bert: Path
+) -> None:
+    """An `index --dim 16` index of the 32-d tiny BERT, pushed: the collection records the model's
+    size and cuts each query to its first 16 dimensions, renormalized, so its dense hits are the
+    local index's and exact search's over the cut vectors (numpy, by hand)."""
+    from eval_data import QUERIES as BEIR_QUERIES
+    from eval_data import write_beir
+
+    from embedkit.encode.torch_backend import TorchEncoder
+
+    folder = write_beir(tmp_path / "beir")
+    out = tmp_path / "index"
+    build_index(folder / "corpus.jsonl", out, tiny_bert, IndexOptions(kind="flat", dim=16))
+    db = str(tmp_path / "d.db")
+    pushed = CliRunner().invoke(app, ["push", str(out), db, "-c", "cut"])
+    assert pushed.exit_code == 0, pushed.output
+    texts = list(BEIR_QUERIES.values())
+    with SearchIndex.load(out) as index, open_pushed(RemoteTarget.parse(db, "cut")) as collection:
+        assert (collection.dim, collection.meta["model_dim"]) == (16, DIM)
+        local = index.search_text(texts, k=4, mode="dense")
+        remote = collection.search_text(texts, k=4, mode="dense")
+        stored = index.store.vectors_of_rows(list(range(len(index))))
+        row_ids = [doc.id for doc in index.store.docs.by_rows(list(range(len(index))))]
+    full = TorchEncoder(tiny_bert, device="cpu").encode(texts, normalize=True)
+    cut = full[:, :16] / np.linalg.norm(full[:, :16], axis=1, keepdims=True)
+    scores, rows = brute_force(stored, cut, 4)
+    assert [[h.id for h in q] for q in remote] == [[h.id for h in q] for q in local]
+    assert [[h.id for h in q] for q in remote] == [[row_ids[r] for r in q] for q in rows]
+    np.testing.assert_allclose([[h.score for h in q] for q in remote], scores, atol=1e-4)
+
+
+def test_a_pushed_quantized_index_holds_its_float_vectors(tmp_path: Path, tiny_bert: Path) -> None:
+    """A binary index pushed: the collection gets the float vectors of `vectors.npy` (not decoded
+    signs), so its exact dense search equals exact search over them (numpy, by hand)."""
+    from eval_data import QUERIES as BEIR_QUERIES
+    from eval_data import write_beir
+
+    folder = write_beir(tmp_path / "beir")
+    out = tmp_path / "index"
+    build_index(folder / "corpus.jsonl", out, tiny_bert, IndexOptions(kind="flat", quantize="binary"))
+    db = str(tmp_path / "q.db")
+    pushed = CliRunner().invoke(app, ["push", str(out), db, "-c", "binary"])
+    assert pushed.exit_code == 0, pushed.output
+    texts = list(BEIR_QUERIES.values())
+    full = np.load(next(out.glob("**/vectors.npy")))
+    with SearchIndex.load(out) as index, open_pushed(RemoteTarget.parse(db, "binary")) as collection:
+        row_ids = [doc.id for doc in index.store.docs.by_rows(list(range(len(index))))]
+        queries = index.encoder().encode(texts, normalize=True)
+        remote = collection.search_text(texts, k=4, mode="dense", encoder=index.encoder())
+    scores, rows = brute_force(full, queries, 4)
+    assert [[h.id for h in q] for q in remote] == [[row_ids[r] for r in q] for q in rows]
+    np.testing.assert_allclose([[h.score for h in q] for q in remote], scores, atol=1e-4)
