@@ -34,8 +34,15 @@ from embedkit.index.folder import (
     index_files_dir,
 )
 from embedkit.index.integrity import load_consistent, read_version
-from embedkit.index.kinds import HNSW_EF_SEARCH, SCORE_OVERSHOOT, faiss_module
-from embedkit.index.quantized import RESCORE, first_pass_queries, open_full_vectors, quantization, rescored
+from embedkit.index.kinds import HNSW_EF_SEARCH, SCORE_OVERSHOOT, faiss_module, search_threads
+from embedkit.index.quantized import (
+    RESCORE,
+    first_pass_queries,
+    open_full_vectors,
+    quantization,
+    rescore_candidates,
+    rescored,
+)
 from embedkit.index.rows import labels
 from embedkit.index.where_sql import rows_where
 
@@ -127,9 +134,10 @@ class LocalStore:
             return np.empty((len(queries), 0), np.float32), np.empty((len(queries), 0), np.int64)
         normalized = np.ascontiguousarray(l2_normalize(queries))
         params = self.meta["params"]
-        if self.full is not None:
-            return self._rescored(normalized, k, allowed)
-        scores, rows = search_rows(self.vectors, self.kind, normalized, k, allowed, self.masked, params)
+        with search_threads(self.vectors, self.kind, len(normalized)):
+            if self.full is not None:
+                return self._rescored(normalized, k, allowed)
+            scores, rows = search_rows(self.vectors, self.kind, normalized, k, allowed, self.masked, params)
         check_scores(scores, rows, self.meta, self.path)
         return scores, rows
 
@@ -139,7 +147,8 @@ class LocalStore:
         """A quantized index's search: `RESCORE` x k candidates by their codes, the best k of them
         by exact cosine against the float vectors (`embedkit.index.quantized`)."""
         assert self.full is not None
-        wide = min(len(self), k * int(self.meta["params"].get("rescore", RESCORE[str(self.quantize)])))
+        rescore = int(self.meta["params"].get("rescore", RESCORE[str(self.quantize)]))
+        wide = rescore_candidates(k, rescore, len(self))
         first = first_pass_queries(self.vectors, queries)
         exact = _full_exact(self.full, queries) if self.kind == "hnsw" else None
         _, candidates = search_rows(

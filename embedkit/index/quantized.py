@@ -5,10 +5,10 @@ searches: `int8`, faiss's scalar quantizer (`IndexScalarQuantizer`, `IndexHNSWSQ
 dimension, 4x less than float32) or `binary`, the sign of each dimension (`IndexBinaryFlat`,
 `IndexBinaryHNSW`; one bit, 32x less, compared by Hamming distance). The float32 vectors lie in
 `FULL_VECTORS`, a `.npy` file of the version folder indexed by row and memory-mapped, never read
-into memory as a whole: the first pass's best `RESCORE[quantize] x k` candidates are rescored
-with them (exact cosines), so the scores a search returns are float cosines and its ranking that
-of exact search among the candidates. This is the scheme of sentence-transformers'
-`quantize_embeddings` guide (binary first pass, rescoring) and of Qdrant's `rescore`.
+into memory as a whole: the first pass's best `RESCORE[quantize] x k` candidates (at most
+`RESCORE_MAX`) are rescored with them (exact cosines), so the scores a search returns are float
+cosines and its ranking that of exact search among the candidates. This is the scheme of sentence-
+transformers' `quantize_embeddings` guide (binary first pass, rescoring) and of Qdrant's `rescore`.
 
 Rows are permanent keys (`embedkit.index.rows`): `FULL_VECTORS[row]` is the vector of `row`,
 deleted rows included (their codes are masked in FAISS, as in HNSW, until `compact`).
@@ -26,9 +26,23 @@ from embedkit.index.kinds import faiss_module, new_faiss_index
 
 QUANTIZE = ("int8", "binary")
 FULL_VECTORS = "vectors.npy"  # float32 [rows, dim], row-indexed, in each version folder
-# Candidates rescored per hit asked for. sentence-transformers' guide rescores 4x for int8; a
-# binary first pass ranks more coarsely (384 bits of signs), so it looks further.
-RESCORE = {"int8": 4, "binary": 10}
+# Candidates rescored per hit asked for. sentence-transformers' guide rescores 4x for int8 (recall@10
+# 1.000 against exact search at 1M documents, benchmarks/scale.py). A binary first pass ranks more
+# coarsely (384 bits of signs): at 1M documents (200 queries, dense, 2 cores) 10x kept 0.760 of the
+# exact top 10 at 10.2 ms p50, 20x 0.847, 40x 0.918 at 10.9 ms, 80x 0.958 at 14.7 ms.
+RESCORE = {"int8": 4, "binary": 40}
+# At most this many candidates a query, whatever k: hybrid search asks each side for 100 hits
+# (`FUSION_DEPTH`), and 40 x 100 = 4,000 candidates took the 1M binary HNSW index's hybrid p50 from
+# 17.5 ms (1,000 candidates) to 56 ms; 1,000 is what 10 x 100 gave before, for the fused list's tail.
+RESCORE_MAX = 1000
+
+
+def rescore_candidates(k: int, rescore: int, rows: int) -> int:
+    """How many first-pass candidates a search of `k` hits rescores: `rescore` x k, at most
+    `RESCORE_MAX` (never fewer than k), at most the index's `rows`."""
+    return min(rows, max(k, min(k * rescore, RESCORE_MAX)))
+
+
 TRAIN_SAMPLE = 100_000  # vectors an int8 quantizer learns each dimension's range from
 
 

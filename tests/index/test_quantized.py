@@ -80,9 +80,10 @@ def test_rescored_search_is_exact_float_search(tmp_path, tiny_bert, encoder, kin
         _check(index.search_text(QUERIES, k=k, mode="dense"), _exact(encoder, records, QUERIES, k))
         # fewer candidates than rows: the scores are still the exact cosines of the rows returned
         queries = encoder.encode(QUERIES, normalize=True)
-        for q, hits in enumerate(index.search_text(QUERIES, k=2, mode="dense")):
+        assert index.meta["params"]["rescore"] < 60  # k=1: fewer candidates than the 60 rows
+        for q, hits in enumerate(index.search_text(QUERIES, k=1, mode="dense")):
             rows = [int(h.id[1:]) for h in hits]
-            assert len(rows) == 2 and hits[0].score >= hits[1].score
+            assert len(rows) == 1
             np.testing.assert_allclose([h.score for h in hits], full[rows] @ queries[q], atol=1e-5)
         np.testing.assert_allclose(index.vectors_of_rows([3, 7]), full[[3, 7]])
     assert verify_index(out).files >= 4
@@ -140,3 +141,19 @@ def test_quantize_refusals(tmp_path, tiny_bert):
         SearchIndex.load(out)
     with pytest.raises(InputError):
         verify_index(out)
+
+
+@pytest.mark.parametrize(
+    ("k", "rescore", "rows", "wanted"),
+    [
+        (10, 40, 1_000_000, 400),  # rescore x k
+        (100, 40, 1_000_000, 1000),  # hybrid's 100 a side: capped at RESCORE_MAX
+        (2000, 4, 1_000_000, 2000),  # never fewer than the hits asked for
+        (10, 40, 60, 60),  # never more than the index holds
+    ],
+)
+def test_rescore_candidates_by_hand(k, rescore, rows, wanted):
+    from embedkit.index.quantized import RESCORE_MAX, rescore_candidates
+
+    assert RESCORE_MAX == 1000
+    assert rescore_candidates(k, rescore, rows) == wanted
