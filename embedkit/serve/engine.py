@@ -33,7 +33,7 @@ import numpy as np
 from embedkit.errors import InputError
 from embedkit.serve.dynamic_batcher import DynamicBatcher
 from embedkit.serve.metrics import Metrics
-from embedkit.serve.served_model import ServedModel, weights_bytes
+from embedkit.serve.served_model import ServedModel, resident_bytes, weights_bytes
 from embedkit.serve.settings import ServeConfig
 from embedkit.serve.sizing import INLINE_TOKENIZE_CHARS, Sizing
 
@@ -72,6 +72,7 @@ class Engine:
         self.warmup: Any = None  # the encoder's Warmup record, when the fixed shapes were run at load
         self.batcher: DynamicBatcher | None = None
         self.ready = False
+        self.memory_bytes: int | None = None  # the model's resident memory (`resident_bytes`), once loaded
         self.error: BaseException | None = None
         self.on_ready: Callable[[ServedModel], None] | None = None
         self.on_error: Callable[[BaseException], None] | None = None
@@ -101,12 +102,13 @@ class Engine:
         `on_ready(model)` is called. A failure is kept in `error` and handed to `on_error`."""
         loop = asyncio.get_running_loop()
         try:
-            model = self.model = await loop.run_in_executor(
-                self._index_thread, ServedModel.load, self.config
-            )
+            before = resident_bytes()
+            model = self.model = await loop.run_in_executor(self._index_thread, ServedModel.load, self.config)
+            self._grew(before)
             if self.config.rerank is not None:
                 self.reranker = await loop.run_in_executor(self._rerank_thread, self._load_reranker)
             await self._start_others(model.name)
+            before = resident_bytes()  # the others' memory is theirs: this model's warm-up from here
             sizing = self.sizing = Sizing.resolve(self.config, model.device, model.max_seq_length)
             model.max_rows = sizing.max_rows
             warm_up = getattr(model.encoder, "warm_up", None)
@@ -130,6 +132,12 @@ class Engine:
             await self.batcher.start()
             encodings, lengths, _ = self.model.tokenize(["warm-up"])
             await self.batcher.embed(encodings, lengths)
+            self._grew(before)
+            self.metrics.memory = {  # /metrics: each served model's memory, by name
+                n: e.memory_bytes
+                for n in self.served_names()
+                if (e := self.engine_for(n)).memory_bytes is not None
+            }
             self.ready = True
         except Exception as exc:
             self.error = exc
@@ -138,6 +146,12 @@ class Engine:
             return
         if self.on_ready is not None:
             self.on_ready(self.model)
+
+    def _grew(self, before: int | None) -> None:
+        """Add the process's resident growth since `before` to this model's memory (`resident_bytes`)."""
+        after = resident_bytes()
+        if before is not None and after is not None:
+            self.memory_bytes = (self.memory_bytes or 0) + max(0, after - before)
 
     async def _start_others(self, name: str) -> None:
         """Start an engine for each extra model and each extra index with its model (one after
@@ -245,7 +259,8 @@ class Engine:
 
     def models_info(self) -> list[dict[str, Any]]:
         """Each served model as `/info` reports it under "embedkit": what runs it, the size of the
-        weight files it runs from (the process's memory is not split by model), its batches' times."""
+        weight files it runs from, the memory its loading and first batch took (`resident_bytes`),
+        its batches' times."""
         found = []
         for name in self.served_names():
             engine = self.engine_for(name)
@@ -259,6 +274,7 @@ class Engine:
                     "precision": model.precision,
                     "dim": model.dim,
                     "weights_bytes": weights_bytes(model.encoder.path, model.backend, model.precision),
+                    "memory_bytes": engine.memory_bytes,
                     "batches": batches.count,
                     "mean_batch_seconds": round(batches.sum / batches.count, 6) if batches.count else None,
                 }

@@ -62,6 +62,7 @@ class Metrics:
         self.gauges: dict[str, tuple[str, Callable[[], float]]] = {}  # name -> (help, read)
         # every served model's own figures, by name (the first model's are this object's own)
         self.models: dict[str, Metrics] = {}
+        self.memory: dict[str, int] = {}  # served model -> resident bytes its loading took (`Engine`)
 
     def observe_request(self, route: str, status: int, seconds: float) -> None:
         key = (route, str(status))
@@ -122,6 +123,10 @@ class Metrics:
         for name, (help_text, read) in sorted(self.gauges.items()):
             _family(out, name, "gauge", help_text)
             out.append(f"{name} {_number(float(read()))}")
+        if self.memory:
+            name = "embedkit_model_memory_bytes"
+            _family(out, name, "gauge", "Resident memory a served model's loading and first batch took.")
+            out.extend(f"{name}{_labels({'model': model})} {size}" for model, size in self.memory.items())
         if self.models:
             self._render_models(out)
         return "\n".join(out) + "\n"

@@ -223,10 +223,11 @@ RESPONSES: dict[str, dict[str, Any]] = {
                 "properties": {
                     "models": {
                         "type": "array",
-                        "description": "every served model: runtime, weight files' bytes, batch times",
+                        "description": "every served model: runtime, weight files' bytes, resident memory "
+                        "its loading took (memory_bytes, null where unreadable), batch times",
                         "items": {
                             "type": "object",
-                            "required": ["name", "backend", "weights_bytes", "batches"],
+                            "required": ["name", "backend", "weights_bytes", "memory_bytes", "batches"],
                         },
                     },
                     "device": {"type": "string"},

@@ -164,6 +164,21 @@ class ServedModel:
         return f"{self.name} ({self.backend}, {self.device}, {self.precision}, {self.dim}-d)"
 
 
+def resident_bytes() -> int | None:
+    """This process's resident memory now (Linux's /proc/self/statm), None where it cannot be read.
+
+    A served model's memory is the growth of it while the model loads and runs its first batch
+    (`Engine.start` measures each model in turn, one loading at a time): the weights, the runtime's
+    session and arena. Memory the process frees later, or shares between models, is not split."""
+    import os
+
+    try:
+        resident_pages = int(Path("/proc/self/statm").read_text().split()[1])
+    except (OSError, IndexError, ValueError):
+        return None
+    return resident_pages * os.sysconf("SC_PAGE_SIZE")
+
+
 def weights_bytes(folder: Any, backend: str, precision: str) -> int:
     """The size of the weight files a model runs from: its ONNX file of `precision`, else its
     torch weights."""

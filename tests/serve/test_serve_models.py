@@ -123,6 +123,10 @@ def test_info_and_metrics_describe_each_model(tiny_onnx: Path, second: Path, alo
     assert models[1]["weights_bytes"] == (second / "model.safetensors").stat().st_size
     assert all(m["batches"] >= 2 and m["mean_batch_seconds"] > 0 for m in models)  # the warm-up and more
     families = {f.name: f for f in parser.text_string_to_metric_families(text)}
+    memory = {s.labels["model"]: s.value for s in families["embedkit_model_memory_bytes"].samples}
+    assert memory == {m["name"]: m["memory_bytes"] for m in models}
+    # the torch model's float32 weights were read into memory: its growth holds at least them
+    assert models[1]["memory_bytes"] >= models[1]["weights_bytes"] > 0
     texts = {s.labels["model"]: s.value for s in families["embedkit_model_texts_embedded"].samples}
     assert texts == {first_name: 4, second_name: 6}
     counts = {
