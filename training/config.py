@@ -86,6 +86,12 @@ class TrainConfig:
     # c_m of each size, in the order of matryoshka_dims; None = 1 each: the paper's setting (Sec. 3)
     # and sentence-transformers' MatryoshkaLoss default
     matryoshka_weights: tuple[float, ...] | None = None
+    # Weight of the similarity-preserving term at each smaller prefix (`losses.matryoshka_similarity`,
+    # after Matryoshka-Adaptor's L_pair, Yoon et al. 2024), times that size's c_m; 0 = InfoNCE alone.
+    # Why on by default: with InfoNCE alone (181 steps, wiki sentences, all-MiniLM-L6-v2) every
+    # prefix's term stayed near 1e-4 and the 128-d prefix kept 0.905 of the 384-d nDCG@10 on
+    # Cranfield, no better than the base model cut to 128 (0.919); benchmarks/README.md, Matryoshka.
+    matryoshka_similarity: float = 1.0
 
     # --- optimisation ---
     learning_rate: float = 3e-5  # miCSE Sec. 4 and SimCSE's BERT-base setting
@@ -258,6 +264,9 @@ class TrainConfig:
 
     def _validate_matryoshka(self) -> None:
         dims, weights = self.matryoshka_dims, self.matryoshka_weights
+        similarity = self.matryoshka_similarity
+        if not (math.isfinite(similarity) and similarity >= 0):
+            raise InputError(f"matryoshka_similarity must be a finite number of at least 0, got {similarity}")
         if dims is None:
             if weights is not None:
                 raise InputError("matryoshka_weights needs matryoshka_dims, the sizes they weight")

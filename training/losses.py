@@ -1,5 +1,5 @@
 """Embedding-level loss terms of the miCSE objective: InfoNCE with a queue, its Matryoshka form
-over prefixes of the vectors, and L2 reconstruction.
+over prefixes of the vectors with a similarity-preserving term, and L2 reconstruction.
 
 All are pure functions of tensors; the trainer embeds the two dropout views and composes the
 terms (with the attention term of `embedkit.training.ami`). Shapes: B sentences, D dimensions,
@@ -114,6 +114,64 @@ def matryoshka_info_nce(
             q = None if queue is None else F.normalize(queue[:, :m].float(), dim=-1)
             terms.append(weight * info_nce(a, p, q, temperature))
     return torch.stack(terms)
+
+
+def matryoshka_similarity(
+    e1: torch.Tensor,
+    keys: torch.Tensor,
+    dims: Sequence[int],
+    weights: Sequence[float],
+) -> torch.Tensor:
+    """How far each smaller prefix's cosine similarities are from the whole vector's: for each
+    ``m = dims[k]`` (k >= 1), ``weights[k]`` times the mean over anchor-key pairs of
+    ``|cos(e1[i, :m], keys[j, :m]) - cos(e1[i], keys[j])|``, the whole vector's side detached.
+
+    The pairwise similarity loss of Matryoshka-Adaptor (Yoon et al., EMNLP 2024, Sec. 3, L_pair):
+    a prefix keeps the retrieval quality of the whole vector to the extent that it ranks pairs as
+    the whole vector does. There the reference is a frozen model's full embedding; here it is the
+    whole vector of the model in training (``dims[0]``, trained by the method's own InfoNCE), so the
+    prefixes follow it and never pull it toward themselves. Unlike InfoNCE, whose value on two
+    dropout views of a trained encoder is near zero at every prefix (nothing left to learn), this
+    term is large wherever the prefix reorders neighbours.
+
+    Args:
+        e1: (B, D) anchors, the first dropout view (gradients flow into the prefixes).
+        keys: (K, D) what they are compared with: the other view's vectors and the queued
+            momentum keys (gradients flow into their prefixes where they carry any).
+        dims: M prefix sizes, largest first; ``dims[0]`` is the reference, the whole vector.
+        weights: M weights, one per size; ``weights[0]`` is unused (the reference has no term).
+
+    Returns:
+        (M - 1,) float32: each smaller size's weighted term; their sum joins the loss.
+
+    Example:
+        >>> e1, keys = torch.randn(8, 32), torch.randn(24, 32)
+        >>> terms = matryoshka_similarity(e1, keys, dims=[32, 16, 8], weights=[1.0, 1.0, 1.0])
+        >>> terms.shape
+        torch.Size([2])
+    """
+    if len(dims) != len(weights) or not dims:
+        raise ValueError(
+            f"matryoshka_similarity needs one weight per size, got {list(dims)} and {list(weights)}"
+        )
+    if e1.ndim != 2 or keys.ndim != 2 or keys.shape[1] != e1.shape[1]:
+        raise ValueError(
+            f"need (B, D) anchors and (K, D) keys, got {tuple(e1.shape)} and {tuple(keys.shape)}"
+        )
+    if any(not 1 <= m <= e1.shape[-1] for m in dims) or list(dims) != sorted(dims, reverse=True):
+        raise ValueError(f"prefix sizes must be in 1..{e1.shape[-1]}, largest first, got {list(dims)}")
+    with torch.autocast(device_type=e1.device.type, enabled=False):
+        anchors, others = e1.float(), keys.float().to(e1.device)
+
+        def cosines(m: int) -> torch.Tensor:
+            return F.normalize(anchors[:, :m], dim=-1) @ F.normalize(others[:, :m], dim=-1).T
+
+        reference = cosines(dims[0]).detach()
+        terms = [
+            weight * (cosines(m) - reference).abs().mean()
+            for m, weight in zip(dims[1:], weights[1:], strict=True)
+        ]
+    return torch.stack(terms) if terms else torch.zeros(0, device=e1.device)
 
 
 def reconstruction_loss(e1: torch.Tensor, e2: torch.Tensor) -> torch.Tensor:

@@ -304,7 +304,13 @@ def _contrastive_terms(
     per_size = losses.matryoshka_info_nce(e1, e2, dims, weights, queued, config.temperature)  # (M,)
     # dims[0] is the whole vector (TrainConfig.check_matryoshka): it keeps the method's term name
     names = ["info_nce", *(f"info_nce@{m}" for m in dims[1:])]
-    return dict(zip(names, per_size.unbind(), strict=True))
+    terms = dict(zip(names, per_size.unbind(), strict=True))
+    if config.matryoshka_similarity > 0 and len(dims) > 1:
+        keys = e2 if queued is None else torch.cat([e2, queued.to(e2.dtype)])
+        scaled = [config.matryoshka_similarity * w for w in weights]
+        similarity = losses.matryoshka_similarity(e1, keys, dims, scaled)  # (M - 1,)
+        terms |= dict(zip((f"similarity@{m}" for m in dims[1:]), similarity.unbind(), strict=True))
+    return terms
 
 
 def _set_attention(module: nn.Module, implementation: str) -> None:

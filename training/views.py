@@ -147,8 +147,6 @@ def sample_pairs(texts: Iterable[str], view: str, limit: int | None, seed: int) 
     return PairSample(view, anchors, positives, stats, digest.hexdigest()[:16])
 
 
-
-
 @dataclass(frozen=True)
 class TrainingExamples:
     """What a run trains on: one text per example (dropout views), or anchor and positive texts."""

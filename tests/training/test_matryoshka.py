@@ -14,7 +14,7 @@ from embedkit.encode.model_folder import read_model_spec
 from embedkit.errors import InputError
 from embedkit.training import checkpoint as ckpt
 from embedkit.training.config import TrainConfig
-from embedkit.training.losses import info_nce, matryoshka_info_nce
+from embedkit.training.losses import info_nce, matryoshka_info_nce, matryoshka_similarity
 from embedkit.training.trainer import train
 
 pytestmark = pytest.mark.usefixtures("one_thread")
@@ -139,6 +139,8 @@ def test_settings_parse_order_and_round_trip() -> None:
         ({"matryoshka_dims": (384, 128), "matryoshka_weights": (1.0,)}, "one weight per size .*got 1"),
         ({"matryoshka_dims": (384, 128), "matryoshka_weights": (1.0, 0.0)}, "positive finite numbers"),
         ({"matryoshka_dims": (384, 128), "matryoshka_weights": (1.0, math.nan)}, "positive finite numbers"),
+        ({"matryoshka_similarity": -0.5}, "matryoshka_similarity must be a finite number of at least 0"),
+        ({"matryoshka_similarity": math.inf}, "matryoshka_similarity must be a finite number of at least 0"),
     ],
 )
 def test_bad_settings_name_the_field(changes: dict, message: str) -> None:
@@ -156,6 +158,46 @@ def test_sizes_must_fit_and_include_the_model_dimension() -> None:
         TrainConfig().with_overrides(["matryoshka_dims=384,x"])
 
 
+# --- the similarity-preserving term -------------------------------------------------------------------
+
+
+def test_similarity_term_by_hand() -> None:
+    """Anchor (1,0,1,0) and key (1,0,0,1): cosine 1/2 whole, 1 over the first two dimensions, so the
+    2-d term is |1 - 1/2| = 0.5 times its weight; over the first three, (1,0,1)·(1,0,0) = 1/sqrt(2)."""
+    e1, keys = torch.tensor([[1.0, 0.0, 1.0, 0.0]]), torch.tensor([[1.0, 0.0, 0.0, 1.0]])
+    terms = matryoshka_similarity(e1, keys, dims=[4, 3, 2], weights=[9.0, 1.0, 2.0])
+    assert terms.tolist() == pytest.approx([abs(1 / math.sqrt(2) - 0.5), 2 * 0.5])
+
+
+def test_similarity_term_is_zero_where_the_prefix_holds_the_whole_vector() -> None:
+    e1, keys = torch.randn(6, 8), torch.randn(10, 8)
+    e1[:, 4:], keys[:, 4:] = 0.0, 0.0  # nothing beyond the first 4 dimensions: the same cosines
+    assert matryoshka_similarity(e1, keys, dims=[8, 4], weights=[1.0, 1.0]).item() == pytest.approx(
+        0.0, abs=1e-6
+    )
+
+
+def test_similarity_term_moves_the_prefixes_never_the_reference() -> None:
+    """The whole vector is detached as reference: no gradient reaches the dimensions beyond the
+    largest smaller prefix, which only the reference sees."""
+    e1, keys = torch.randn(5, 16, requires_grad=True), torch.randn(7, 16, requires_grad=True)
+    matryoshka_similarity(e1, keys, dims=[16, 8, 4], weights=[1.0, 1.0, 1.0]).sum().backward()
+    for grad in (e1.grad, keys.grad):
+        assert grad is not None and grad[:, :8].abs().sum() > 0
+        assert torch.equal(grad[:, 8:], torch.zeros_like(grad[:, 8:]))
+
+
+def test_similarity_term_refuses_sizes_out_of_order() -> None:
+    with pytest.raises(ValueError, match="largest first"):
+        matryoshka_similarity(torch.randn(2, 8), torch.randn(3, 8), dims=[4, 8], weights=[1.0, 1.0])
+
+
+def test_a_run_without_the_similarity_term_has_none(tmp_path: Path, tiny_bert: Path) -> None:
+    result = train(CORPUS, tmp_path / "out", mrl_config(tiny_bert, matryoshka_similarity=0.0), progress=False)
+    assert "info_nce@8" in result.final_losses
+    assert not any(name.startswith("similarity@") for name in result.final_losses)
+
+
 # --- whole runs on a tiny model (32 dimensions) -------------------------------------------------------
 
 
@@ -168,7 +210,9 @@ def test_a_run_trains_each_prefix_and_records_the_sizes(tmp_path: Path, tiny_ber
     out = tmp_path / "out"
     changes = {"aux_stage1_steps": 1, "aux_layers": 1} if method == "infocse" else {}
     result = train(CORPUS, out, mrl_config(tiny_bert, method=method, **changes), progress=False)
-    assert {"info_nce", "info_nce@16", "info_nce@8"} <= set(result.final_losses)
+    assert {"info_nce", "info_nce@16", "info_nce@8", "similarity@16", "similarity@8"} <= set(
+        result.final_losses
+    )
     assert all(math.isfinite(v) for v in result.final_losses.values())
     meta = json.loads((out / "embedkit.json").read_text())
     assert meta["matryoshka_dims"] == [32, 16, 8]
