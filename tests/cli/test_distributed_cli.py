@@ -77,6 +77,26 @@ def test_index_from_vectors_searches_like_index(sharded, runner, tiny_bert):
     assert [p["vectors"] for p in meta["sources"][0]["parts"]] == [6, 7, 7]
 
 
+def test_index_from_vectors_quantized_and_cut_searches_like_index(sharded, runner, tiny_bert):
+    """--quantize and --dim reach `index --from-vectors`: the same dense hits as `index` with them."""
+    folder, corpus = sharded
+    settings = ["--quantize", "binary", "--dim", "16", "--kind", "flat"]
+    parts = ["--from-vectors", str(folder / "parts"), "--corpus", str(corpus)]
+    result = runner.invoke(app, ["index", *parts, "--out", str(folder / "cut-parts"), *settings])
+    assert result.exit_code == 0, result.output
+    assert "quantize=binary" in result.stdout
+    direct = ["index", str(corpus), "--out", str(folder / "cut-direct"), "--model", str(tiny_bert)]
+    result = runner.invoke(app, [*direct, *settings])
+    assert result.exit_code == 0, result.output
+    queries = ["wing flow number 3", "is high is high"]
+    with SearchIndex.load(folder / "cut-parts") as index, SearchIndex.load(folder / "cut-direct") as one:
+        assert (index.dim, index.meta["model_dim"], index.meta["params"]["quantize"]) == (16, 32, "binary")
+        got, want = index.search_text(queries, k=5, mode="dense"), one.search_text(queries, k=5, mode="dense")
+    assert [[(h.id, round(h.score, 5)) for h in row] for row in got] == [
+        [(h.id, round(h.score, 5)) for h in row] for row in want
+    ]
+
+
 def test_missing_and_corrupt_parts_exit_2(sharded, runner, tmp_path):
     import shutil
 
@@ -143,8 +163,14 @@ def test_bad_device_or_precision_creates_no_output_folder(runner, tmp_path):
     corpus = tmp_path / "corpus.txt"
     corpus.write_text("wing flow\nshock waves\n")
     out = tmp_path / "parts"
-    exit2(runner, ["embed", str(corpus), "--out", str(out), "--shard", "0/2", "--device", "gpu9"],
-          "unknown device 'gpu9'")
-    exit2(runner, ["embed", str(corpus), "--out", str(out), "--shard", "0/2", "--precision", "fp8"],
-          "unknown precision 'fp8'")
+    exit2(
+        runner,
+        ["embed", str(corpus), "--out", str(out), "--shard", "0/2", "--device", "gpu9"],
+        "unknown device 'gpu9'",
+    )
+    exit2(
+        runner,
+        ["embed", str(corpus), "--out", str(out), "--shard", "0/2", "--precision", "fp8"],
+        "unknown precision 'fp8'",
+    )
     assert sorted(p.name for p in tmp_path.iterdir()) == ["corpus.txt"]
