@@ -9,8 +9,6 @@ from __future__ import annotations
 
 import math
 import os
-from collections.abc import Iterator
-from contextlib import contextmanager
 from typing import Any
 
 import numpy as np
@@ -34,12 +32,6 @@ HNSW_EF_SEARCH = 64
 IVF_PQ_MIN_DOCS = 39 * 256
 IVF_NPROBE = 16  # lists scanned per query: faiss wiki's usual starting point for nlist ~ 4 sqrt(n)
 PQ_DIMS_PER_BYTE = 8  # 384-d float32 (1536 B) -> 48 B per vector, 32x smaller
-# A few queries search on one thread where the work is small: faiss splits even one query's scan
-# over OpenMP threads, and when another process holds a core the split waits for it. Measured on
-# the 2-core machine with another job running, one query: a 4,000-vector binary flat index 23 ms
-# on 2 threads, 0.03 ms on 1; a 20,000-vector float flat index 17 ms and 1.5 ms; HNSW alike.
-SERIAL_QUERIES = 20  # faiss's own small-batch threshold (`distance_compute_blas_threshold`)
-SERIAL_SCAN_BYTES = 64 * 2**20  # codes one core scans in a few milliseconds; above, the threads pay
 
 
 def faiss_module():  # -> the faiss module, imported on first use
@@ -50,24 +42,6 @@ def faiss_module():  # -> the faiss module, imported on first use
 
         raise InputError(missing_extra_message("cpu", "a vector index", ["faiss"])) from None
     return faiss
-
-
-@contextmanager
-def search_threads(index, kind: str, queries: int) -> Iterator[None]:
-    """Search `queries` on one OpenMP thread where that is faster (`SERIAL_QUERIES`): graph and
-    inverted-list searches, and exact scans of at most `SERIAL_SCAN_BYTES`. The setting is the
-    calling thread's own (OpenMP's), so concurrent searches of a server do not share it."""
-    scanned = int(index.ntotal) * int(getattr(index, "code_size", 4 * index.d))
-    if queries >= SERIAL_QUERIES or (kind == "flat" and scanned > SERIAL_SCAN_BYTES):
-        yield
-        return
-    faiss = faiss_module()
-    threads = faiss.omp_get_max_threads()
-    faiss.omp_set_num_threads(1)
-    try:
-        yield
-    finally:
-        faiss.omp_set_num_threads(threads)
 
 
 # --- index kinds ---------------------------------------------------------------------------------

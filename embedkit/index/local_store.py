@@ -20,7 +20,8 @@ index file, and is an `InputError`, not a result (`check_scores`).
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -34,7 +35,7 @@ from embedkit.index.folder import (
     index_files_dir,
 )
 from embedkit.index.integrity import load_consistent, read_version
-from embedkit.index.kinds import HNSW_EF_SEARCH, SCORE_OVERSHOOT, faiss_module, search_threads
+from embedkit.index.kinds import HNSW_EF_SEARCH, SCORE_OVERSHOOT, faiss_module
 from embedkit.index.quantized import (
     RESCORE,
     first_pass_queries,
@@ -49,6 +50,34 @@ from embedkit.index.where_sql import rows_where
 Ranking = list[tuple[int, float]]
 FILTER_CACHE = 32  # metadata filters whose allowed rows a loaded index keeps (a server's repeats)
 WIDEN = 4  # efSearch / nprobe factor when a filtered search found too few
+
+
+# A few queries search on one thread where the work is small: faiss splits even one query's scan
+# over OpenMP threads, and when another process holds a core the split waits for it. Measured on
+# the 2-core machine with another job running, one query: a 4,000-vector binary flat index 23 ms
+# on 2 threads, 0.03 ms on 1; a 20,000-vector float flat index 17 ms and 1.5 ms; HNSW 0.07 ms on
+# either (a graph visits few vectors).
+SERIAL_QUERIES = 20  # faiss's own small-batch threshold (`distance_compute_blas_threshold`)
+SERIAL_SCAN_BYTES = 64 * 2**20  # codes one core scans in a few milliseconds; above, the threads pay
+
+
+@contextmanager
+def search_threads(index, kind: str, queries: int) -> Iterator[None]:
+    """Search `queries` on one OpenMP thread where that is faster (`SERIAL_QUERIES`): graph and
+    inverted-list searches, and exact scans of at most `SERIAL_SCAN_BYTES`. The setting is the
+    calling thread's own (OpenMP's), so concurrent searches of a server do not share it."""
+    scanned = int(index.ntotal) * int(getattr(index, "code_size", 4 * index.d))
+    if queries >= SERIAL_QUERIES or (kind == "flat" and scanned > SERIAL_SCAN_BYTES):
+        yield
+        return
+    import faiss  # imported with the index this searches; calling faiss_module() would add a stop
+
+    threads = faiss.omp_get_max_threads()
+    faiss.omp_set_num_threads(1)
+    try:
+        yield
+    finally:
+        faiss.omp_set_num_threads(threads)
 
 
 class LocalStore:

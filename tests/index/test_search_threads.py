@@ -1,4 +1,4 @@
-"""A few queries search on one OpenMP thread where the work is small (`kinds.search_threads`);
+"""A few queries search on one OpenMP thread where the work is small (`local_store.search_threads`);
 large batches and large exact scans keep faiss's threads, and the caller's setting comes back."""
 
 from __future__ import annotations
@@ -7,7 +7,7 @@ import threading
 
 import pytest
 
-from embedkit.index.kinds import SERIAL_SCAN_BYTES, search_threads
+from embedkit.index.local_store import SERIAL_SCAN_BYTES, search_threads
 
 faiss = pytest.importorskip("faiss")
 
