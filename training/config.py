@@ -87,11 +87,12 @@ class TrainConfig:
     # and sentence-transformers' MatryoshkaLoss default
     matryoshka_weights: tuple[float, ...] | None = None
     # Weight of the similarity-preserving term at each smaller prefix (`losses.matryoshka_similarity`,
-    # after Matryoshka-Adaptor's L_pair, Yoon et al. 2024), times that size's c_m; 0 = InfoNCE alone.
-    # Why on by default: with InfoNCE alone (181 steps, wiki sentences, all-MiniLM-L6-v2) every
-    # prefix's term stayed near 1e-4 and the 128-d prefix kept 0.905 of the 384-d nDCG@10 on
-    # Cranfield, no better than the base model cut to 128 (0.919); benchmarks/README.md, Matryoshka.
-    matryoshka_similarity: float = 1.0
+    # after Matryoshka-Adaptor's L_pair, Yoon et al. 2024), times that size's c_m; 0 = InfoNCE alone,
+    # the MRL paper's loss. Off by default: one 181-step run on Wikipedia sentences with it against one
+    # without (benchmarks/README.md, "Fewer dimensions") kept more at 64 and 128 dimensions on
+    # msmarco-5k (0.954 / 0.987 of 384-d against 0.923 / 0.977) but not on Cranfield (0.903 against
+    # 0.905 at 128) and scored 1.3 points lower there at 384: no gain on both collections.
+    matryoshka_similarity: float = 0.0
 
     # --- optimisation ---
     learning_rate: float = 3e-5  # miCSE Sec. 4 and SimCSE's BERT-base setting

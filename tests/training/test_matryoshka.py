@@ -192,8 +192,9 @@ def test_similarity_term_refuses_sizes_out_of_order() -> None:
         matryoshka_similarity(torch.randn(2, 8), torch.randn(3, 8), dims=[4, 8], weights=[1.0, 1.0])
 
 
-def test_a_run_without_the_similarity_term_has_none(tmp_path: Path, tiny_bert: Path) -> None:
-    result = train(CORPUS, tmp_path / "out", mrl_config(tiny_bert, matryoshka_similarity=0.0), progress=False)
+def test_by_default_a_run_has_no_similarity_term(tmp_path: Path, tiny_bert: Path) -> None:
+    assert TrainConfig().matryoshka_similarity == 0.0  # the MRL paper's loss, InfoNCE alone
+    result = train(CORPUS, tmp_path / "out", mrl_config(tiny_bert), progress=False)
     assert "info_nce@8" in result.final_losses
     assert not any(name.startswith("similarity@") for name in result.final_losses)
 
@@ -209,7 +210,8 @@ def mrl_config(base: Path, **changes: object) -> TrainConfig:
 def test_a_run_trains_each_prefix_and_records_the_sizes(tmp_path: Path, tiny_bert: Path, method: str) -> None:
     out = tmp_path / "out"
     changes = {"aux_stage1_steps": 1, "aux_layers": 1} if method == "infocse" else {}
-    result = train(CORPUS, out, mrl_config(tiny_bert, method=method, **changes), progress=False)
+    config = mrl_config(tiny_bert, method=method, matryoshka_similarity=1.0, **changes)
+    result = train(CORPUS, out, config, progress=False)
     assert {"info_nce", "info_nce@16", "info_nce@8", "similarity@16", "similarity@8"} <= set(
         result.final_losses
     )
