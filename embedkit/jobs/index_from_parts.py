@@ -39,7 +39,6 @@ from embedkit.index.docstore import DocStore
 from embedkit.index.faiss_gpu import placement_for
 from embedkit.index.folder import DOCS_FILE, INDEX_FILE, META_FILE, check_new_target, relative_model
 from embedkit.index.kinds import (
-    KINDS,
     choose_kind,
     index_params,
     ivf_training_rows,
@@ -83,8 +82,6 @@ def build_index_from_vectors(
     """
     out, folder = Path(out), Path(vectors)
     options = options or CorpusOptions()
-    if kind not in KINDS:
-        raise InputError(f"unknown index kind {kind!r}: use {', '.join(KINDS)}")
     parts = read_parts(folder)
     first = parts[0].info
     spec = model_of_parts(parts, model)
@@ -107,16 +104,12 @@ def build_index_from_vectors(
                 work.train(_training_sample(parts, total, rows, dim))
             _fill(work, store, parts, corpus, options, progress, dim, full)
             store.commit()
-            if full is not None:
-                full.flush()
         finally:
             store.close()
         index = placement.to_cpu(work) if placement else work
         lexical_record = store.lexical.settings.to_json() if store.lexical is not None else None
         built = {"kind": chosen, "kind_reason": reason, "params": params, "lexical": lexical_record}
         source = {"corpus": str(corpus), "added": total, "vectors": str(folder)}
-        if dim != first.dim:
-            built["model_dim"] = first.dim
         meta = _recorded(parts, spec, out, tmp, index, source, fingerprint, built)
     device = placement.name if placement else "cpu"
     return IndexReport(
@@ -152,6 +145,7 @@ def _recorded(
         updated=stamp,
         index_id=new_index_id(),
         sources=[source],
+        model_dim=first.dim if index.d != first.dim else None,  # an index of the first `dim` (--dim)
         **built,
     )
     write_json_atomic(tmp / META_FILE, meta.to_json())
@@ -255,3 +249,5 @@ def _fill(
             del vectors  # the part's map is released before the next one is opened
     if next(documents, None) is not None:
         raise RunFailure(f"{corpus} changed while it was read: it holds more documents than the parts")
+    if full is not None:
+        full.flush()
