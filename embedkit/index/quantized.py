@@ -22,7 +22,7 @@ from typing import Any
 import numpy as np
 
 from embedkit.errors import InputError
-from embedkit.index.kinds import faiss_module, new_faiss_index
+from embedkit.index.kinds import choose_kind, faiss_module, index_params, new_faiss_index
 
 QUANTIZE = ("int8", "binary")
 FULL_VECTORS = "vectors.npy"  # float32 [rows, dim], row-indexed, in each version folder
@@ -157,9 +157,30 @@ def new_index(kind: str, dim: int, params: dict[str, Any]):  # -> faiss.Index or
     )
 
 
+def int8_training_rows(n: int) -> np.ndarray:
+    """Which of `n` vectors an int8 quantizer learns its ranges from: a fixed-seed sample, sorted,
+    that depends on `n` alone (so an index built from part files trains on the same rows)."""
+    return np.sort(np.random.default_rng(0).choice(n, min(n, TRAIN_SAMPLE), replace=False))
+
+
 def train_quantized(index, vectors: np.ndarray) -> None:
     """Train an int8 quantizer (each dimension's range) on a fixed-seed sample of `vectors`."""
-    sample = np.sort(
-        np.random.default_rng(0).choice(len(vectors), min(len(vectors), TRAIN_SAMPLE), replace=False)
-    )
+    sample = int8_training_rows(len(vectors))
     index.train(np.ascontiguousarray(vectors[sample], dtype=np.float32))
+
+
+def kind_and_params(
+    kind: str, quantize: str | None, count: int, dim: int, *, gpu: bool
+) -> tuple[str, str, dict[str, Any]]:
+    """A new index's kind, why, and its parameters, with its quantization where asked for: for
+    quantized codes `auto`'s IVF-PQ (chosen for lack of memory) becomes HNSW, whose codes fit."""
+    if quantize is not None and gpu:
+        raise InputError("--quantize builds on the CPU: drop --gpu and a cuda --device")
+    chosen, reason = choose_kind(kind, count, dim, gpu=gpu)
+    if quantize is not None and chosen == "ivf-pq" and kind == "auto":
+        chosen, reason = "hnsw", f"{reason}; quantized {quantize} codes fit in memory: HNSW"
+    check_quantize(quantize, chosen, dim)
+    params = index_params(chosen, count, dim)
+    if quantize is not None:
+        params |= {"quantize": quantize, "rescore": RESCORE[quantize]}
+    return chosen, reason, params

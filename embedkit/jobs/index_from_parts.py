@@ -38,14 +38,10 @@ from embedkit.index.build_report import IndexReport
 from embedkit.index.docstore import DocStore
 from embedkit.index.faiss_gpu import placement_for
 from embedkit.index.folder import DOCS_FILE, INDEX_FILE, META_FILE, check_new_target, relative_model
-from embedkit.index.kinds import (
-    choose_kind,
-    index_params,
-    ivf_training_rows,
-)
+from embedkit.index.kinds import ivf_training_rows
 from embedkit.index.lexical_rebuild import fill_lexical
 from embedkit.index.meta import IndexMeta, new_index_id, now
-from embedkit.index.quantized import FULL_VECTORS, RESCORE, TRAIN_SAMPLE, check_quantize, new_index
+from embedkit.index.quantized import FULL_VECTORS, int8_training_rows, kind_and_params, new_index
 from embedkit.index.rows import add_rows
 from embedkit.index.version_copy import write_faiss
 from embedkit.jobs.parts import Part, check_corpus, model_of_parts, normalized, read_parts
@@ -88,7 +84,7 @@ def build_index_from_vectors(
     check_new_target(out, overwrite)
     total, dim = first.total, _kept_dim(dim, first.dim)
     placement = placement_for(device, gpu)
-    chosen, reason, params = _kind(kind, quantize, total, dim, on_gpu=placement is not None)
+    chosen, reason, params = kind_and_params(kind, quantize, total, dim, gpu=placement is not None)
     fingerprint = check_corpus(parts, corpus, options, progress)
     start = time.perf_counter()
     with new_version(out) as tmp:
@@ -100,7 +96,7 @@ def build_index_from_vectors(
         full = _full_vectors(tmp, total, dim) if quantize else None
         try:
             if not work.is_trained:
-                rows = _int8_rows(total) if quantize else ivf_training_rows(total, work.nlist)
+                rows = int8_training_rows(total) if quantize else ivf_training_rows(total, work.nlist)
                 work.train(_training_sample(parts, total, rows, dim))
             _fill(work, store, parts, corpus, options, progress, dim, full)
             store.commit()
@@ -152,23 +148,6 @@ def _recorded(
     return meta
 
 
-def _kind(
-    kind: str, quantize: str | None, total: int, dim: int, *, on_gpu: bool
-) -> tuple[str, str, dict[str, Any]]:
-    """The index's kind, why, and its parameters, as `build_index` decides them for `total`
-    vectors of `dim` (quantized ones: flat or HNSW, on the CPU)."""
-    if quantize is not None and on_gpu:
-        raise InputError("--quantize builds on the CPU: drop --gpu and a cuda --device")
-    chosen, reason = choose_kind(kind, total, dim, gpu=on_gpu)
-    if quantize is not None and chosen == "ivf-pq" and kind == "auto":
-        chosen, reason = "hnsw", f"{reason}; quantized {quantize} codes fit in memory: HNSW"
-    check_quantize(quantize, chosen, dim)
-    params = index_params(chosen, total, dim)
-    if quantize is not None:
-        params |= {"quantize": quantize, "rescore": RESCORE[quantize]}
-    return chosen, reason, params
-
-
 def _kept_dim(dim: int | None, parts_dim: int) -> int:
     """The index's dimension: `dim` of the parts' `parts_dim`, checked (None: all of them)."""
     if dim is None:
@@ -176,11 +155,6 @@ def _kept_dim(dim: int | None, parts_dim: int) -> int:
     if isinstance(dim, bool) or not isinstance(dim, int) or not 1 <= dim <= parts_dim:
         raise InputError(f"--dim {dim!r}: the parts hold {parts_dim}-d vectors; use 1 to {parts_dim}")
     return dim
-
-
-def _int8_rows(total: int) -> np.ndarray:
-    """The rows an int8 quantizer learns its ranges from: `train_quantized`'s fixed-seed sample."""
-    return np.sort(np.random.default_rng(0).choice(total, min(total, TRAIN_SAMPLE), replace=False))
 
 
 def _full_vectors(tmp: Path, total: int, dim: int) -> np.ndarray:

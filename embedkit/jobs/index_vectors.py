@@ -10,11 +10,10 @@ from typing import Any
 
 import numpy as np
 
-from embedkit.index.kinds import choose_kind, index_params, train_ivf
+from embedkit.index.kinds import train_ivf
 from embedkit.index.quantized import (
     FULL_VECTORS,
-    RESCORE,
-    check_quantize,
+    kind_and_params,
     new_index,
     open_full_vectors,
     quantization,
@@ -95,15 +94,8 @@ class VectorWriter:
 
     def _kind(self, dim: int) -> tuple[str, str, dict[str, Any]]:
         """A new index's kind, why, and its parameters (with its quantization, if asked for)."""
-        quantize = self.target.quantize
-        kind, reason = choose_kind(self.target.kind, self.added, dim, gpu=self.placement is not None)
-        if quantize is not None and kind == "ivf-pq":  # auto's choice for lack of memory
-            kind, reason = "hnsw", f"{reason}; quantized {quantize} codes fit in memory: HNSW"
-        params = index_params(kind, self.added, dim)
-        if quantize is not None:
-            check_quantize(quantize, kind, dim)
-            params |= {"quantize": quantize, "rescore": RESCORE[quantize]}
-        return kind, reason, params
+        target = self.target
+        return kind_and_params(target.kind, target.quantize, self.added, dim, gpu=self.placement is not None)
 
     def _keep_full_vectors(self, dim: int) -> None:
         """The appended quantized index's `FULL_VECTORS`: its rows, then the new ones (from the spool)."""
