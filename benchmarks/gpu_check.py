@@ -8,7 +8,8 @@ Each step runs in its own process, in this order, and a failed step fails its ro
 1. `embedkit export --fp16 --device cuda` of the bundled model: the fp16 parity gate on CUDA;
 2. benchmarks/gpu.py on that export: encode and serve against the ONNX graph's ceiling and
    sentence-transformers fp16, in the same run;
-3. benchmarks/train_step.py (simcse and micse, bf16, batch 64, length 32): miCSE's step;
+3. benchmarks/train_step.py (simcse and micse, bf16, batch 64, length 32, fixed shapes, whole steps
+   timed as the trainer runs them): miCSE's step;
 4. `embedkit train --nproc N` (N: the GPUs torch sees), a short run;
 5. where faiss has GPU support: benchmarks/search.py --device cuda (flat, 1M x 384, 1,000 queries,
    against faiss-cpu on all cores), then `embedkit index --device cuda` of Cranfield and its search on
@@ -196,6 +197,9 @@ def step_train_step(work: Path) -> dict[str, float]:
         "cuda",
         "--dtype",
         "bf16",
+        # as `embedkit train` runs on CUDA: one padded shape, no device sync inside a step
+        "--fixed-shapes",
+        "--whole-step",
     ]
     done = run([*command, "--steps", "30", "--warmup", "5", "--methods", "simcse,micse", "--no-memory"], 600)
     report = json.loads(done.stdout.strip().splitlines()[-1])
