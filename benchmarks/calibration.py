@@ -4,9 +4,10 @@ For Cranfield and msmarco-5k (../shared/data, judged test queries) and the bundl
 each candidate of `embedkit.evaluation.fusion_rule.CANDIDATES` (and BM25 alone) scored (nDCG@10 x 100)
 1. on the judged queries, over the whole collection, exact dense search and tantivy BM25, as
    `eval retrieval --mode hybrid --fusion F --alpha A` does;
-2. on the index's label-free pseudo queries (`embedkit.evaluation.fusion_calibration.pseudo_task`: ict, title,
-   terms; plus `ict-common`, the ict sentences without their rare words, a guard against the
-   lexical bias of a sentence cut from its own document), as `embedkit calibrate` scores them;
+2. on the index's label-free pseudo queries (`embedkit.evaluation.fusion_calibration.pseudo_task`),
+   as `embedkit calibrate` scores them: the kind the rule reads; with `--every-kind` ict, title,
+   terms and window, plus `ict-common`, the ict sentences without their rare words, a guard
+   against the lexical bias of a sentence cut from its own document;
 and the rule's choice (`embedkit.evaluation.fusion_rule.choose`) with its judged nDCG@10. docs/hybrid.md holds
 the tables. A collection is a name under ../shared/data or a BEIR folder (a shortened one from
 `benchmarks/short_collections.py`); with `--indexes DIR`, the documents and vectors are read back
@@ -106,6 +107,11 @@ def main() -> None:
     parser.add_argument(
         "--queries", type=int, default=CalibrationConfig.queries, help="pseudo queries per kind"
     )
+    parser.add_argument(
+        "--every-kind",
+        action="store_true",
+        help="score every pseudo-query kind and ict-common (default: the kind the rule reads, as calibrate)",
+    )
     parser.add_argument("--collections", nargs="+", default=list(COLLECTIONS))
     parser.add_argument("--indexes", type=Path, help="read each collection's vectors from DIR/<name>")
     parser.add_argument("--json", type=Path)
@@ -133,7 +139,10 @@ def main() -> None:
         pseudo = {}
         for seed in args.seeds:
             start = time.perf_counter()
-            task = pseudo_task(documents, CalibrationConfig(queries=args.queries, seed=seed, common=True))
+            config = CalibrationConfig(
+                queries=args.queries, seed=seed, common=args.every_kind, every_kind=args.every_kind
+            )
+            task = pseudo_task(documents, config)
             scores = score_task(task, doc_vectors, encoder)
             seconds = time.perf_counter() - start
             table, intervals = score_table(scores, seed)

@@ -104,7 +104,7 @@ class Calibration:
         return cls(**{k: v for k, v in data.items() if k in known})
 
     def describe(self) -> str:
-        """One line: `fusion zscore 0.5 (calibrated on 600 pseudo queries ...): reason`."""
+        """One line: `fusion zscore 0.5 (calibrated on 200 pseudo queries ...): reason`."""
         chosen = "dense (no fusion)" if self.method == "dense" else label(self.method, self.alpha)
         asked = sum(self.queries.values())
         if not asked:

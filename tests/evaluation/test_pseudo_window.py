@@ -47,9 +47,32 @@ def test_without_window_an_unpunctuated_record_keeps_its_ict_word_span() -> None
 
 
 def test_the_calibration_draws_window_queries_before_terms_on_a_small_corpus() -> None:
-    task = pseudo_task(_records(60, 40), CalibrationConfig(queries=40, min_queries=5))
+    config = CalibrationConfig(queries=40, min_queries=5, every_kind=True)
+    task = pseudo_task(_records(60, 40), config)
     counts = {kind: sum(q.kind == kind for q in task.queries) for kind in ("window", "terms")}
     assert counts == {"window": 40, "terms": 20}
+
+
+def test_by_default_only_the_kind_the_rule_reads_is_drawn() -> None:
+    """The rule reads the first of ict, title, window with 30 queries: nothing else is made or
+    embedded again, and that kind's queries are the ones every kind's task draws."""
+    titled = [
+        Document(
+            f"d{i}",
+            f"The wing stalls at angle {i}. The jet noise rises with speed {i}. Heat flows.",
+            f"Wing {i}",
+        )
+        for i in range(130)
+    ]
+    only = pseudo_task(titled, CalibrationConfig(queries=40, min_queries=5))
+    every = pseudo_task(titled, CalibrationConfig(queries=40, min_queries=5, every_kind=True))
+    assert {q.kind for q in only.queries} == {"ict"} and len(only.queries) == 40
+    assert {q.kind for q in every.queries} >= {"ict", "title", "terms"}
+    assert only.queries == [q for q in every.queries if q.kind == "ict"]
+    assert sorted(only.changed) == sorted(q.source for q in only.queries)  # not ict's and title's
+    # records without sentences: no ict, so window (terms never: the rule does not read them)
+    records = pseudo_task(_records(60, 40), CalibrationConfig(queries=40, min_queries=5))
+    assert {q.kind for q in records.queries} == {"window"}
 
 
 def test_window_queries_are_not_drawn_where_the_rule_reads_ict() -> None:
