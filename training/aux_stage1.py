@@ -31,9 +31,9 @@ import torch
 from safetensors.torch import load_file, save_file
 
 from embedkit.data.corpus import load_sentences, sentences_fingerprint
-from embedkit.encode.default_onnx import cache_dir
 from embedkit.errors import InputError
 from embedkit.storage.atomic import atomic_dir
+from embedkit.storage.user_cache import cache_dir
 from embedkit.training.config import TrainConfig
 
 STAGE1_SEED = 0  # the stage-1 data order, masks and dropout: not the run's seed, so seeds share it

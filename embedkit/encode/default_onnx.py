@@ -23,17 +23,9 @@ from pathlib import Path
 
 from embedkit.encode.model_folder import ModelSpec, default_base_model_path, read_model_spec
 from embedkit.errors import EmbedkitError
+from embedkit.storage.user_cache import cache_dir
 
 BACKEND_ENV = "EMBEDKIT_DEFAULT_BACKEND"
-CACHE_ENV = "EMBEDKIT_CACHE_DIR"
-
-
-def cache_dir() -> Path:
-    """Where embedkit keeps what it derives once per machine and user."""
-    if os.environ.get(CACHE_ENV):
-        return Path(os.environ[CACHE_ENV]).expanduser()
-    base = os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache"
-    return Path(base) / "embedkit"
 
 
 def is_bundled_default(spec: ModelSpec) -> bool:

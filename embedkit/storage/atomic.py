@@ -100,7 +100,10 @@ def sweep_leftovers(target: str | os.PathLike[str]) -> list[Path]:
     temp = re.compile(rf"^\.{name}\.(\d+)\.[^/]*\.tmp$")
     aside = re.compile(rf"^\.{name}\.old-(\d+)$")
     removed: list[Path] = []
-    for entry in parent.iterdir():
+    own = f".{target.name}."  # the one prefix both patterns share: other names are skipped unparsed
+    with os.scandir(parent) as names:
+        mine = [parent / e.name for e in names if e.name.startswith(own)]
+    for entry in mine:
         match = temp.match(entry.name) or aside.match(entry.name)
         if match is None or pid_alive(int(match.group(1))):
             continue

@@ -8,6 +8,7 @@ import numpy as np
 import pytest
 
 import embedkit.encode.default_onnx as default_onnx
+import embedkit.storage.user_cache as user_cache
 from embedkit.encode.loading import load_encoder
 from embedkit.encode.torch_backend import TorchEncoder
 
@@ -17,7 +18,7 @@ def bundled(tiny_bert: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) ->
     """The tiny BERT stands in for the bundled model; the cache is a fresh folder; exports are counted."""
     pytest.importorskip("onnx")
     monkeypatch.setattr(default_onnx, "default_base_model_path", lambda: tiny_bert)
-    monkeypatch.setenv(default_onnx.CACHE_ENV, str(tmp_path / "cache"))
+    monkeypatch.setenv(user_cache.CACHE_ENV, str(tmp_path / "cache"))
     monkeypatch.delenv(default_onnx.BACKEND_ENV, raising=False)
     exports: list[Path] = []
     original = default_onnx._export

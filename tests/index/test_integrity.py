@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import hashlib
+import json
 import os
 from pathlib import Path
 
@@ -25,7 +27,41 @@ DIM = 32
 @pytest.fixture(autouse=True)
 def own_cache(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
+    monkeypatch.delenv("EMBEDKIT_CACHE_DIR", raising=False)  # it would come before XDG_CACHE_HOME
     monkeypatch.setattr(checksums, "_cache", {})
+
+
+def test_the_hash_cache_is_kept_in_the_user_cache_in_small_folders(tmp_path, monkeypatch) -> None:
+    monkeypatch.setenv("EMBEDKIT_CACHE_DIR", str(tmp_path / "ek-cache"))
+    data = tmp_path / "data.bin"
+    data.write_bytes(b"wing" * 1000)
+    assert checksums.cached_sha256(data) == hashlib.sha256(b"wing" * 1000).hexdigest()
+    (entry,) = (tmp_path / "ek-cache" / "checksums").rglob("*.json")
+    name = hashlib.sha1(str(data.resolve()).encode()).hexdigest()
+    assert entry.relative_to(tmp_path / "ek-cache" / "checksums").parts == (name[:2], f"{name}.json")
+    monkeypatch.setattr(checksums, "_cache", {})
+    stale_cache(data, "f" * 64)  # read back from the file, not computed again
+    monkeypatch.setattr(checksums, "_cache", {})
+    assert checksums.cached_sha256(data) == "f" * 64
+
+
+def test_a_write_sweeps_only_its_own_dead_leftovers(tmp_path) -> None:
+    from embedkit.storage import atomic
+
+    dead = 2**22 + 12345  # above the largest pid Linux allows (2**22): no such process
+    target = tmp_path / "meta.json"
+    leftovers = {
+        f".meta.json.{dead}.abc.tmp": False,  # a killed writer's: removed
+        f".meta.json.{os.getpid()}.abc.tmp": True,  # a live writer's: kept
+        f".other.json.{dead}.abc.tmp": True,  # another target's: not this write's business
+        "meta.json.bak": True,
+    }
+    for name in leftovers:
+        (tmp_path / name).write_text("x")
+    atomic.write_json_atomic(target, {"a": 1})
+    assert json.loads(target.read_text()) == {"a": 1}
+    kept = {name for name, stays in leftovers.items() if stays}
+    assert {p.name for p in tmp_path.iterdir()} == {"meta.json", *kept}
 
 
 def small_index(tmp_path: Path, tiny_bert: Path, n: int = 60) -> Path:
