@@ -39,6 +39,7 @@ from embedkit.evaluation.fusion_calibration import (
 )
 from embedkit.evaluation.fusion_rule import choose, score_table
 from embedkit.evaluation.memory_store import MemoryStore
+from embedkit.search.request import default_choice
 
 DATA = Path(__file__).resolve().parents[2] / "shared" / "data"
 COLLECTIONS = ("cranfield", "msmarco-5k")
@@ -143,24 +144,30 @@ def main() -> None:
                 queries=args.queries, seed=seed, common=args.every_kind, every_kind=args.every_kind
             )
             task = pseudo_task(documents, config)
-            scores = score_task(task, doc_vectors, encoder)
+            few = len(task.queries) < config.min_queries  # `calibrate` keeps the default, as here
+            scores = {} if few else score_task(task, doc_vectors, encoder)
             seconds = time.perf_counter() - start
             table, intervals = score_table(scores, seed)
+            method, alpha = default_choice()
+            reason = f"{len(task.queries)} pseudo queries, fewer than {config.min_queries}: the default"
             pseudo[seed] = {
                 "table": table,
                 "intervals": intervals,
                 "scores": scores,
                 "seconds": round(seconds, 1),
-                "choice": choose(scores, seed)._asdict(),
+                "choice": {"method": method, "alpha": alpha, "reason": reason}
+                if few
+                else choose(scores, seed)._asdict(),
             }
             print(f"{name} seed {seed}: {len(task.queries)} pseudo queries in {seconds:.1f} s", flush=True)
         result[name] = {"judged": real, "pseudo": pseudo, "documents": len(documents)}
-        kinds = list(next(iter(pseudo.values()))["table"]["dense"])
+        kinds = list(next(iter(pseudo.values()))["table"].get("dense", {}))
         print(f"{name}: candidate, judged nDCG@10, pseudo nDCG@10 by kind (seed {args.seeds[0]}) x100")
         first = pseudo[args.seeds[0]]["table"]
         print(f"  {'candidate':12s} {'judged':>7s} " + " ".join(f"{k:>8s}" for k in kinds))
         for candidate, value in real.items():
-            print(f"  {candidate:12s} {value:7.2f} " + " ".join(f"{first[candidate][k]:8.2f}" for k in kinds))
+            pseudo_scores = " ".join(f"{first[candidate][k]:8.2f}" for k in kinds)
+            print(f"  {candidate:12s} {value:7.2f} " + pseudo_scores)
         for seed, entry in pseudo.items():
             choice = entry["choice"]
             picked = (
