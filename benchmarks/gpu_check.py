@@ -116,10 +116,16 @@ def cuda_problem() -> str | None:
     return None
 
 
-def run(command: list[str], timeout: float, cwd: Path = ROOT) -> subprocess.CompletedProcess:
-    """`command` to its end; a non-zero exit is a `StepFailed` with its last line of output."""
+def run(command: list[str], timeout: float) -> subprocess.CompletedProcess:
+    """`command` to its end; a non-zero exit is a `StepFailed` with its last line of output.
+
+    It runs in the temporary folder, never in the checkout: there `python -m embedkit.cli` would
+    import the checkout's `embedkit/` folder (the runtime core alone, without `cli`) before an
+    embedkit installed from a wheel, and fail (seen on the first GPU machine this ran on)."""
     try:
-        done = subprocess.run(command, cwd=cwd, capture_output=True, text=True, timeout=timeout)
+        done = subprocess.run(
+            command, cwd=tempfile.gettempdir(), capture_output=True, text=True, timeout=timeout
+        )
     except subprocess.TimeoutExpired:
         raise StepFailed(f"{Path(command[1]).name} ran past {timeout:.0f} s") from None
     if done.returncode != 0:

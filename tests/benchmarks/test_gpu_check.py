@@ -55,6 +55,14 @@ def test_make_gpu_check_is_that_command():
     assert "error: gpu-check proves the GPU half and needs CUDA" in done.stderr
 
 
+def test_steps_run_outside_the_checkout(check):
+    """`python -m embedkit.cli` started in the checkout imports its `embedkit/` folder, which has
+    no `cli` where embedkit is installed from a wheel: the steps run elsewhere."""
+    done = check.run([sys.executable, "-c", "import os; print(os.getcwd())"], 60)
+    here = Path(done.stdout.strip()).resolve()
+    assert here != ROOT.resolve() and ROOT.resolve() not in here.parents
+
+
 def test_cuda_problem_names_what_is_missing(check, monkeypatch):
     import torch
 
