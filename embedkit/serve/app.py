@@ -339,7 +339,9 @@ def create_app(engine: Engine) -> ASGIApp:
                 await loading
         await engine.close()
 
-    helpers = ApiHelpers(server.authorize, server.require_ready, server.read_object, server.embed, ApiError)
+    helpers = ApiHelpers(
+        server.authorize, server.require_ready, server.read_object, server.embed, ApiError, server.engine_for
+    )
     app = Starlette(
         routes=[
             Route("/v1/embeddings", embeddings, methods=["POST"]),

@@ -266,7 +266,7 @@ STATUS_TEXT = {
     200: "OK",
     400: "the body is not a JSON object",
     401: "missing or wrong API key (sent as 'Authorization: Bearer KEY')",
-    404: "no index on this server (/search), or no served model of that name (/v1/embeddings)",
+    404: "no index on this server (/search), or no served model of that name (/v1/embeddings, /models/NAME)",
     413: "the body, or a list in it, is over the server's limits (TEI: an input over max_input_length)",
     422: "a field of the wrong type or value",
     424: "the server has no re-ranker (start it with --rerank MODEL), or the model failed",
@@ -289,6 +289,7 @@ class Operation:
 
 
 TEI_ERRORS = (400, 401, 413, 422, 429, 503)
+MODEL_ERRORS = (*TEI_ERRORS, 404)  # /models/NAME/...: a name no served model has
 OPERATIONS = (
     Operation(
         "post",
@@ -351,6 +352,14 @@ OPERATIONS = (
         errors=(401, 503),
         error="TeiError",
     ),
+    *(
+        Operation(method, path, f"{summary}: model NAME's TEI base URL", response, body, errors, "TeiError")
+        for method, path, summary, response, body, errors in (
+            ("post", "/models/{model}/embed", "Embed texts", "TeiEmbedResponse", TEI_EMBED, MODEL_ERRORS),
+            ("post", "/models/{model}", "The same as /embed", "TeiEmbedResponse", TEI_EMBED, MODEL_ERRORS),
+            ("get", "/models/{model}/info", "The model and limits", "TeiInfo", None, (401, 404, 503)),
+        )
+    ),
     Operation("get", "/openapi.json", "This description", "OpenApi", errors=(401,)),
     Operation("get", "/", "The search page (HTML; the data comes from the API)", "text/html", auth=False),
     Operation("get", "/docs", "This description as a page (HTML)", "text/html", auth=False),
@@ -369,6 +378,9 @@ def openapi_document(config: ServeConfig, version: str) -> dict[str, Any]:
     schemas = dict(RESPONSES)
     for op in OPERATIONS:
         operation: dict[str, Any] = {"summary": op.summary, "operationId": f"{op.method}{op.path}"}
+        if "{model}" in op.path:  # a served model's name, as /v1/models lists it
+            name = {"name": "model", "in": "path", "required": True, "schema": {"type": "string"}}
+            operation["parameters"] = [name]
         if op.request is not None:
             schemas[op.request.name] = op.request.schema(config)
             operation["requestBody"] = {"required": True, "content": _content(op.request.name)}

@@ -40,13 +40,14 @@ PATHS = tuple(dict.fromkeys(op.path for op in OPERATIONS))
 @dataclass(frozen=True)
 class ApiHelpers:
     """What the extra routes take from the app: its key check, readiness, body reader, batched
-    embedding (abandoned when the client goes) and its error class."""
+    embedding (abandoned when the client goes), a served model's engine by name and its error class."""
 
     authorize: Callable[[Request], None]
     require_ready: Callable[[], ServedModel]
     read_object: Callable[[Request], Awaitable[dict[str, Any]]]
-    embed: Callable[[Request, list[str]], Awaitable[Embedded]]
+    embed: Callable[..., Awaitable[Embedded]]  # (request, texts, engine=None)
     ApiError: type[Exception]
+    engine_for: Callable[[str | None], Engine]
 
 
 def static_file(name: str) -> Response:

@@ -60,6 +60,8 @@ def from_api_error(exc: Any, engine: Engine) -> TeiError:
     """The app's `ApiError` (key, loading, body, busy) as TEI would have answered it."""
     if exc.status == 401:
         return TeiError(401, "Unauthorized", exc.message)
+    if exc.status == 404:  # a model name no served model has (`/models/NAME/...`)
+        return TeiError(404, "NotFound", exc.message)
     if exc.status == 503:
         # a ready model answers 503 only when the queue is full or the server is stopping
         return (
@@ -139,16 +141,24 @@ class TeiRoutes:
         except BodyError as exc:
             raise TeiError(exc.status, "Validation", exc.message) from None
 
+    def engine_of(self, request: Request) -> Engine:
+        """The engine of the model the path names (`/models/NAME/...`), else the first model's."""
+        self.helpers.require_ready()
+        name = request.path_params.get("model")
+        return self.engine if name is None else self.helpers.engine_for(name)
+
     async def embed_work(self, request: Request) -> Any:
         self.helpers.authorize(request)
-        model = self.helpers.require_ready()
+        engine = self.engine_of(request)
+        model = engine.model
+        assert model is not None  # every engine is ready once the first one is
         values = await self.checked_body(request, TEI_EMBED, "inputs")
         texts = _prompted(model, values)
         if not values["normalize"] and getattr(model.encoder, "normalize_default", False):
             message = f"{model.name} L2-normalizes its vectors itself: normalize=false cannot give raw ones"
             raise TeiError(422, "Validation", message)
         if not values["truncate"]:
-            longest = await self.engine.off_loop(lambda items: over_long(model, items), texts)
+            longest = await engine.off_loop(lambda items: over_long(model, items), texts)
             if longest is not None:
                 raise TeiError(
                     413,
@@ -156,7 +166,7 @@ class TeiRoutes:
                     f"Input validation error: `inputs` must have less than {model.max_seq_length} tokens "
                     f"(inputs[{longest}] has more); send truncate=true to cut it",
                 )
-        result = await self.helpers.embed(request, texts)
+        result = await self.helpers.embed(request, texts, engine)
         size = cut(values.get("dimensions"), model.dim)  # TEI cuts first, then normalizes
         vectors = result.vectors if size is None else result.vectors[:, :size]
         return l2_normalize(vectors) if values["normalize"] else vectors
@@ -193,8 +203,10 @@ class TeiRoutes:
         from embedkit import __version__
 
         self.helpers.authorize(request)
-        model = self.helpers.require_ready()
-        sizing = self.engine.sizing
+        engine = self.engine_of(request)
+        model = engine.model
+        assert model is not None
+        sizing = engine.sizing
         return {
             "model_id": model.name,
             "model_sha": None,
@@ -234,4 +246,9 @@ def routes(engine: Engine, helpers: Any) -> list[Route]:
         Route("/", tei.embed, methods=["POST"]),
         Route("/rerank", tei.rerank, methods=["POST"]),
         Route("/info", tei.info, methods=["GET"]),
+        # each served model as a TEI server of its own: a TEI client picks a model by its base URL
+        # (TEI serves one model a server), so http://host:port/models/NAME is the model NAME's
+        Route("/models/{model:path}/embed", tei.embed, methods=["POST"]),
+        Route("/models/{model:path}/info", tei.info, methods=["GET"]),
+        Route("/models/{model:path}", tei.embed, methods=["POST"]),
     ]

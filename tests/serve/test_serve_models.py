@@ -175,3 +175,27 @@ def test_each_index_is_searched_with_its_own_model(tiny_onnx, tiny_index, second
         assert _hits(client, first_name) == expected[first_name] == _hits(client)
         cards = client.get("/v1/models").json()["data"]
     assert [(c["id"], c["index"]) for c in cards] == [(first_name, True), (second_name, True)]
+
+
+def _unit(vectors) -> np.ndarray:
+    vectors = np.asarray(vectors, dtype=np.float32)
+    return vectors / np.linalg.norm(vectors, axis=1, keepdims=True)
+
+
+def test_tei_clients_pick_a_model_by_its_base_url(both, alone):
+    """TEI serves one model a server, so its clients choose a model by URL: /models/NAME is the
+    base URL of model NAME (POST to it, /embed and /info under it); the plain routes are the first's."""
+    (first_name, first_alone), (second_name, second_alone) = alone["first"], alone["second"]
+    for path in (f"/models/{second_name}/embed", f"/models/{second_name}"):
+        response = both.post(path, json={"inputs": TEXTS})
+        assert response.status_code == 200, response.text
+        np.testing.assert_allclose(response.json(), _unit(second_alone), atol=1e-6)
+    first = both.post(f"/models/{first_name}/embed", json={"inputs": TEXTS}).json()
+    np.testing.assert_allclose(first, _unit(first_alone), atol=1e-6)
+    np.testing.assert_allclose(both.post("/embed", json={"inputs": TEXTS}).json(), first, atol=0)
+    info = both.get(f"/models/{second_name}/info").json()
+    assert info["model_id"] == second_name and both.get("/info").json()["model_id"] == first_name
+    missing = both.post("/models/text-embedding-3-small/embed", json={"inputs": "x"})
+    assert missing.status_code == 404 and missing.json()["error_type"] == "NotFound"
+    assert repr(second_name) in missing.json()["error"]
+    assert both.get("/models/text-embedding-3-small/info").status_code == 404

@@ -56,6 +56,9 @@ def test_huggingface_inference_client_gets_the_encoders_vectors(server: Server, 
     many = np.asarray(api.feature_extraction(TEXTS))
     assert many.shape == (len(TEXTS), encoder.dim)
     np.testing.assert_allclose(many, encoder.encode(TEXTS), atol=1e-5)
+    # a served model's own base URL, /models/NAME, is a TEI server of that model for the client
+    by_name = hub.InferenceClient(base_url=f"{server.url}/models/{encoder.path.name}", api_key=KEY)
+    np.testing.assert_allclose(np.asarray(by_name.feature_extraction(TEXTS)), many, atol=0)
     one = np.asarray(api.feature_extraction("the cat eats food"))
     np.testing.assert_allclose(one.reshape(-1), encoder.encode(["the cat eats food"])[0], atol=1e-5)
     with pytest.raises(hub.errors.HfHubHTTPError) as caught:
@@ -157,6 +160,19 @@ def live_calls() -> list[tuple[str, str, dict, int]]:
         ("post", "/rerank", {"json": {"query": "wing", "texts": ["x"], "raw_scores": 1}}, 422),
         ("get", "/info", {}, 200),
         ("get", "/info", no_key, 401),
+        *(
+            call
+            for base in ("/models/{model}", "/models/{model}/embed")
+            for call in (
+                ("post", base, {"json": {"inputs": TEXTS}}, 200),
+                ("post", base, {"content": b"nope"}, 400),
+                ("post", base, {"json": {"inputs": "x"}, **no_key}, 401),
+                ("post", base, {"json": {"inputs": [LONG]}}, 413),
+                ("post", base, {"json": {"inputs": "x", "normalize": 1}}, 422),
+            )
+        ),
+        ("get", "/models/{model}/info", {}, 200),
+        ("get", "/models/{model}/info", no_key, 401),
         ("get", "/openapi.json", {}, 200),
         ("get", "/openapi.json", no_key, 401),
         ("get", "/", {}, 200),
@@ -177,11 +193,12 @@ def test_the_description_is_valid_openapi_31(document: dict):
     assert schema["EmbeddingsRequest"]["properties"]["input"]["oneOf"][1]["maxItems"] == MAX_TEXTS
 
 
-def test_every_documented_answer_of_every_route_fits_the_description(client, document: dict):
+def test_every_documented_answer_of_every_route_fits_the_description(client, document: dict, tiny_bert):
     seen = set()
     for method, path, arguments, status in live_calls():
-        response = client.request(method.upper(), path, **arguments)
-        assert response.status_code == status, (method, path, response.text[:300])
+        actual = path.replace("{model}", tiny_bert.name)  # /models/{model}/...: the served model
+        response = client.request(method.upper(), actual, **arguments)
+        assert response.status_code == status, (method, actual, response.text[:300])
         check_against(document, method, path, response)
         seen.add((method, path, str(status)))
     for method, path, response in loading_and_indexless_answers():
@@ -194,8 +211,11 @@ def test_every_documented_answer_of_every_route_fits_the_description(client, doc
         for status in operation["responses"]
     }
     # not provoked here: a client that leaves (499), TEI's full queue (429) and a model this
-    # one-model server does not serve (404: test_serve_models), tested elsewhere
+    # one-model server does not serve (404: test_serve_models; one model served answers to any name)
     rare = {("post", "/v1/embeddings", "499"), ("post", "/embed", "429"), ("post", "/", "429")}
+    rare |= {("post", "/models/{model}", "429"), ("post", "/models/{model}/embed", "429")}
+    rare |= {(m, p, "404") for m, p in (("post", "/models/{model}"), ("post", "/models/{model}/embed"))}
+    rare.add(("get", "/models/{model}/info", "404"))
     rare.add(("post", "/v1/embeddings", "404"))
     assert documented - rare == seen
 
@@ -231,8 +251,11 @@ def loading_and_indexless_answers() -> list[tuple[str, str, httpx.Response]]:
                 ("post", "/", {"inputs": "x"}),
                 ("get", "/info", None),
                 ("post", "/rerank", {"query": "x", "texts": ["y"]}),
+                ("post", "/models/{model}/embed", {"inputs": "x"}),
+                ("post", "/models/{model}", {"inputs": "x"}),
+                ("get", "/models/{model}/info", None),
             ]:
-                response = app.request(method.upper(), path, json=body)
+                response = app.request(method.upper(), path.replace("{model}", "any"), json=body)
                 assert response.status_code == 503, (path, response.text)
                 answers.append((method, path, response))
             gate.set()
