@@ -62,6 +62,10 @@ def test_a_quick_cpu_run_reports_every_row_and_consistent_ratios(
         else:
             assert r["texts"] == report["texts"] == 96
     assert rows["ceiling"]["ratio_to_ceiling"] == 1.0
+    split = report["encode_split"]  # the parts of one more pass: each inside its wall time, none zero
+    assert split.keys() == {"wall_s", "tokenize_s", "pad_s", "graph_s"}
+    assert 0 < split["graph_s"] <= split["wall_s"]
+    assert split["tokenize_s"] > 0 and split["pad_s"] > 0
     assert rows["sentence_transformers"]["batch_size"] == 64
     printed = [line for line in done.stdout.splitlines() if line.startswith("| ") and "---" not in line]
     assert len(printed) == 1 + len(ROWS)  # the table: its header and a line a row
