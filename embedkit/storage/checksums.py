@@ -20,10 +20,12 @@ from __future__ import annotations
 import contextlib
 import hashlib
 import json
+import os
 import random
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from embedkit.errors import InputError
 from embedkit.storage.atomic import write_json_atomic
@@ -41,6 +43,7 @@ MAX_BLOCKS = 1024  # a larger file gets larger blocks (powers of two)
 _BLOCK_DIGEST = 16  # hex characters kept of each block's SHA-256
 _cache: dict[tuple[str, int, int, int, int], str] = {}
 _digests: dict[tuple[object, ...], str] = {}
+_retired: set[Path] = set()  # cache folders whose flat-layout entries this process has deleted
 
 
 class ChecksumMismatch(InputError):
@@ -92,10 +95,31 @@ def _cache_file(key: tuple[str, int, int, int, int]) -> Path:
     return _cache_entry("checksums", key[0])
 
 
+def _write_entry(file: Path, record: dict[str, Any]) -> None:
+    with contextlib.suppress(OSError):
+        _retire_flat_entries(file.parent.parent)
+        write_json_atomic(file, record)
+
+
+def _retire_flat_entries(folder: Path) -> None:
+    """Delete, once, the entries of the layout before the subfolders (`<sha1>.json` in `folder`
+    itself): never read again, they would only take the disk. A marker file says it was done."""
+    if folder in _retired:
+        return
+    _retired.add(folder)
+    marker = folder / ".subfolders"
+    if marker.exists() or not folder.is_dir():
+        return
+    with os.scandir(folder) as entries:
+        flat = [e.path for e in entries if e.name.endswith(".json") and len(e.name) == 45 and e.is_file()]
+    for path in flat:
+        Path(path).unlink(missing_ok=True)
+    marker.touch()
+
+
 def _remember(key: tuple[str, int, int, int, int], sha: str) -> None:
     _cache[key] = sha
-    with contextlib.suppress(OSError):
-        write_json_atomic(_cache_file(key), {"key": list(key), "sha256": sha})
+    _write_entry(_cache_file(key), {"key": list(key), "sha256": sha})
 
 
 def cached_sha256(path: Path) -> str:
@@ -130,8 +154,7 @@ def cached_digest(paths: Sequence[Path], what: str, compute: Callable[[], str]) 
             return _digests[key]
     digest = compute()
     _digests[key] = digest
-    with contextlib.suppress(OSError):
-        write_json_atomic(file, {"key": list(key), "digest": digest})
+    _write_entry(file, {"key": list(key), "digest": digest})
     return digest
 
 

@@ -45,6 +45,29 @@ def test_the_hash_cache_is_kept_in_the_user_cache_in_small_folders(tmp_path, mon
     assert checksums.cached_sha256(data) == "f" * 64
 
 
+def test_the_flat_cache_of_before_is_deleted_once(tmp_path, monkeypatch) -> None:
+    monkeypatch.setenv("EMBEDKIT_CACHE_DIR", str(tmp_path / "ek-cache"))
+    monkeypatch.setattr(checksums, "_retired", set())
+    folder = tmp_path / "ek-cache" / "checksums"
+    folder.mkdir(parents=True)
+    old = [folder / f"{hashlib.sha1(str(i).encode()).hexdigest()}.json" for i in range(3)]
+    for path in old:
+        path.write_text('{"key": [], "sha256": "0"}')
+    (folder / "notes.json").write_text("{}")  # not an entry's name: kept
+    data = tmp_path / "data.bin"
+    data.write_bytes(b"flow")
+    checksums.cached_sha256(data)
+    assert not any(path.exists() for path in old) and (folder / "notes.json").exists()
+    assert (folder / ".subfolders").exists() and len(list(folder.rglob("*/*.json"))) == 1
+    (folder / old[0].name).write_text("{}")  # once: a marked folder is not scanned again
+    monkeypatch.setattr(checksums, "_retired", set())
+    monkeypatch.setattr(checksums, "_cache", {})
+    other = tmp_path / "other.bin"
+    other.write_bytes(b"wing")
+    checksums.cached_sha256(other)
+    assert (folder / old[0].name).exists()
+
+
 def test_a_write_sweeps_only_its_own_dead_leftovers(tmp_path) -> None:
     from embedkit.storage import atomic
 
