@@ -16,6 +16,8 @@ from typing import Any
 
 import numpy as np
 
+from embedkit.encode.batching import encode_without_offsets
+
 CHUNK = 16_384  # sentences tokenized at once: a few MB of encodings, enough for the tokenizer's threads
 
 
@@ -45,7 +47,8 @@ class TokenTable:
         type_ids = np.zeros((len(texts), width), dtype=np.int8)
         lengths = np.zeros(len(texts), dtype=np.int32)
         for start in range(0, len(texts), chunk):
-            for row, enc in enumerate(tokenizer.encode_batch(list(texts[start : start + chunk])), start):
+            batch = encode_without_offsets(tokenizer, list(texts[start : start + chunk]))
+            for row, enc in enumerate(batch, start):
                 n = len(enc.ids)
                 if n > width:
                     raise ValueError(f"the tokenizer gave {n} tokens, more than the table's width {width}")

@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from embedkit.encode.batching import Batch, pad_encodings
+from embedkit.encode.batching import Batch, encode_without_offsets, pad_encodings
 from embedkit.errors import InputError
 from embedkit.serve.settings import ServeConfig
 from embedkit.serve.sizing import MAX_ROWS
@@ -128,7 +128,7 @@ class ServedModel:
     def tokenize(self, texts: Sequence[str]) -> tuple[list[Any], list[int], int]:
         """The texts' encodings (truncated at the model's length), their token counts, and how many
         texts were truncated."""
-        encodings = self.tokenizer.encode_batch(list(texts))
+        encodings = encode_without_offsets(self.tokenizer, list(texts))
         return encodings, [len(e.ids) for e in encodings], sum(1 for e in encodings if e.overflowing)
 
     def prepare(self, encodings: list[Any], tokens: list[int]) -> Prepared:

@@ -35,7 +35,7 @@ from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import Route
 
-from embedkit.encode.batching import l2_normalize
+from embedkit.encode.batching import encode_without_offsets, l2_normalize
 from embedkit.serve.dimensions import cut, dimensions_problem
 from embedkit.serve.engine import Engine
 from embedkit.serve.schemas import TEI_EMBED, TEI_RERANK, Body, BodyError
@@ -74,7 +74,7 @@ def from_api_error(exc: Any, engine: Engine) -> TeiError:
 
 def over_long(model: ServedModel, texts: list[str]) -> int | None:
     """The position of the first text that the model's tokenizer truncates, or None."""
-    for i, encoding in enumerate(model.tokenizer.encode_batch(texts)):
+    for i, encoding in enumerate(encode_without_offsets(model.tokenizer, texts)):
         if encoding.overflowing:
             return i
     return None

@@ -122,10 +122,10 @@ def test_a_huge_text_is_tokenized_only_as_far_as_the_model_reads(tiny_bert, monk
     huge = " ".join(words[i % len(words)] for i in range(size // 6))
     seen: list[int] = []
     tokenizer = encoder.batcher.tokenizer
-    original = tokenizer.encode_batch
+    original = tokenizer.encode_batch_fast  # what the batcher calls (`encode_without_offsets`)
     monkeypatch.setattr(
         tokenizer,
-        "encode_batch",
+        "encode_batch_fast",
         lambda texts, *a, **k: seen.extend(map(len, texts)) or original(texts, *a, **k),
     )
     vectors = encoder.encode([huge, "wing"], normalize=True)
@@ -134,3 +134,27 @@ def test_a_huge_text_is_tokenized_only_as_far_as_the_model_reads(tiny_bert, monk
     np.testing.assert_allclose(vectors, reference, atol=1e-6)
     assert max(seen) <= encoder.max_seq_length * 1000 < len(huge)
     assert encoder.batcher.truncated >= 1
+
+
+def test_encodings_without_offsets_are_the_tokenizers_own(tiny_bert):
+    """`encode_batch_fast` skips the character offsets; ids, types, masks and overflow must be those
+    of `encode_batch` (the reference), truncation and unusual text included."""
+    from embedkit.encode.batching import encode_without_offsets
+
+    tokenizer = TokenBatcher(tiny_bert, max_seq_length=16).tokenizer
+    texts = [
+        *TEXTS,
+        "Größe, naïve café — déjà vu",
+        "東京 タワー and 北京",
+        "emoji 🚀 rockets 🚀🚀 and tabs\tand\nnewlines",
+        " ".join(["pressure"] * 100),  # over 16 tokens: truncated, with overflow
+        "   ",
+        "",
+    ]
+    fast = encode_without_offsets(tokenizer, texts)
+    reference = tokenizer.encode_batch(texts)
+    assert len(fast) == len(reference)
+    for got, want in zip(fast, reference, strict=True):
+        assert (got.ids, got.type_ids, got.attention_mask) == (want.ids, want.type_ids, want.attention_mask)
+        assert len(got.overflowing) == len(want.overflowing)
+    assert any(e.overflowing for e in reference)  # the case is really there
