@@ -29,7 +29,9 @@ def calibrate(
     show: Annotated[
         bool, typer.Option("--show", help="Print the recorded choice and its table; compute nothing.")
     ] = False,
-    queries: Annotated[int, typer.Option("--queries", min=1, help="Pseudo queries per kind.")] = 200,
+    queries: Annotated[
+        int, typer.Option("--queries", min=1, help="Pseudo queries of the kind the rule reads.")
+    ] = 200,
     seed: Annotated[int, typer.Option("--seed", help="Seed of the pseudo-query draw.")] = 0,
     model: Annotated[
         str | None, typer.Option("--model", "-m", help="Model folder (default: the index's; the same model).")
