@@ -36,10 +36,10 @@ from embedkit.evaluation.fusion_calibration import (
     per_query_ndcg,
     pseudo_task,
     score_task,
+    too_few,
 )
 from embedkit.evaluation.fusion_rule import choose, score_table
 from embedkit.evaluation.memory_store import MemoryStore
-from embedkit.search.request import default_choice
 
 DATA = Path(__file__).resolve().parents[2] / "shared" / "data"
 COLLECTIONS = ("cranfield", "msmarco-5k")
@@ -99,6 +99,54 @@ def cost(encoder, cache: Path | None) -> None:
         print(f"calibrate on {len(docs):,} documents: {time.perf_counter() - start:.1f} s, {chosen.queries}")
 
 
+def score_seed(name: str, documents, doc_vectors, encoder, args: argparse.Namespace, seed: int) -> dict:
+    """The pseudo-query table, intervals, scores, seconds and the rule's choice of one seed."""
+    start = time.perf_counter()
+    config = CalibrationConfig(
+        queries=args.queries, seed=seed, common=args.every_kind, every_kind=args.every_kind
+    )
+    task = pseudo_task(documents, config)
+    few = len(task.queries) < config.min_queries  # `calibrate` keeps the default, as here
+    scores = {} if few else score_task(task, doc_vectors, encoder)
+    seconds = time.perf_counter() - start
+    table, intervals = score_table(scores, seed)
+    if few:
+        method, alpha, reason = too_few(len(task.queries), config)
+        choice = {"method": method, "alpha": alpha, "reason": reason}
+    else:
+        choice = choose(scores, seed)._asdict()
+    print(f"{name} seed {seed}: {len(task.queries)} pseudo queries in {seconds:.1f} s", flush=True)
+    return {
+        "table": table,
+        "intervals": intervals,
+        "scores": scores,
+        "seconds": round(seconds, 1),
+        "choice": choice,
+    }
+
+
+def print_collection(name: str, real: dict, pseudo: dict, first_seed: int) -> None:
+    """Each candidate's judged and pseudo nDCG@10 (the first seed's), then each seed's choice."""
+    first = pseudo[first_seed]["table"]
+    kinds = list(first.get("dense", {}))
+    print(f"{name}: candidate, judged nDCG@10, pseudo nDCG@10 by kind (seed {first_seed}) x100")
+    print(f"  {'candidate':12s} {'judged':>7s} " + " ".join(f"{k:>8s}" for k in kinds))
+    for candidate, value in real.items():
+        pseudo_scores = " ".join(f"{first[candidate][k]:8.2f}" for k in kinds)
+        print(f"  {candidate:12s} {value:7.2f} " + pseudo_scores)
+    for seed, entry in pseudo.items():
+        choice = entry["choice"]
+        picked = (
+            choice["method"]
+            if choice["method"] in ("dense", "rrf")
+            else f"{choice['method']} {choice['alpha']:g}"
+        )
+        print(
+            f"  seed {seed}: rule picks {picked} -> judged {real.get(picked, float('nan')):.2f}",
+            f"({choice['reason']})",
+        )
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument(
@@ -137,48 +185,9 @@ def main() -> None:
             documents = [Document(i, d["text"], d["title"]) for i, d in data.corpus.items()]
             doc_vectors = embed(encoder, [d.full_text for d in documents], args.cache, f"{name}-docs")
         real = judged(encoder, folder, documents, doc_vectors)
-        pseudo = {}
-        for seed in args.seeds:
-            start = time.perf_counter()
-            config = CalibrationConfig(
-                queries=args.queries, seed=seed, common=args.every_kind, every_kind=args.every_kind
-            )
-            task = pseudo_task(documents, config)
-            few = len(task.queries) < config.min_queries  # `calibrate` keeps the default, as here
-            scores = {} if few else score_task(task, doc_vectors, encoder)
-            seconds = time.perf_counter() - start
-            table, intervals = score_table(scores, seed)
-            method, alpha = default_choice()
-            reason = f"{len(task.queries)} pseudo queries, fewer than {config.min_queries}: the default"
-            pseudo[seed] = {
-                "table": table,
-                "intervals": intervals,
-                "scores": scores,
-                "seconds": round(seconds, 1),
-                "choice": {"method": method, "alpha": alpha, "reason": reason}
-                if few
-                else choose(scores, seed)._asdict(),
-            }
-            print(f"{name} seed {seed}: {len(task.queries)} pseudo queries in {seconds:.1f} s", flush=True)
+        pseudo = {seed: score_seed(name, documents, doc_vectors, encoder, args, seed) for seed in args.seeds}
         result[name] = {"judged": real, "pseudo": pseudo, "documents": len(documents)}
-        kinds = list(next(iter(pseudo.values()))["table"].get("dense", {}))
-        print(f"{name}: candidate, judged nDCG@10, pseudo nDCG@10 by kind (seed {args.seeds[0]}) x100")
-        first = pseudo[args.seeds[0]]["table"]
-        print(f"  {'candidate':12s} {'judged':>7s} " + " ".join(f"{k:>8s}" for k in kinds))
-        for candidate, value in real.items():
-            pseudo_scores = " ".join(f"{first[candidate][k]:8.2f}" for k in kinds)
-            print(f"  {candidate:12s} {value:7.2f} " + pseudo_scores)
-        for seed, entry in pseudo.items():
-            choice = entry["choice"]
-            picked = (
-                choice["method"]
-                if choice["method"] in ("dense", "rrf")
-                else f"{choice['method']} {choice['alpha']:g}"
-            )
-            print(
-                f"  seed {seed}: rule picks {picked} -> judged {real.get(picked, float('nan')):.2f}",
-                f"({choice['reason']})",
-            )
+        print_collection(name, real, pseudo, args.seeds[0])
     if args.json:
         args.json.write_text(json.dumps(result, indent=2))
 

@@ -99,7 +99,10 @@ def median_seconds(run: Callable[[], object], repeats: int) -> float:
 
 
 def measure_encode(model: Path, texts: list[str], args: argparse.Namespace) -> dict[str, float]:
-    """load_s, then the first and the last of `--passes` passes of `encode` (seconds)."""
+    """load_s, then the first and the last of `--passes` passes of `encode` (seconds), and the parts
+    of one more pass (`host_split`)."""
+    import host_split  # benchmarks/host_split.py, beside this file
+
     from embedkit import load_encoder
 
     start = time.perf_counter()
@@ -113,42 +116,8 @@ def measure_encode(model: Path, texts: list[str], args: argparse.Namespace) -> d
         "first": passes[0],
         "later": passes[-1],
         "max_seq_length": encoder.max_seq_length,
-        "split": encode_split(encoder, texts, args.batch_size),
+        "split": host_split.encode_split(encoder, texts, args.batch_size),
     }
-
-
-def encode_split(encoder, texts: list[str], batch_size: int) -> dict[str, float]:
-    """One more `encode` pass (every shape seen), its wall time beside the seconds summed inside
-    the tokenizer (`TokenBatcher._encode`), the padding (`pad_encodings`), both on the worker
-    thread that prepares batches ahead, and the model (`run_batch`, on the calling thread): where
-    the parts sum to the wall time, nothing overlapped; where one part is near it, that part bounds."""
-    from embedkit.encode import batching
-
-    spent = {"tokenize_s": 0.0, "pad_s": 0.0, "graph_s": 0.0}
-
-    def timed(function, key):
-        def wrapper(*args, **kwargs):
-            start = time.perf_counter()
-            try:
-                return function(*args, **kwargs)
-            finally:
-                spent[key] += time.perf_counter() - start  # one += at a time: the GIL
-
-        return wrapper
-
-    batcher = encoder.batcher
-    originals = (batcher._encode, batching.pad_encodings, encoder.run_batch)
-    batcher._encode = timed(batcher._encode, "tokenize_s")
-    batching.pad_encodings = timed(batching.pad_encodings, "pad_s")
-    encoder.run_batch = timed(encoder.run_batch, "graph_s")
-    try:
-        start = time.perf_counter()
-        encoder.encode(texts, batch_size=batch_size)
-        wall = time.perf_counter() - start
-    finally:
-        batcher._encode, batching.pad_encodings = originals[0], originals[1]
-        del encoder.run_batch  # the instance's wrapper: the class's method again
-    return {"wall_s": wall, **spent}
 
 
 def measure_ceiling(model: Path, texts: list[str], args: argparse.Namespace) -> tuple[float, float]:
@@ -227,27 +196,6 @@ def measure_st(torch_model: Path, texts: list[str], args: argparse.Namespace) ->
     return best
 
 
-def measure_serve(model: Path, texts: list[str], args: argparse.Namespace) -> list[dict]:
-    """The closed-loop cells of `CELLS` against one `embedkit serve` of the model (benchmarks/serve.py)."""
-    import serve as serve_benchmark  # benchmarks/serve.py, beside this file
-
-    # a closed loop measures throughput, not admission: 32 clients of 64 texts queue more tokens
-    # than a CPU server's default bound (65,536), which would shed them with 503s
-    options = ["--precision", args.precision, "--max-queue-tokens", str(2**24), *args.serve_option]
-    server = serve_benchmark.ServerProcess(str(model), options, device=args.device)
-    load = argparse.Namespace(
-        name="embedkit", path="/v1/embeddings", warmup=args.serve_warmup, duration=args.serve_duration
-    )
-    try:
-        cells = [
-            serve_benchmark.cell(server.url, texts, size, clients, load, server.process.pid)
-            for clients, size in CELLS
-        ]
-    finally:
-        server.stop()
-    return cells
-
-
 def row(name: str, label: str, texts: int, seconds: float, **extra: object) -> dict:
     return {
         "name": name,
@@ -273,15 +221,12 @@ def run(args: argparse.Namespace, model: Path, torch_model: Path) -> dict:
         elapsed = time.perf_counter() - started
         print(f"  {label}: {n / seconds:,.0f} sentences/s ({elapsed:.0f} s into the run)", flush=True)
 
+    import host_split  # benchmarks/host_split.py, beside this file
+
     encode = measure_encode(model, texts, args)
     measured("encode_first", f"load_encoder({args.precision}).encode, first pass", encode["first"])
     measured("encode_later", f"the same, pass {args.passes} (shapes seen)", encode["later"])
-    split = encode["split"]
-    print(
-        "  one more pass, {wall_s:.3f} s: tokenizer {tokenize_s:.3f} s and padding {pad_s:.3f} s (worker "
-        "thread), model {graph_s:.3f} s (caller)".format(**split),
-        flush=True,
-    )
+    print(f"  one more pass: {host_split.describe(encode['split'])}", flush=True)
     ceiling_s, mean_tokens = measure_ceiling(model, texts, args)
     measured("ceiling", f"ONNX {args.precision} graph alone, pre-tokenized batches", ceiling_s)
     dtype = "fp16" if args.device == "cuda" else "fp32"
@@ -295,26 +240,10 @@ def run(args: argparse.Namespace, model: Path, torch_model: Path) -> dict:
     measured("sentence_transformers", label, st_s, batch_size=st_batch)
     by_name = {r["name"]: r for r in rows}
     offline = by_name["encode_later"]["per_s"]  # the offline rate a server is held against
-    serve_error = None
-    try:
-        cells = [] if args.no_serve else measure_serve(model, texts, args)
-    except (SystemExit, RuntimeError, OSError) as exc:  # a server that did not start or failed a request
-        cells, serve_error = [], str(exc).splitlines()[0] if str(exc) else type(exc).__name__
-        print(f"  serve: {serve_error}", flush=True)
-    if cells:
-        for cell in cells:
-            clients, size = cell["clients"], cell["texts_per_request"]
-            rows.append(
-                row(
-                    f"serve_{clients}x{size}",
-                    f"serve, {clients} clients x {size} text{'s' if size > 1 else ''}",
-                    int(cell["answered"] * size),
-                    args.serve_duration,
-                    p50_ms=cell["p50_ms"],
-                    p99_ms=cell["p99_ms"],
-                    of_offline=cell["texts_per_s"] / offline,
-                )
-            )
+    import gpu_serve  # benchmarks/gpu_serve.py, beside this file
+
+    serve, serve_error = gpu_serve.serve_rows(model, texts, args, CELLS, offline, row)
+    rows += serve
     ceiling = by_name["ceiling"]["per_s"]
     for r in rows:
         r["ratio_to_ceiling"] = r["per_s"] / ceiling

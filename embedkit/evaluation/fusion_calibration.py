@@ -292,8 +292,7 @@ def calibrate(
     except InputError:  # no document gives any pseudo query
         task = PseudoTask([], documents, [])  # type: ignore[arg-type]
     if len(task.queries) < config.min_queries:
-        method, alpha = default_choice()
-        reason = f"{len(task.queries)} pseudo queries, fewer than {config.min_queries}: the default"
+        method, alpha, reason = too_few(len(task.queries), config)
         seconds = round(time.perf_counter() - start, 2)
         return Calibration(
             method, alpha, reason, documents=len(documents), count=count, seconds=seconds, seed=config.seed
@@ -318,6 +317,12 @@ def calibrate(
         seconds=round(time.perf_counter() - start, 2),
         seed=config.seed,
     )
+
+
+def too_few(count: int, config: CalibrationConfig) -> tuple[str, float, str]:
+    """The choice, and why, where only `count` pseudo queries (under `config.min_queries`) were cut."""
+    method, alpha = default_choice()
+    return method, alpha, f"{count} pseudo queries, fewer than {config.min_queries}: the default"
 
 
 def calibrate_version(
