@@ -267,26 +267,7 @@ def calibrate(
     prefixes = prefixes or Prefixes()
     start = time.perf_counter()
     count = len(rows)
-    split: PassageSample | None = None
-    if store.passages:  # whole documents sampled, searched by their passages
-        if passages is None:
-            raise InputError("an index of passages is calibrated with its passage settings")
-        split = sample_passages(
-            store,
-            rows,
-            config.documents,
-            config.seed,
-            passages,
-            lambda wanted: pipeline.stored_vectors(store, wanted, encoder, prefixes),
-        )
-        documents: list[Document] = split.documents
-        sample: list[int] = []
-    else:
-        sample = list(rows)
-        if count > config.documents:
-            sample = sorted(random.Random(config.seed).sample(sample, config.documents))
-        held = store.held_at(sample)
-        documents = [held.get(r) or Document(f"row-{r}", "") for r in sample]  # type: ignore[misc]
+    documents, sample, split = sampled(store, rows, encoder, config, prefixes, passages)
     try:
         task = pseudo_task(documents, config)  # type: ignore[arg-type]
     except InputError:  # no document gives any pseudo query
@@ -317,6 +298,35 @@ def calibrate(
         seconds=round(time.perf_counter() - start, 2),
         seed=config.seed,
     )
+
+
+def sampled(
+    store: SearchStore[Any],
+    rows: Sequence[int],
+    encoder: Encoder,
+    config: CalibrationConfig,
+    prefixes: Prefixes,
+    passages: PassageSettings | None,
+) -> tuple[list[Document], list[int], PassageSample | None]:
+    """The calibration's sample of `rows`: its documents and their rows, or, in a store of
+    passages, whole documents with all their passages and vectors (the rows then unused)."""
+    if store.passages:  # whole documents sampled, searched by their passages
+        if passages is None:
+            raise InputError("an index of passages is calibrated with its passage settings")
+        split = sample_passages(
+            store,
+            rows,
+            config.documents,
+            config.seed,
+            passages,
+            lambda wanted: pipeline.stored_vectors(store, wanted, encoder, prefixes),
+        )
+        return split.documents, [], split
+    sample = list(rows)
+    if len(sample) > config.documents:
+        sample = sorted(random.Random(config.seed).sample(sample, config.documents))
+    held = store.held_at(sample)
+    return [held.get(r) or Document(f"row-{r}", "") for r in sample], sample, None  # type: ignore[misc]
 
 
 def too_few(count: int, config: CalibrationConfig) -> tuple[str, float, str]:
