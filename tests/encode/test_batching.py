@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import threading
+
 import numpy as np
 import pytest
 
@@ -158,3 +160,45 @@ def test_encodings_without_offsets_are_the_tokenizers_own(tiny_bert):
         assert (got.ids, got.type_ids, got.attention_mask) == (want.ids, want.type_ids, want.attention_mask)
         assert len(got.overflowing) == len(want.overflowing)
     assert any(e.overflowing for e in reference)  # the case is really there
+
+
+def test_tokenizing_ahead_gives_the_same_batches_and_starts_the_next_chunk_early(tiny_bert):
+    from embedkit.encode.batching import CHUNK_TEXTS
+    from embedkit.encode.shapes import ShapePlan
+
+    words = ["wing", "flow", "heat", "shock", "layer", "drag", "lift", "mach"]
+    count = 2 * CHUNK_TEXTS + 500  # three chunks
+    texts = [" ".join(words[(i * 7 + j) % 8] for j in range(1 + i % 23)) for i in range(count)]
+    texts[5] = " ".join(["pressure"] * 100)  # over 16 tokens, as many others: counted either way
+    plain, ahead = TokenBatcher(tiny_bert, max_seq_length=16), TokenBatcher(tiny_bert, max_seq_length=16)
+    shapes = ShapePlan(16, True)
+    want = list(plain.batches(texts, 64, shapes))
+    got = list(ahead.batches(texts, 64, shapes, ahead=True))
+    assert len(got) == len(want) and plain.truncated == ahead.truncated > 0
+    for g, w in zip(got, want, strict=True):
+        assert np.array_equal(g.indices, w.indices) and np.array_equal(g.input_ids, w.input_ids)
+        assert np.array_equal(g.attention_mask, w.attention_mask) and g.real_rows == w.real_rows
+    # the second chunk is being tokenized before the first chunk's first batch is used
+    calls = []
+    original = ahead._encode
+    ahead._encode = lambda chunk, positions: calls.append(len(chunk)) or original(chunk, positions)
+    iterator = ahead.batches(texts, 64, shapes, ahead=True)
+    next(iterator)
+    for _ in range(200):
+        if len(calls) >= 2:
+            break
+        threading.Event().wait(0.01)
+    assert calls[:2] == [CHUNK_TEXTS, CHUNK_TEXTS]
+    iterator.close()  # stops early: waits for the chunk in flight, no error
+
+
+def test_a_bad_text_in_a_later_chunk_is_the_same_error_ahead(tiny_bert):
+    from embedkit.encode.batching import CHUNK_TEXTS
+
+    texts = ["wing flow"] * (CHUNK_TEXTS + 10)
+    texts[-1] = "bad \ud800 bytes"  # a lone surrogate: refused by the second chunk's tokenization
+    with pytest.raises(InputError) as plain:
+        list(TokenBatcher(tiny_bert, max_seq_length=16).batches(texts, 64))
+    with pytest.raises(InputError) as ahead:
+        list(TokenBatcher(tiny_bert, max_seq_length=16).batches(texts, 64, ahead=True))
+    assert str(ahead.value) == str(plain.value) and f"text {len(texts)}" in str(ahead.value)
