@@ -35,8 +35,8 @@ class RecordingBatcher(TokenBatcher):
 
         self.tokenizer = Tokenizer()
 
-    def batches(self, texts, batch_size, shapes=None):
-        for k, batch in enumerate(super().batches(texts, batch_size, shapes)):
+    def batches(self, texts, batch_size, shapes=None, ahead=False):
+        for k, batch in enumerate(super().batches(texts, batch_size, shapes, ahead)):
             self.events.append(("ready", k, threading.current_thread().name))
             yield batch
 
@@ -72,7 +72,11 @@ def test_the_next_batches_are_tokenized_and_padded_while_one_runs(tiny_bert, mon
     events = run_recorded(tiny_bert, monkeypatch, prefetch=2, patience=30)
     batches = sum(1 for e in events if e[0] == "start")
     assert batches == 12
-    assert all(thread == "embedkit-tokenize" for kind, *_, thread in events if kind in ("ready", "tokenize"))
+    # batches are padded on the worker; chunks tokenized there, or (the next one) on its own thread
+    assert all(thread == "embedkit-tokenize" for kind, *_, thread in events if kind == "ready")
+    tokenizing = [thread for kind, *_, thread in events if kind == "tokenize"]
+    assert all(thread.startswith("embedkit-tokenize") for thread in tokenizing)
+    assert any(thread.startswith("embedkit-tokenize-ahead") for thread in tokenizing)
     for k in range(batches - 1):
         assert position(events, "ready", k + 1) < position(events, "end", k)
     # each chunk after the first is tokenized before the last batch of the chunk before it ends
