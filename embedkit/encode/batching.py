@@ -165,7 +165,8 @@ class TokenBatcher:
         one chunk's tokenization, not the whole list's, and the batches pad about as little as a
         global sort. `ahead` tokenizes the next chunk in a thread of its own while this one's
         batches are padded and run: on an H200 the tokenizer (0.26 s for 28,481 texts), the padding
-        (0.18 s) and the model (0.20 s) took 0.57 s one after another (benchmarks/README.md).
+        (0.18 s) and the model (0.20 s) took 0.57 s nearly one after another, and 0.48 s with this
+        (benchmarks/README.md, "The GPU half").
         """
         if batch_size < 1:
             raise InputError(f"batch size must be at least 1, got {batch_size}")
