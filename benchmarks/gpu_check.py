@@ -121,7 +121,8 @@ def run(command: list[str], timeout: float) -> subprocess.CompletedProcess:
 
     It runs in the temporary folder, never in the checkout: there `python -m embedkit.cli` would
     import the checkout's `embedkit/` folder (the runtime core alone, without `cli`) before an
-    embedkit installed from a wheel, and fail (seen on the first GPU machine this ran on)."""
+    embedkit installed from a wheel, and fail (a launcher started in a checkout failed so on the
+    first GPU machine this ran on)."""
     try:
         done = subprocess.run(
             command, cwd=tempfile.gettempdir(), capture_output=True, text=True, timeout=timeout
