@@ -36,9 +36,9 @@ from embedkit.evaluation.fusion_rule import (
     CANDIDATES,
     COMMON,
     LEXICAL,
-    MIN_RULE_QUERIES,
     RULE_KINDS,
     choose,
+    kind_read,
     score_table,
 )
 from embedkit.evaluation.memory_store import MemoryStore
@@ -120,11 +120,10 @@ def pseudo_task(documents: Sequence[Document], config: CalibrationConfig) -> Pse
     for kind in sorted(config.kinds, key=lambda k: (k not in RULE_KINDS, QUERY_KINDS.index(k))):
         pool = by_kind[kind]
         rng.shuffle(pool)
-        if not config.every_kind and (kind not in RULE_KINDS or rule_kind_of(chosen) is not None):
+        read = kind_read(Counter(q.kind for q in chosen))  # ict or title, once either has enough
+        if not config.every_kind and (kind not in RULE_KINDS or read is not None):
             continue  # the rule reads one kind: the first of RULE_KINDS with enough queries
-        if kind == "window" and any(
-            sum(q.kind == k for q in chosen) >= MIN_RULE_QUERIES for k in ("ict", "title")
-        ):
+        if kind == "window" and read is not None:
             continue  # a stand-in where sentences and titles are too few: here the rule would not read it
         taken = [q for q in pool if q.source not in used][: config.queries]
         used.update(q.source for q in taken)
@@ -142,12 +141,6 @@ def pseudo_task(documents: Sequence[Document], config: CalibrationConfig) -> Pse
         if q.kind == "ict" and config.common
     ]
     return PseudoTask(chosen + [q for q in common if q.text], searched, changed)
-
-
-def rule_kind_of(queries: Sequence[PseudoQuery]) -> str | None:
-    """The kind of `RULE_KINDS` the rule would read among `queries` (as `fusion_rule.rule_kind`)."""
-    counts = Counter(q.kind for q in queries)
-    return next((k for k in RULE_KINDS if counts[k] >= MIN_RULE_QUERIES), None)
 
 
 def without_query(document: Document, query: PseudoQuery) -> Document:

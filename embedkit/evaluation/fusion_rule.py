@@ -72,10 +72,15 @@ def score_table(scores: Scores, bootstrap_seed: int = 0) -> tuple[dict, dict]:
     return table, intervals
 
 
+def kind_read(counts: Mapping[str, int]) -> str | None:
+    """The kind the rule reads, given the queries of each kind: the first of `RULE_KINDS` with at
+    least `MIN_RULE_QUERIES`, else None."""
+    return next((k for k in RULE_KINDS if counts.get(k, 0) >= MIN_RULE_QUERIES), None)
+
+
 def rule_kind(scores: Scores) -> str | None:
-    """The first of `RULE_KINDS` with at least `MIN_RULE_QUERIES` queries, else None."""
-    dense = scores.get("dense", {})
-    return next((k for k in RULE_KINDS if len(dense.get(k, ())) >= MIN_RULE_QUERIES), None)
+    """`kind_read` of the queries scored (dense's scores, one a query)."""
+    return kind_read({kind: len(values) for kind, values in scores.get("dense", {}).items()})
 
 
 def choose(scores: Scores, bootstrap_seed: int = 0) -> Choice:
