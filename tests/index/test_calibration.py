@@ -247,6 +247,16 @@ def _per_query(kind: str = "ict", n: int = N, **candidates: np.ndarray) -> dict:
         (_per_query(rrf=BASE + 3), ("rrf", 0.7)),
         (_per_query(kind="title", zscore_06=BASE + 3), ("zscore", 0.7)),  # title where no ict
         (_per_query(kind="window", zscore_06=BASE + 3), ("zscore", 0.7)),  # window where neither
+        # on window queries the fallback is prf 0.5, against which the tests are read
+        (_per_query(kind="window", bm25=BASE - 5, zscore_05=BASE + 10), ("prf", 0.5)),
+        (_per_query(kind="window", zscore_05=_swapped(60, 40)), ("prf", 0.5)),
+        (_per_query(kind="window", prf_05=BASE - 5, prf_07=BASE + 5), ("dense", 0.7)),
+        (  # the gain is read against prf 0.5 (below prf 0.7 here)
+            _per_query(
+                kind="window", prf_05=_swapped(50, 57.2), prf_07=BASE + 5, zscore_05=_swapped(50, 57.2) + 4
+            ),
+            ("zscore", 0.6),
+        ),
         (_per_query(n=29, zscore_06=BASE + 3), ("prf", 0.7)),  # 29 queries: too few to read
         (
             _per_query(
@@ -279,7 +289,7 @@ def test_a_gap_inside_the_noise_decides_nothing() -> None:
 def test_where_the_best_fusion_is_not_clearly_above_the_default_the_default_says_why() -> None:
     chosen = choose(_per_query(zscore_05=_swapped(60, 40)))
     assert (chosen.method, chosen.alpha) == ("prf", 0.7)
-    assert "no fusion clearly above the default" in chosen.reason
+    assert "no fusion clearly above prf 0.7; the default" in chosen.reason
 
 
 def test_index_no_calibrate_then_calibrate_then_search(tmp_path: Path, tiny_bert: Path) -> None:
