@@ -10,6 +10,10 @@ beforehand with `embedkit train` (with and without `--matryoshka`); see benchmar
 
     python benchmarks/matryoshka.py base runs/plain runs/mrl --dims 384,256,128,64 \
         --beir ../shared/data/cranfield --beir ../shared/data/msmarco-5k --json mrl.json
+
+`--rotate-on own|CORPUS` scores each model with its vectors first rotated onto their principal axes
+(`embedkit.training.rotation`, what `train --matryoshka` starts from), fitted on 1,000 documents of
+each collection itself (`own`) or of CORPUS: what the rotation alone does, without training.
 """
 
 from __future__ import annotations
@@ -22,13 +26,41 @@ from typing import Any
 
 from embedkit.encode.caching import CachingEncoder
 from embedkit.encode.dimensions import TruncatedEncoder
+from embedkit.encode.protocol import EncoderBase
 from embedkit.encode.torch_backend import TorchEncoder
 from embedkit.evaluation.retrieval import RetrievalEvaluator
 
 METRIC = "ndcg@10"
 
 
-def score_model(model: str, collections: list[Path], dims: list[int], batch_size: int) -> dict[str, Any]:
+class RotatedEncoder(EncoderBase):
+    """Another encoder's unit vectors times `axes.T` (a rotation: cosines unchanged)."""
+
+    def __init__(self, encoder: Any, axes: Any) -> None:
+        self.encoder, self.axes, self.dim = encoder, axes, encoder.dim
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.encoder, name)
+
+    def encode_texts(self, texts: list[str], batch_size: int, normalize: bool | None, progress: bool) -> Any:
+        full = self.encoder.encode(list(texts), batch_size=batch_size, normalize=True, progress=progress)
+        return full @ self.axes.T
+
+
+def rotated(encoder: Any, corpus: Path, batch_size: int) -> RotatedEncoder:
+    """`encoder` rotated onto the principal axes of its vectors of 1,000 of `corpus`'s documents,
+    drawn as `train --matryoshka` draws them (seed 42)."""
+    from embedkit.training.config import TrainConfig
+    from embedkit.training.rotation import principal_axes, rotation_documents
+
+    documents = rotation_documents(corpus, TrainConfig())
+    vectors = encoder.encode(documents, batch_size=batch_size, normalize=True)
+    return RotatedEncoder(encoder, principal_axes(vectors))
+
+
+def score_model(
+    model: str, collections: list[Path], dims: list[int], batch_size: int, rotate_on: str | None = None
+) -> dict[str, Any]:
     """{collection: {dim: nDCG@10}} of one model folder (`base`: the bundled model), and its seconds."""
     started = time.perf_counter()
     path = None if model == "base" else model
@@ -36,6 +68,8 @@ def score_model(model: str, collections: list[Path], dims: list[int], batch_size
     for beir in collections:
         evaluator = RetrievalEvaluator(beir, metrics=(METRIC,), batch_size=batch_size)
         cached = CachingEncoder(TorchEncoder(path, device="cpu"))  # one embedding, every size
+        if rotate_on:
+            cached = rotated(cached, beir if rotate_on == "own" else Path(rotate_on), batch_size)
         scores[beir.name] = {m: evaluator(TruncatedEncoder(cached, m))[METRIC] for m in dims}
     meta_path = Path(model) / "embedkit.json" if path else None
     trained_at = json.loads(meta_path.read_text()).get("matryoshka_dims") if meta_path else None
@@ -74,6 +108,9 @@ def main() -> None:
     parser.add_argument("--batch-size", type=int, default=64)
     parser.add_argument("--threads", type=int, default=None, help="torch threads (default: torch's)")
     parser.add_argument("--json", type=Path, help="write the scores here")
+    parser.add_argument(
+        "--rotate-on", help="rotate onto principal axes fitted on `own` (each collection) or this corpus"
+    )
     args = parser.parse_args()
     if args.threads:
         import torch
@@ -84,7 +121,7 @@ def main() -> None:
     collections = args.beir or [data / "cranfield", data / "msmarco-5k"]
     results = {}
     for model in args.models:
-        results[model] = score_model(model, collections, dims, args.batch_size)
+        results[model] = score_model(model, collections, dims, args.batch_size, args.rotate_on)
         print(f"{model}: {results[model]['seconds']} s", flush=True)
     print(table(results, dims))
     if args.json:

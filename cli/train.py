@@ -64,7 +64,9 @@ def train(
             "--matryoshka",
             help="Matryoshka training (Kusupati et al. 2022): also apply the loss to these leading "
             "dimensions of each vector, renormalized, e.g. 384,256,128,64 (the model's dimension "
-            "included), so the first 128 work alone. The head SimCSE trains through is then not used.",
+            "included), so the first 128 work alone. The vectors are first rotated onto their "
+            "principal axes over 1,000 of the corpus's documents (a Dense module in the model folder; "
+            "--set matryoshka_rotation_docs=N, 0 = none).",
         ),
     ] = None,
     matryoshka_weights: Annotated[

@@ -280,7 +280,13 @@ def check_train_resumable(path: Path, config: TrainConfig, made_from: dict[str, 
         raise InputError("cannot resume: the training sentences differ from the checkpoint's")
     if meta.get("base_fingerprint") != made_from["base_fingerprint"]:
         raise InputError("cannot resume: the base model differs from the one the checkpoint started from")
-    saved = TrainConfig.from_dict(meta.get("config", {})).to_dict()
+    recorded = meta.get("config", {})
+    if recorded.get("matryoshka_dims") and "matryoshka_rotation_docs" not in recorded:
+        raise InputError(
+            "cannot resume: the checkpoint's Matryoshka training is an earlier embedkit's (no rotation, "
+            "no head, another queue); train again without --resume"
+        )
+    saved = TrainConfig.from_dict(recorded).to_dict()
     refuse_changed_settings(saved, config.to_dict(), TrainConfig.RESUMABLE_CHANGES)
 
 

@@ -80,8 +80,10 @@ class TrainConfig:
     # Prefix sizes of the sentence vector, e.g. (384, 256, 128, 64): the method's InfoNCE is computed
     # on each prefix, renormalized, and the terms summed (the paper's Eq. 1; `losses.matryoshka_info_nce`),
     # so the first m dimensions of the saved vectors work alone. Any order; must include the base
-    # model's dimension (the whole vector). The losses then act on the saved sentence vector: SimCSE's
-    # MLP head, whose every output mixes all dimensions, is not used. None = off.
+    # model's dimension (the whole vector). The whole vector's term is the method's own, after
+    # SimCSE's training-only MLP head, so at full size the run trains as without Matryoshka plus the
+    # prefix terms, which act on the saved vectors, without the head (`training.contrastive_terms`).
+    # None = off.
     matryoshka_dims: tuple[int, ...] | None = None
     # c_m of each size, in the order of matryoshka_dims; None = 1 each: the paper's setting (Sec. 3)
     # and sentence-transformers' MatryoshkaLoss default
@@ -93,6 +95,14 @@ class TrainConfig:
     # msmarco-5k (0.954 / 0.987 of 384-d against 0.923 / 0.977) but not on Cranfield (0.903 against
     # 0.905 at 128) and scored 1.3 points lower there at 384: no gain on both collections.
     matryoshka_similarity: float = 0.0
+    # Documents of the training corpus (a seeded sample, whole documents as an index embeds them) whose
+    # vectors' principal axes the pooled vectors are rotated onto before the prefixes are trained
+    # (`training.rotation`; saved as a Dense module): the most of each vector in its first
+    # dimensions. 1,000: fitted on 250 to 2,000 Cranfield or msmarco-5k documents, the bundled model's
+    # first 128 dimensions kept 0.974-0.999 of its 384-d nDCG@10 (0.919 and 0.979 unrotated), while
+    # fitted on 4,000 Wikipedia sentences they kept 0.937 on Cranfield: the user's own documents are
+    # what counts (benchmarks/README.md, "Fewer dimensions"). 0 = no rotation: the MRL paper's setup.
+    matryoshka_rotation_docs: int = 1000
 
     # --- optimisation ---
     learning_rate: float = 3e-5  # miCSE Sec. 4 and SimCSE's BERT-base setting
@@ -185,9 +195,9 @@ class TrainConfig:
         return self.uses_ami
 
     @property
-    def uses_head(self) -> bool:
-        """SimCSE's MLP head; Matryoshka trains the saved vector's prefixes, which the head would mix."""
-        return self.matryoshka_dims is None
+    def rotates(self) -> bool:
+        """Matryoshka starts from the vectors rotated onto their principal axes (`training.rotation`)."""
+        return bool(self.matryoshka_dims) and self.matryoshka_rotation_docs > 0
 
     @property
     def matryoshka(self) -> tuple[tuple[int, ...], tuple[float, ...]]:
@@ -268,6 +278,11 @@ class TrainConfig:
         similarity = self.matryoshka_similarity
         if not (math.isfinite(similarity) and similarity >= 0):
             raise InputError(f"matryoshka_similarity must be a finite number of at least 0, got {similarity}")
+        rotation = self.matryoshka_rotation_docs
+        if isinstance(rotation, bool) or not isinstance(rotation, int) or rotation < 0:
+            raise InputError(
+                f"matryoshka_rotation_docs must be a whole number of at least 0, got {rotation!r}"
+            )
         if dims is None:
             if weights is not None:
                 raise InputError("matryoshka_weights needs matryoshka_dims, the sizes they weight")

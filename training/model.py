@@ -7,7 +7,7 @@ pure loss functions of `losses` and `ami`:
    dropout masks give the two views E1, E2 (and attentions W1, W2 when AMI is on), as SimCSE;
 2. each view is pooled and passed through the MLP head (Linear + Tanh, training only);
 3. InfoNCE (tau = 0.05) over in-batch negatives plus the momentum queue; with Matryoshka
-   (Kusupati et al. 2022) also at each listed prefix of the vectors, and without the head;
+   (Kusupati et al. 2022) also at each smaller prefix of the saved vectors (`contrastive_terms`);
 4. AMI between W1 and W2 (float32), and optionally InforMin-CL's L2 reconstruction term;
 5. the momentum encoder embeds x (no grad, its own dropout 0.3, the shared head); after the
    optimizer step it moves by EMA and those keys enter the queue (`after_step`);
@@ -42,8 +42,10 @@ from embedkit.encode.torch_head import pool
 from embedkit.errors import InputError
 from embedkit.training import ami, infocse, losses
 from embedkit.training.config import TrainConfig
+from embedkit.training.contrastive_terms import contrastive_terms
 from embedkit.training.distributed import BatchShard
 from embedkit.training.momentum import EmbeddingQueue, MomentumEncoder
+from embedkit.training.rotation import Rotation
 
 
 class MLPHead(nn.Module):
@@ -69,7 +71,7 @@ class StepOutput:
 
     loss: torch.Tensor  # what backward() runs on: the total, or with N ranks N x this rank's share
     terms: dict[str, torch.Tensor]  # each weighted term of the whole batch, detached (info_nce, ami, ...)
-    keys: torch.Tensor | None  # (B, D) momentum keys of the whole batch, or None without a queue
+    keys: torch.Tensor | None  # (B, D) momentum keys of the whole batch ((B, 2D) with Matryoshka), or None
     total: torch.Tensor  # the sum of `terms`: the loss of the whole batch, detached
 
 
@@ -83,6 +85,7 @@ class _Views:
     aux_vectors: torch.Tensor  # what InfoCSE's auxiliary network reconstructs from (before the head)
     aux_inputs: dict[str, torch.Tensor]
     output: Any = None  # the doubled forward pass (dropout views only): its attentions feed AMI
+    saved: tuple[torch.Tensor, torch.Tensor] | None = None  # Matryoshka: both views as saved (B, D)
 
 
 def resolve_pooling(pooling: str, base_path: Path) -> str:
@@ -117,10 +120,9 @@ class ContrastiveModel(nn.Module):
         self.config = config
         self.dim = int(backbone.config.hidden_size)
         config.check_matryoshka(self.dim)
-        # Matryoshka trains prefixes of the saved vector: no head, whose every output mixes all D
-        self.head: nn.Module = nn.Identity()
-        if config.uses_head:
-            self.head = MLPHead(self.dim, float(getattr(backbone.config, "initializer_range", 0.02)))
+        self.head = MLPHead(self.dim, float(getattr(backbone.config, "initializer_range", 0.02)))
+        # Matryoshka starts from the pooled vectors rotated onto their principal axes (`rotation`)
+        self.rotation: nn.Module = Rotation(self.dim) if config.rotates else nn.Identity()
         self.uses_token_type_ids = "token_type_ids" in inspect.signature(backbone.forward).parameters
         self.num_layers = int(backbone.config.num_hidden_layers)
         self.ami_layers = config.ami_layers or ami.ami_layers(self.num_layers)
@@ -131,7 +133,9 @@ class ContrastiveModel(nn.Module):
         if self.momentum is not None and config.uses_ami:
             # The momentum copy returns no attention maps, so it may use the faster kernel.
             _set_attention(self.momentum.encoder, "sdpa")
-        self.queue = EmbeddingQueue(self.dim, config.queue_length) if config.uses_queue else None
+        # with Matryoshka the queue holds each key after the head and as saved (`contrastive_terms`)
+        key_dim = self.dim * (2 if config.matryoshka_dims else 1)
+        self.queue = EmbeddingQueue(key_dim, config.queue_length) if config.uses_queue else None
         self.aux: infocse.AuxMLM | None = None  # InfoCSE's auxiliary MLM network (`from_folder`)
         # Compiled forward passes of the step ("backbone", "momentum": `step_speed.compile_model`); a
         # plain dict, not submodules, so the state dict and checkpoints stay those of the modules.
@@ -164,10 +168,10 @@ class ContrastiveModel(nn.Module):
         return {k: batch[k] for k in names if k in batch}
 
     def sentence_vectors(self, batch: dict[str, torch.Tensor]) -> torch.Tensor:
-        """Inference vectors (B, D): backbone + pooling, no head (call under no_grad, eval mode)."""
+        """Inference vectors (B, D): backbone, pooling, rotation, no head (under no_grad, eval mode)."""
         inputs = self.model_inputs(batch)
         hidden = self.backbone(**inputs).last_hidden_state
-        return pool(hidden, inputs["attention_mask"], self.pooling)
+        return self.rotation(pool(hidden, inputs["attention_mask"], self.pooling))
 
     def forward(
         self, batch: dict[str, Any], generator: torch.Generator | None, shard: BatchShard | None = None
@@ -193,10 +197,12 @@ class ContrastiveModel(nn.Module):
         views = self._views(batch)
         shard = shard or BatchShard.whole(views.e1.shape[0])
         keys = self._momentum_keys(views.key_inputs, shard)
-        e1, e2 = views.e1, views.e2
+        e1, e2, saved = views.e1, views.e2, views.saved
         if shard.world_size > 1:  # the negatives of the whole batch; the gradient flows through ours
-            e1, e2 = shard.gather_with_grad(torch.cat([e1, e2], dim=-1)).chunk(2, dim=-1)
-        terms = self._terms(views, e1, e2, generator, shard)
+            parts = [e1, e2, *(saved or ())]
+            e1, e2, *rest = shard.gather_with_grad(torch.cat(parts, dim=-1)).chunk(len(parts), dim=-1)
+            saved = (rest[0], rest[1]) if rest else None
+        terms = self._terms(views, e1, e2, saved, generator, shard)
         zero = torch.zeros((), device=e1.device)
         loss = sum(terms.values(), zero)
         reported = {k: v.detach() for k, v in terms.items()}
@@ -215,39 +221,48 @@ class ContrastiveModel(nn.Module):
         if "positive" in batch:
             anchor, positive = self.model_inputs(batch["anchor"]), self.model_inputs(batch["positive"])
             anchor_vectors = self._sentence_vectors(anchor)  # (B, D), before the head
-            e1, e2 = self.head(anchor_vectors), self.head(self._sentence_vectors(positive))
+            r1, r2 = self.rotation(anchor_vectors), self.rotation(self._sentence_vectors(positive))
             # the momentum keys come from the positives; InfoCSE reconstructs the anchors
-            return _Views(e1, e2, positive, anchor_vectors, anchor)
+            return _Views(
+                self.head(r1), self.head(r2), positive, anchor_vectors, anchor, saved=self._saved(r1, r2)
+            )
         inputs = self.model_inputs(batch)
         size = inputs["input_ids"].shape[0]
         # (2B, T): one forward pass gives two views with independent dropout masks
         doubled = {k: torch.cat([v, v]) for k, v in inputs.items()}
         out = self._run("backbone", **doubled, output_attentions=self.config.needs_attentions)
         sentences = pool(out.last_hidden_state, doubled["attention_mask"], self.pooling)  # (2B, D)
-        pooled = self.head(sentences)
-        return _Views(pooled[:size], pooled[size:], inputs, sentences, doubled, out)  # (B, D) views
+        rotated = self.rotation(sentences)
+        pooled = self.head(rotated)
+        saved = self._saved(rotated[:size], rotated[size:])
+        return _Views(pooled[:size], pooled[size:], inputs, sentences, doubled, out, saved)  # (B, D) views
 
     def _momentum_keys(self, key_inputs: dict[str, torch.Tensor], shard: BatchShard) -> torch.Tensor | None:
-        """The momentum encoder's keys (whole batch, B, D) for the queue; None without one."""
+        """The momentum encoder's keys (whole batch, B, D) for the queue; None without one. With
+        Matryoshka (B, 2D): after the head, then as saved, for the prefix terms' negatives."""
         if self.momentum is None:
             return None
         with torch.no_grad():
             hidden = self._run("momentum", **key_inputs)  # (B, T, D)
-            keys = self.head(pool(hidden, key_inputs["attention_mask"], self.pooling)).float()
-            return shard.gather(keys)  # every rank's keys, so every rank holds the same queue
+            saved = self.rotation(pool(hidden, key_inputs["attention_mask"], self.pooling))
+            keys = self.head(saved)
+            if self.config.matryoshka_dims:
+                keys = torch.cat([keys, saved], dim=-1)
+            return shard.gather(keys.float())  # every rank's keys, so every rank holds the same queue
 
     def _terms(
         self,
         views: _Views,
         e1: torch.Tensor,
         e2: torch.Tensor,
+        saved: tuple[torch.Tensor, torch.Tensor] | None,
         generator: torch.Generator | None,
         shard: BatchShard,
     ) -> dict[str, torch.Tensor]:
-        """Each weighted loss term; `e1`, `e2` are the views of the whole batch (every rank's)."""
+        """Each weighted loss term; `e1`, `e2` (and `saved`) are the views of the whole batch."""
         config = self.config
         queued = self.queue.keys() if self.queue is not None and len(self.queue) else None
-        terms = _contrastive_terms(e1, e2, queued, config)
+        terms = contrastive_terms(e1, e2, saved, queued, config)
         out = views.output
         if config.uses_ami and out is not None:
             size = views.e1.shape[0]
@@ -283,8 +298,16 @@ class ContrastiveModel(nn.Module):
         return pool(hidden, inputs["attention_mask"], self.pooling)
 
     def _project(self, inputs: dict[str, torch.Tensor]) -> torch.Tensor:
-        """Training vectors (B, D) of one text per example: backbone, pooling, head."""
-        return self.head(self._sentence_vectors(inputs))
+        """Training vectors (B, D) of one text per example: backbone, pooling, rotation, head."""
+        return self.head(self.rotation(self._sentence_vectors(inputs)))
+
+    def _saved(self, r1: torch.Tensor, r2: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor] | None:
+        """Both views as the model folder saves them, which Matryoshka's prefix terms train."""
+        return (r1, r2) if self.config.matryoshka_dims else None
+
+    def rotation_weight(self) -> torch.Tensor | None:
+        """The saved Dense module's weight: the rotation, where the run has one."""
+        return self.rotation.weight if isinstance(self.rotation, Rotation) else None
 
     def after_step(self, keys: torch.Tensor | None) -> None:
         """After the optimizer step: EMA-update the momentum encoder, then enqueue this step's keys."""
@@ -292,25 +315,6 @@ class ContrastiveModel(nn.Module):
             return
         self.momentum.update(self.backbone)
         self.queue.enqueue(keys)
-
-
-def _contrastive_terms(
-    e1: torch.Tensor, e2: torch.Tensor, queued: torch.Tensor | None, config: TrainConfig
-) -> dict[str, torch.Tensor]:
-    """InfoNCE of the whole vectors; with Matryoshka, also of each smaller prefix (`info_nce@m`)."""
-    dims, weights = config.matryoshka
-    if not dims:
-        return {"info_nce": losses.info_nce(e1, e2, queue=queued, temperature=config.temperature)}
-    per_size = losses.matryoshka_info_nce(e1, e2, dims, weights, queued, config.temperature)  # (M,)
-    # dims[0] is the whole vector (TrainConfig.check_matryoshka): it keeps the method's term name
-    names = ["info_nce", *(f"info_nce@{m}" for m in dims[1:])]
-    terms = dict(zip(names, per_size.unbind(), strict=True))
-    if config.matryoshka_similarity > 0 and len(dims) > 1:
-        keys = e2 if queued is None else torch.cat([e2, queued.to(e2.dtype)])
-        scaled = [config.matryoshka_similarity * w for w in weights]
-        similarity = losses.matryoshka_similarity(e1, keys, dims, scaled)  # (M - 1,)
-        terms |= dict(zip((f"similarity@{m}" for m in dims[1:]), similarity.unbind(), strict=True))
-    return terms
 
 
 def _set_attention(module: nn.Module, implementation: str) -> None:

@@ -7,6 +7,8 @@ The folder loads with `SentenceTransformer(DIR)`, `embedkit.TorchEncoder(DIR)` a
   SimCSE), the base model's tokenizer files;
 - `modules.json` (Transformer, Pooling, Normalize, like all-MiniLM-L6-v2, so vectors are unit
   length), `1_Pooling/config.json`, `sentence_bert_config.json`, `config_sentence_transformers.json`;
+  after Matryoshka training with its rotation (`training.rotation`), a Dense module before the
+  Normalize, `2_Dense/` (no bias, identity activation, `model.safetensors`);
 - `embedkit.json`: how the model was made, and its `fingerprint` (and, after Matryoshka training,
   the prefix sizes it was trained at: `model_folder.MATRYOSHKA_DIMS`).
 
@@ -24,12 +26,19 @@ from dataclasses import asdict
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+import torch
+from safetensors.torch import save_file
 from torch import nn
 
 from embedkit import __version__
 from embedkit.encode.identity import TOKENIZER_FILES  # those present in the base folder are copied
 from embedkit.encode.model_folder import MATRYOSHKA_DIMS, fingerprint_files, read_json
+from embedkit.encode.st_modules import DENSE_WEIGHTS, dense_weight_files
 from embedkit.storage.atomic import atomic_dir
+
+_ST_MODELS = "sentence_transformers.models"
+DENSE_CONFIG = "2_Dense/config.json"
+IDENTITY = "torch.nn.modules.linear.Identity"  # sentence-transformers' name for no activation
 
 if TYPE_CHECKING:
     from embedkit.evaluation.evaluator import Evaluator
@@ -39,13 +48,14 @@ if TYPE_CHECKING:
 
 
 def sentence_transformers_files(
-    pooling: str, dim: int, max_seq_length: int, do_lower_case: bool = False
+    pooling: str, dim: int, max_seq_length: int, do_lower_case: bool = False, dense: bool = False
 ) -> dict[str, Any]:
-    """The JSON files sentence-transformers reads, by relative path."""
+    """The JSON files sentence-transformers reads, by relative path; `dense`: a (dim, dim) Dense
+    module without bias or activation after the pooling (its weights are written apart)."""
+    kinds = ["Transformer", "Pooling", *(["Dense"] if dense else []), "Normalize"]
     modules = [
-        {"idx": 0, "name": "0", "path": "", "type": "sentence_transformers.models.Transformer"},
-        {"idx": 1, "name": "1", "path": "1_Pooling", "type": "sentence_transformers.models.Pooling"},
-        {"idx": 2, "name": "2", "path": "2_Normalize", "type": "sentence_transformers.models.Normalize"},
+        {"idx": i, "name": str(i), "path": f"{i}_{kind}" if i else "", "type": f"{_ST_MODELS}.{kind}"}
+        for i, kind in enumerate(kinds)
     ]
     pooling_config = {
         "word_embedding_dimension": dim,
@@ -57,8 +67,10 @@ def sentence_transformers_files(
         "pooling_mode_lasttoken": False,
         "include_prompt": True,
     }
+    dense_config = {"in_features": dim, "out_features": dim, "bias": False, "activation_function": IDENTITY}
     return {
         "modules.json": modules,
+        **({DENSE_CONFIG: dense_config} if dense else {}),
         "1_Pooling/config.json": pooling_config,
         "sentence_bert_config.json": {"max_seq_length": max_seq_length, "do_lower_case": do_lower_case},
         "config_sentence_transformers.json": {
@@ -78,8 +90,11 @@ def write_model_folder(
     max_seq_length: int,
     metadata: dict[str, Any],
     extra_files: dict[str, Path] | None = None,
+    dense: torch.Tensor | None = None,
 ) -> dict[str, Any]:
     """Write the model folder atomically over `out_dir`; return the `embedkit.json` written.
+
+    `dense`: the (D, D) weight of a Dense module after the pooling (Matryoshka's rotation), or None.
 
     `max_seq_length` is the inference length (the base model's, e.g. 256), not the training
     truncation. `metadata` is stored in `embedkit.json` with the folder's runtime facts and the
@@ -92,9 +107,13 @@ def write_model_folder(
             if (base_path / name).is_file():
                 shutil.copy2(base_path / name, tmp / name)
         lower = _base_lower_case(base_path)
-        for name, data in sentence_transformers_files(pooling, dim, max_seq_length, lower).items():
+        files = sentence_transformers_files(pooling, dim, max_seq_length, lower, dense is not None)
+        for name, data in files.items():
             (tmp / name).parent.mkdir(parents=True, exist_ok=True)
             (tmp / name).write_text(json.dumps(data, indent=2) + "\n", encoding="utf-8")
+        if dense is not None:  # sentence-transformers' Dense stores its nn.Linear as `linear`
+            weight = dense.detach().float().cpu().contiguous()
+            save_file({"linear.weight": weight}, str(tmp / Path(DENSE_CONFIG).parent / DENSE_WEIGHTS))
         for name, source in (extra_files or {}).items():
             if source.is_file():
                 shutil.copy2(source, tmp / name)
@@ -107,7 +126,7 @@ def write_model_folder(
             "max_seq_length": max_seq_length,
             "model_type": str(backbone.config.model_type),
             **metadata,
-            "fingerprint": fingerprint_files([tmp / "model.safetensors"]),
+            "fingerprint": fingerprint_files([tmp / "model.safetensors", *dense_weight_files(tmp)]),
         }
         (tmp / "embedkit.json").write_text(json.dumps(info, indent=2) + "\n", encoding="utf-8")
     return info

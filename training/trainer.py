@@ -31,7 +31,7 @@ from embedkit.encode.identity import model_fingerprint
 from embedkit.encode.model_folder import read_model_spec
 from embedkit.errors import InputError, RunFailure
 from embedkit.storage.locking import write_lock
-from embedkit.training import aux_stage1, distributed, loop, run_folder, step_speed
+from embedkit.training import aux_stage1, distributed, loop, rotation, run_folder, step_speed
 from embedkit.training import checkpoint as ckpt
 from embedkit.training.batches import autocast, epoch_order, resolve_precision, steps_per_epoch
 from embedkit.training.checkpoint import BASE, BestWeights, Kept, TrainState
@@ -243,6 +243,8 @@ class TrainJob:
                 model, config, self.aux_sentences, self.meta["base_fingerprint"], self.spec.path, self.device,
                 self.dtype, self.display.note,
             )  # fmt: skip
+        if config.rotates:  # before the base's dev score, which the (orthogonal) rotation keeps
+            self._fit_rotation()
         total, sentences = self.schedule.total, len(self.sample)
         start = {"event": "start", "step": 0, "steps": total, "sentences": sentences, **world, **self.meta}
         ckpt.append_metrics(self.metrics, start)
@@ -251,6 +253,15 @@ class TrainJob:
             record = {"step": 0, f"dev_{dev.primary_metric}": self.state.base_score, "base": True}
             ckpt.append_metrics(self.metrics, record)
             self.display.note(f"base model: {dev_label(dev)} {self.state.base_score:.4f}")
+
+    def _fit_rotation(self) -> None:
+        """Matryoshka's start: the pooled vectors rotated onto their principal axes over a sample of
+        the corpus's documents (`training.rotation`); the other ranks receive it with the weights."""
+        started = time.perf_counter()
+        documents = rotation.rotation_documents(self.corpus, self.config)
+        rotation.fit_rotation(self.model.rotation, self.dev_encoder, documents, self.config.eval_batch_size)
+        seconds = time.perf_counter() - started
+        self.display.note(f"rotated onto the principal axes of {len(documents):,} documents, {seconds:.1f} s")
 
     @contextmanager
     def progress(self, done: int) -> Iterator[None]:
@@ -365,9 +376,10 @@ class TrainJob:
             metadata = train_metadata(
                 self.config, self.meta, state, self.corpus, self.sample, spec.path, self.dev
             )
+            dense = model.rotation_weight() if kept != BASE else None  # the base is given back as it was
             write_model_folder(
                 self.out, model.backbone, spec.path, model.pooling, spec.max_seq_length, metadata,
-                extra_files={ckpt.METRICS: self.metrics},
+                extra_files={ckpt.METRICS: self.metrics}, dense=dense,
             )  # fmt: skip
             if self.run_dir != self.out:
                 shutil.rmtree(self.run_dir, ignore_errors=True)

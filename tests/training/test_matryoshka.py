@@ -122,8 +122,7 @@ def test_settings_parse_order_and_round_trip() -> None:
     # any order; the weights stay with their sizes
     assert cfg.matryoshka == ((384, 128, 64), (2.0, 0.5, 1.0))
     assert TrainConfig(matryoshka_dims=(384, 64)).matryoshka == ((384, 64), (1.0, 1.0))
-    assert TrainConfig().matryoshka == ((), ()) and TrainConfig().uses_head
-    assert not cfg.uses_head
+    assert TrainConfig().matryoshka == ((), ())
     saved = json.loads(json.dumps(cfg.to_dict()))
     assert saved["matryoshka_dims"] == [64, 384, 128]
     assert TrainConfig.from_dict(saved) == cfg.replace(queue_size=384)
@@ -248,15 +247,32 @@ def test_a_run_that_gives_the_base_back_records_no_sizes() -> None:
     assert "matryoshka_dims" not in metadata(best=0.4)  # no checkpoint beat the base: the base is saved
 
 
-def test_the_loss_acts_on_the_saved_vectors_without_the_head(tiny_bert: Path) -> None:
+def test_the_whole_term_runs_through_the_head_and_the_prefixes_on_the_saved_vectors(still_bert: Path) -> None:
+    """On a model without dropout both views are one vector: the step's terms against the float64
+    reference, `info_nce` over the training head's vectors, `info_nce@m` over the saved ones'
+    prefixes (the inference path, rotation included), each weighted."""
     from embedkit.training.model import ContrastiveModel
+    from embedkit.training.token_table import TokenTable
 
-    model = ContrastiveModel.from_folder(tiny_bert, mrl_config(tiny_bert))
-    assert not any(name.startswith("head.") for name in model.state_dict())
-    assert any(
-        name.startswith("head.")
-        for name in ContrastiveModel.from_folder(tiny_bert, TrainConfig()).state_dict()
+    cfg = mrl_config(still_bert, matryoshka_weights=(0.5, 2.0, 1.5), queue_size=0, method="simcse")
+    model = ContrastiveModel.from_folder(still_bert, cfg)
+    model.rotation.weight.copy_(
+        torch.linalg.qr(torch.randn(32, 32, generator=torch.Generator().manual_seed(3)))[0]
     )
+    batch = TokenTable.from_model(still_bert, 16, CORPUS[:6]).batch(list(range(6)), 16)
+    batch = {k: torch.as_tensor(v) for k, v in batch.items()}
+    model.train()
+    terms = model.step(batch, None).terms
+    with torch.no_grad():
+        saved = model.sentence_vectors(batch)  # what the model folder gives
+        trained = model.head(saved)
+    (whole,) = reference_matryoshka(trained, trained, None, [32], [1.0], cfg.temperature)
+    # the weights go with mrl_config's sizes (8, 32, 16): 0.5 at 8, 2.0 at 32, 1.5 at 16
+    at_16, at_8 = reference_matryoshka(saved, saved, None, [16, 8], [1.5, 0.5], cfg.temperature)
+    assert float(terms["info_nce"]) == pytest.approx(2.0 * whole, rel=1e-4)
+    assert float(terms["info_nce@16"]) == pytest.approx(at_16, rel=1e-4)
+    assert float(terms["info_nce@8"]) == pytest.approx(at_8, rel=1e-4)
+    assert any(name.startswith("head.") for name in model.state_dict())  # the method keeps its head
 
 
 def test_a_run_refuses_sizes_the_model_does_not_have_before_writing(tmp_path: Path, tiny_bert: Path) -> None:
