@@ -264,6 +264,30 @@ def test_two_ranks_train_as_one_process(
             assert torch.equal(rng[0]["aux_masking"], rng[1]["aux_masking"])
 
 
+def test_two_ranks_train_matryoshka_as_one_process(tmp_path: Path, still_bert: Path) -> None:
+    """miCSE with Matryoshka: rank 0 fits the rotation alone, the others receive it with the weights;
+    the prefix terms, the (Q, 2D) queue, the weights and the saved Dense module match one process."""
+    cfg = config(still_bert, "micse", matryoshka_dims=(32, 16, 8))
+    spec = {
+        "out": str(tmp_path / "ddp"),
+        "config": cfg.to_dict(),
+        "keep_step": 3,
+        "keep": str(tmp_path / "ddp-3"),
+    }
+    done = torchrun({"corpus": CORPUS, "runs": [spec]}, tmp_path)
+    assert done.returncode == 0, done.stderr[-3000:]
+    single_run(still_bert, cfg, tmp_path / "one", tmp_path / "one-3", 3)
+    expected, actual = loss_records(tmp_path / "one"), loss_records(tmp_path / "ddp")
+    assert "info_nce@8" in expected[0] and [r["step"] for r in actual] == [1, 2, 3]
+    for got, want in zip(actual, expected, strict=True):
+        assert got == pytest.approx(want, rel=1e-5, abs=1e-6)
+    for name in ("ddp-3/model.safetensors", "ddp-3/queue.safetensors", "ddp/2_Dense/model.safetensors"):
+        reference = name.replace("ddp", "one")
+        assert_same_tensors(load_file(tmp_path / name), load_file(tmp_path / reference))
+    weight = load_file(tmp_path / "ddp" / "2_Dense" / "model.safetensors")["linear.weight"]
+    assert not torch.equal(weight, torch.eye(32))  # fitted, not the identity it starts as
+
+
 def test_a_killed_rank_fails_the_job_and_resume_finishes_it_on_one_process(
     tmp_path: Path, still_bert: Path
 ) -> None:
