@@ -63,7 +63,9 @@ def rotation_documents(corpus: Any, config: Any) -> list[str]:
     return sample.sentences
 
 
-def fit_rotation(rotation: Rotation, encoder: Any, documents: list[str], batch_size: int) -> None:
+def fit_rotation(
+    rotation: Rotation, encoder: Any, documents: list[str], batch_size: int, progress: bool = False
+) -> None:
     """Set `rotation` to the principal axes of `encoder`'s vectors of `documents`.
 
     `encoder` embeds with the model being trained, whose vectors pass through `rotation`: it must
@@ -72,7 +74,7 @@ def fit_rotation(rotation: Rotation, encoder: Any, documents: list[str], batch_s
     eye = torch.eye(rotation.weight.shape[0], device=rotation.weight.device)
     if not torch.equal(rotation.weight, eye):
         raise RuntimeError("fit_rotation needs the identity rotation: the axes are of unrotated vectors")
-    vectors = encoder.encode(documents, batch_size=batch_size, normalize=True, progress=False)
+    vectors = encoder.encode(documents, batch_size=batch_size, normalize=True, progress=progress)
     axes = torch.from_numpy(principal_axes(np.asarray(vectors)))
     rotation.weight.copy_(axes.to(rotation.weight.device))
 

@@ -259,7 +259,9 @@ class TrainJob:
         the corpus's documents (`training.rotation`); the other ranks receive it with the weights."""
         started = time.perf_counter()
         documents = rotation.rotation_documents(self.corpus, self.config)
-        rotation.fit_rotation(self.model.rotation, self.dev_encoder, documents, self.config.eval_batch_size)
+        self.display.note(f"embedding {len(documents):,} documents for Matryoshka's rotation")
+        batch, bar = self.config.eval_batch_size, self.show_progress and self.writes
+        rotation.fit_rotation(self.model.rotation, self.dev_encoder, documents, batch, progress=bar)
         seconds = time.perf_counter() - started
         self.display.note(f"rotated onto the principal axes of {len(documents):,} documents, {seconds:.1f} s")
 
