@@ -297,10 +297,6 @@ class ContrastiveModel(nn.Module):
         hidden = self._run("backbone", **inputs).last_hidden_state
         return pool(hidden, inputs["attention_mask"], self.pooling)
 
-    def _project(self, inputs: dict[str, torch.Tensor]) -> torch.Tensor:
-        """Training vectors (B, D) of one text per example: backbone, pooling, rotation, head."""
-        return self.head(self.rotation(self._sentence_vectors(inputs)))
-
     def _saved(self, r1: torch.Tensor, r2: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor] | None:
         """Both views as the model folder saves them, which Matryoshka's prefix terms train."""
         return (r1, r2) if self.config.matryoshka_dims else None

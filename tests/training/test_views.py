@@ -98,8 +98,8 @@ def test_a_two_document_batch_gives_the_hand_computed_info_nce(tiny_bert: Path) 
     model, batch = _pair_model(tiny_bert, "simcse")
     with torch.no_grad():
         out = model.step(batch, None)
-        e1 = model._project(model.model_inputs(batch["anchor"])).numpy().astype(np.float64)
-        e2 = model._project(model.model_inputs(batch["positive"])).numpy().astype(np.float64)
+        e1 = model.head(model.sentence_vectors(batch["anchor"])).numpy().astype(np.float64)
+        e2 = model.head(model.sentence_vectors(batch["positive"])).numpy().astype(np.float64)
     e1 /= np.linalg.norm(e1, axis=1, keepdims=True)
     e2 /= np.linalg.norm(e2, axis=1, keepdims=True)
     logits = e1 @ e2.T / 0.05
