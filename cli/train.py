@@ -62,17 +62,20 @@ def train(
         str | None,
         typer.Option(
             "--matryoshka",
-            help="Matryoshka training (Kusupati et al. 2022): also apply the loss to these leading "
-            "dimensions of each vector, renormalized, e.g. 384,256,128,64 (the model's dimension "
-            "included), so the first 128 work alone. The vectors are first rotated onto their "
-            "principal axes over 1,000 of the corpus's documents (a Dense module in the model folder; "
-            "--set matryoshka_rotation_docs=N, 0 = none).",
+            help="Matryoshka (Kusupati et al. 2022): make the first dimensions of each vector work "
+            "alone at these sizes, e.g. 384,256,128,64 (the model's dimension included). The vectors "
+            "are rotated onto the base model's principal axes over 1,000 of the corpus's documents (a "
+            "Dense module in the model folder; --set matryoshka_rotation_docs=N, 0 = none); the sizes "
+            "are recorded for index --dim and the servers.",
         ),
     ] = None,
     matryoshka_weights: Annotated[
         str | None,
         typer.Option(
-            "--matryoshka-weights", help="Weight of each --matryoshka size, in its order (default: 1 each)."
+            "--matryoshka-weights",
+            help="Weight of each --matryoshka size's loss, in its order; a smaller size's trains the "
+            "model at that prefix (the paper's 1,1,1,1). Default: 1 for the whole vector, 0 for each "
+            "prefix: trains as without --matryoshka (docs/dimensions.md).",
         ),
     ] = None,
     pooling: Annotated[

@@ -50,6 +50,9 @@ if TYPE_CHECKING:
 
 CHECKPOINTS = "checkpoints"
 METRICS = "metrics.jsonl"
+# A Matryoshka run's checkpoints record what SimCSE's head reads: the pooled vectors, before the
+# rotation. Earlier ones (the rotated vectors, prefixes trained by default) record nothing.
+MATRYOSHKA_HEAD_READS = "pooled"
 BASE: Literal["base"] = "base"  # the model folder is the untrained base model
 Kept = int | Literal["base"] | None  # the step whose weights are kept, BASE, or None: the last weights
 _STEP = re.compile(r"^step-(\d+)$")
@@ -281,10 +284,10 @@ def check_train_resumable(path: Path, config: TrainConfig, made_from: dict[str, 
     if meta.get("base_fingerprint") != made_from["base_fingerprint"]:
         raise InputError("cannot resume: the base model differs from the one the checkpoint started from")
     recorded = meta.get("config", {})
-    if recorded.get("matryoshka_dims") and "matryoshka_rotation_docs" not in recorded:
+    if recorded.get("matryoshka_dims") and meta.get("matryoshka_head_reads") != MATRYOSHKA_HEAD_READS:
         raise InputError(
-            "cannot resume: the checkpoint's Matryoshka training is an earlier embedkit's (no rotation, "
-            "no head, another queue); train again without --resume"
+            "cannot resume: the checkpoint's Matryoshka training is an earlier embedkit's (another "
+            "head input, default weights and queue); train again without --resume"
         )
     saved = TrainConfig.from_dict(recorded).to_dict()
     refuse_changed_settings(saved, config.to_dict(), TrainConfig.RESUMABLE_CHANGES)

@@ -77,32 +77,39 @@ class TrainConfig:
     # "auto" = eager when AMI needs attention maps (sdpa returns none), else sdpa; see benchmarks/
     attn_implementation: str = "auto"
     # --- Matryoshka Representation Learning (Kusupati et al. 2022, NeurIPS) ---
-    # Prefix sizes of the sentence vector, e.g. (384, 256, 128, 64): the method's InfoNCE is computed
-    # on each prefix, renormalized, and the terms summed (the paper's Eq. 1; `losses.matryoshka_info_nce`),
-    # so the first m dimensions of the saved vectors work alone. Any order; must include the base
-    # model's dimension (the whole vector). The whole vector's term is the method's own, after
-    # SimCSE's training-only MLP head, so at full size the run trains as without Matryoshka plus the
-    # prefix terms, which act on the saved vectors, without the head (`training.contrastive_terms`).
+    # Prefix sizes of the saved sentence vectors, e.g. (384, 256, 128, 64), whose first m dimensions
+    # must work alone. Any order; must include the base model's dimension (the whole vector). The
+    # vectors are rotated onto their principal axes (`matryoshka_rotation_docs`), so each prefix
+    # holds the most it can, and the sizes are recorded for `index --dim` and the servers.
+    # `matryoshka_weights` decides whether the prefixes are also trained (`training.contrastive_terms`).
     # None = off.
     matryoshka_dims: tuple[int, ...] | None = None
-    # c_m of each size, in the order of matryoshka_dims; None = 1 each: the paper's setting (Sec. 3)
-    # and sentence-transformers' MatryoshkaLoss default
+    # c_m of each size, in the order of matryoshka_dims: the whole vector's c_D weights the method's
+    # own InfoNCE (after SimCSE's head), each smaller size's the same InfoNCE on that prefix of the
+    # saved vectors (the paper's Eq. 1, `losses.matryoshka_info_nce`), which trains the backbone too;
+    # 0 = that prefix is not trained. None = 1 for the whole vector, 0 for every prefix: the backbone
+    # then trains exactly as without Matryoshka and the rotation alone keeps the prefixes. Measured
+    # (docs/dimensions.md, five seeds on Cranfield): with the paper's 1 each, nDCG@10 at 384 fell
+    # 0.93 points on average below the same runs without Matryoshka (0.25 to 1.57) and 128 kept
+    # 0.970 to 0.984 of it; with the default, 384 is unchanged and 128 keeps 0.973 to 0.985, more
+    # in absolute terms too (49.32 against 48.36 on average).
     matryoshka_weights: tuple[float, ...] | None = None
     # Weight of the similarity-preserving term at each smaller prefix (`losses.matryoshka_similarity`,
-    # after Matryoshka-Adaptor's L_pair, Yoon et al. 2024), times that size's c_m; 0 = InfoNCE alone,
-    # the MRL paper's loss. Off by default: one 181-step run on Wikipedia sentences with it against one
+    # after Matryoshka-Adaptor's L_pair, Yoon et al. 2024); it trains the backbone like a prefix's
+    # InfoNCE. 0 = none. Off by default: one 181-step run on Wikipedia sentences with it against one
     # without (benchmarks/README.md, "Fewer dimensions") kept more at 64 and 128 dimensions on
     # msmarco-5k (0.954 / 0.987 of 384-d against 0.923 / 0.977) but not on Cranfield (0.903 against
     # 0.905 at 128) and scored 1.3 points lower there at 384: no gain on both collections.
     matryoshka_similarity: float = 0.0
     # Documents of the training corpus (a seeded sample, whole documents as an index embeds them) whose
-    # vectors' principal axes the pooled vectors are rotated onto before the prefixes are trained
+    # vectors under the base model are rotated onto their principal axes before the first step
     # (`training.rotation`; saved as a Dense module): the most of each vector in its first
     # dimensions. Fitted on 1,000 of Cranfield's or msmarco-5k's own documents, the bundled model's
     # first 128 dimensions kept 0.990 and 0.991 of its 384-d nDCG@10 (0.919 and 0.979 unrotated);
     # fitted on 1,000 Wikipedia sentences, 0.925 on Cranfield: the user's own documents are what
-    # counts (docs/dimensions.md). 1,000 documents took 56 s on 2 CPU cores for Cranfield's.
-    # 0 = no rotation: the MRL paper's setup.
+    # counts (docs/dimensions.md). The base model's axes, not the trained one's: five Cranfield
+    # runs kept 0.973 to 0.985 at 128 on them, 0.969 to 0.975 on their own after training. 1,000
+    # documents took 56 s on 2 CPU cores for Cranfield's. 0 = no rotation: the MRL paper's setup.
     matryoshka_rotation_docs: int = 1000
 
     # --- optimisation ---
@@ -201,11 +208,18 @@ class TrainConfig:
         return bool(self.matryoshka_dims) and self.matryoshka_rotation_docs > 0
 
     @property
+    def trains_prefixes(self) -> bool:
+        """A term at some smaller prefix trains the model (a positive c_m, or the similarity term)."""
+        dims, weights = self.matryoshka
+        return len(dims) > 1 and (any(w > 0 for w in weights[1:]) or self.matryoshka_similarity > 0)
+
+    @property
     def matryoshka(self) -> tuple[tuple[int, ...], tuple[float, ...]]:
         """The prefix sizes, largest first, and their weights; both empty when Matryoshka is off."""
         if not self.matryoshka_dims:
             return (), ()
-        weights = self.matryoshka_weights or (1.0,) * len(self.matryoshka_dims)
+        whole = max(self.matryoshka_dims)
+        weights = self.matryoshka_weights or tuple(float(m == whole) for m in self.matryoshka_dims)
         pairs = sorted(zip(self.matryoshka_dims, weights, strict=True), reverse=True)
         return tuple(m for m, _ in pairs), tuple(float(w) for _, w in pairs)
 
@@ -300,9 +314,14 @@ class TrainConfig:
                     f"matryoshka_weights needs one weight per size of matryoshka_dims ({len(dims)}), "
                     f"got {len(weights)}"
                 )
-            if not all(math.isfinite(w) and w > 0 for w in weights):
+            if not all(math.isfinite(w) and w >= 0 for w in weights):
                 raise InputError(
-                    f"matryoshka_weights must be positive finite numbers, got {_listed(weights)}"
+                    f"matryoshka_weights must be finite numbers of at least 0, got {_listed(weights)}"
+                )
+            if weights[dims.index(max(dims))] <= 0:
+                raise InputError(
+                    f"matryoshka_weights: the whole vector's ({max(dims)}) must be above 0, "
+                    "or the method's own loss is off"
                 )
 
     def to_dict(self) -> dict[str, Any]:

@@ -2,10 +2,11 @@
 
 The method's InfoNCE (SimCSE, miCSE: Eq. 1 of each paper) compares the two views after SimCSE's
 training-only MLP head, with the momentum queue's keys as extra negatives. With Matryoshka
-Representation Learning (Kusupati et al., NeurIPS 2022) the same InfoNCE is added at each smaller
-prefix of the vectors the model folder saves (after the rotation, without the head, which is not
-saved): `info_nce@m`, weighted c_m, against the queue's keys as saved. So at full size a Matryoshka
-run trains as the run without it does, plus the prefix terms; the queue then holds both kinds of key
+Representation Learning (Kusupati et al., NeurIPS 2022) and a positive weight c_m for a smaller size,
+the same InfoNCE is added at that prefix of the vectors the model folder saves (rotated, without the
+head, which is not saved): `info_nce@m`, weighted c_m, against the queue's keys as saved. The head
+reads the vectors before the rotation, so with no prefix trained (the default) a Matryoshka run's
+steps are those of the run without it. Where prefixes are trained the queue holds both kinds of key
 side by side, (Q, 2D): the head's, then the saved ones (`ContrastiveModel._momentum_keys`).
 """
 
@@ -24,11 +25,13 @@ def contrastive_terms(
     queued: torch.Tensor | None,
     config: TrainConfig,
 ) -> dict[str, torch.Tensor]:
-    """`info_nce` of the views after the head (B, D); with Matryoshka (`saved`: both views as saved,
-    (B, D) each), `info_nce@m` at each smaller prefix and, with `matryoshka_similarity`, `similarity@m`."""
+    """`info_nce` of the views after the head (B, D); where prefixes are trained (`saved`: both
+    views as saved, (B, D) each), `info_nce@m` at each smaller prefix of positive weight and, with
+    `matryoshka_similarity`, `similarity@m` at each smaller prefix."""
     dims, weights = config.matryoshka
-    if not dims:
-        return {"info_nce": losses.info_nce(e1, e2, queue=queued, temperature=config.temperature)}
+    if not config.trains_prefixes:
+        weight = weights[0] if weights else 1.0
+        return {"info_nce": weight * losses.info_nce(e1, e2, queue=queued, temperature=config.temperature)}
     if saved is None:
         raise ValueError("Matryoshka's prefix terms need the views as saved (before the head)")
     dim = e1.shape[-1]
@@ -37,14 +40,15 @@ def contrastive_terms(
     terms = {
         "info_nce": weights[0] * losses.info_nce(e1, e2, queue=head_keys, temperature=config.temperature)
     }
-    if len(dims) == 1:
-        return terms
     s1, s2 = saved
-    per_size = losses.matryoshka_info_nce(s1, s2, dims[1:], weights[1:], saved_keys, config.temperature)
-    terms |= dict(zip((f"info_nce@{m}" for m in dims[1:]), per_size.unbind(), strict=True))
+    trained = [(m, w) for m, w in zip(dims[1:], weights[1:], strict=True) if w > 0]
+    if trained:
+        sizes, size_weights = zip(*trained, strict=True)
+        per_size = losses.matryoshka_info_nce(s1, s2, sizes, size_weights, saved_keys, config.temperature)
+        terms |= dict(zip((f"info_nce@{m}" for m in sizes), per_size.unbind(), strict=True))
     if config.matryoshka_similarity > 0:
         keys = s2 if saved_keys is None else torch.cat([s2, saved_keys.to(s2.dtype)])
-        scaled = [config.matryoshka_similarity * w for w in weights]
+        scaled = [config.matryoshka_similarity] * len(dims)  # the first, the reference's, is unused
         similarity = losses.matryoshka_similarity(s1, keys, dims, scaled)  # (M - 1,)
         terms |= dict(zip((f"similarity@{m}" for m in dims[1:]), similarity.unbind(), strict=True))
     return terms

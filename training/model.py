@@ -7,7 +7,8 @@ pure loss functions of `losses` and `ami`:
    dropout masks give the two views E1, E2 (and attentions W1, W2 when AMI is on), as SimCSE;
 2. each view is pooled and passed through the MLP head (Linear + Tanh, training only);
 3. InfoNCE (tau = 0.05) over in-batch negatives plus the momentum queue; with Matryoshka
-   (Kusupati et al. 2022) also at each smaller prefix of the saved vectors (`contrastive_terms`);
+   (Kusupati et al. 2022) and prefix weights, also at each smaller prefix of the saved (rotated)
+   vectors (`contrastive_terms`);
 4. AMI between W1 and W2 (float32), and optionally InforMin-CL's L2 reconstruction term;
 5. the momentum encoder embeds x (no grad, its own dropout 0.3, the shared head); after the
    optimizer step it moves by EMA and those keys enter the queue (`after_step`);
@@ -71,7 +72,7 @@ class StepOutput:
 
     loss: torch.Tensor  # what backward() runs on: the total, or with N ranks N x this rank's share
     terms: dict[str, torch.Tensor]  # each weighted term of the whole batch, detached (info_nce, ami, ...)
-    keys: torch.Tensor | None  # (B, D) momentum keys of the whole batch ((B, 2D) with Matryoshka), or None
+    keys: torch.Tensor | None  # (B, D) momentum keys of the whole batch ((B, 2D) training prefixes), or None
     total: torch.Tensor  # the sum of `terms`: the loss of the whole batch, detached
 
 
@@ -133,8 +134,9 @@ class ContrastiveModel(nn.Module):
         if self.momentum is not None and config.uses_ami:
             # The momentum copy returns no attention maps, so it may use the faster kernel.
             _set_attention(self.momentum.encoder, "sdpa")
-        # with Matryoshka the queue holds each key after the head and as saved (`contrastive_terms`)
-        key_dim = self.dim * (2 if config.matryoshka_dims else 1)
+        # where Matryoshka trains prefixes the queue holds each key after the head and as saved
+        # (`contrastive_terms`)
+        key_dim = self.dim * (2 if config.trains_prefixes else 1)
         self.queue = EmbeddingQueue(key_dim, config.queue_length) if config.uses_queue else None
         self.aux: infocse.AuxMLM | None = None  # InfoCSE's auxiliary MLM network (`from_folder`)
         # Compiled forward passes of the step ("backbone", "momentum": `step_speed.compile_model`); a
@@ -221,10 +223,12 @@ class ContrastiveModel(nn.Module):
         if "positive" in batch:
             anchor, positive = self.model_inputs(batch["anchor"]), self.model_inputs(batch["positive"])
             anchor_vectors = self._sentence_vectors(anchor)  # (B, D), before the head
-            r1, r2 = self.rotation(anchor_vectors), self.rotation(self._sentence_vectors(positive))
+            positive_vectors = self._sentence_vectors(positive)
+            saved = self._saved(anchor_vectors, positive_vectors)
             # the momentum keys come from the positives; InfoCSE reconstructs the anchors
             return _Views(
-                self.head(r1), self.head(r2), positive, anchor_vectors, anchor, saved=self._saved(r1, r2)
+                self.head(anchor_vectors), self.head(positive_vectors), positive, anchor_vectors, anchor,
+                saved=saved,
             )
         inputs = self.model_inputs(batch)
         size = inputs["input_ids"].shape[0]
@@ -232,9 +236,8 @@ class ContrastiveModel(nn.Module):
         doubled = {k: torch.cat([v, v]) for k, v in inputs.items()}
         out = self._run("backbone", **doubled, output_attentions=self.config.needs_attentions)
         sentences = pool(out.last_hidden_state, doubled["attention_mask"], self.pooling)  # (2B, D)
-        rotated = self.rotation(sentences)
-        pooled = self.head(rotated)
-        saved = self._saved(rotated[:size], rotated[size:])
+        pooled = self.head(sentences)
+        saved = self._saved(sentences[:size], sentences[size:])
         return _Views(pooled[:size], pooled[size:], inputs, sentences, doubled, out, saved)  # (B, D) views
 
     def _momentum_keys(self, key_inputs: dict[str, torch.Tensor], shard: BatchShard) -> torch.Tensor | None:
@@ -244,10 +247,10 @@ class ContrastiveModel(nn.Module):
             return None
         with torch.no_grad():
             hidden = self._run("momentum", **key_inputs)  # (B, T, D)
-            saved = self.rotation(pool(hidden, key_inputs["attention_mask"], self.pooling))
-            keys = self.head(saved)
-            if self.config.matryoshka_dims:
-                keys = torch.cat([keys, saved], dim=-1)
+            pooled = pool(hidden, key_inputs["attention_mask"], self.pooling)
+            keys = self.head(pooled)
+            if self.config.trains_prefixes:
+                keys = torch.cat([keys, self.rotation(pooled)], dim=-1)
             return shard.gather(keys.float())  # every rank's keys, so every rank holds the same queue
 
     def _terms(
@@ -297,9 +300,10 @@ class ContrastiveModel(nn.Module):
         hidden = self._run("backbone", **inputs).last_hidden_state
         return pool(hidden, inputs["attention_mask"], self.pooling)
 
-    def _saved(self, r1: torch.Tensor, r2: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor] | None:
-        """Both views as the model folder saves them, which Matryoshka's prefix terms train."""
-        return (r1, r2) if self.config.matryoshka_dims else None
+    def _saved(self, v1: torch.Tensor, v2: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor] | None:
+        """Both views as the model folder saves them (pooled, then rotated), which Matryoshka's prefix
+        terms read; None where no prefix term is trained."""
+        return (self.rotation(v1), self.rotation(v2)) if self.config.trains_prefixes else None
 
     def rotation_weight(self) -> torch.Tensor | None:
         """The saved Dense module's weight: the rotation, where the run has one."""

@@ -152,6 +152,8 @@ class TrainJob:
             "data_fingerprint": self.sample.fingerprint,
             "base_fingerprint": model_fingerprint(self.spec.path),
         }
+        if config.matryoshka_dims:  # what an earlier embedkit's Matryoshka checkpoint lacks
+            self.meta["matryoshka_head_reads"] = ckpt.MATRYOSHKA_HEAD_READS
         self.resume_from = run_folder.prepare_out_dir(out, self.resume, self.overwrite)
         if self.resume_from is not None:
             ckpt.check_train_resumable(self.resume_from, config, self.meta)

@@ -267,7 +267,7 @@ def test_two_ranks_train_as_one_process(
 def test_two_ranks_train_matryoshka_as_one_process(tmp_path: Path, still_bert: Path) -> None:
     """miCSE with Matryoshka: rank 0 fits the rotation alone, the others receive it with the weights;
     the prefix terms, the (Q, 2D) queue, the weights and the saved Dense module match one process."""
-    cfg = config(still_bert, "micse", matryoshka_dims=(32, 16, 8))
+    cfg = config(still_bert, "micse", matryoshka_dims=(32, 16, 8), matryoshka_weights=(1.0, 1.0, 1.0))
     spec = {
         "out": str(tmp_path / "ddp"),
         "config": cfg.to_dict(),

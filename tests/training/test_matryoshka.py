@@ -8,6 +8,7 @@ from pathlib import Path
 
 import pytest
 import torch
+from safetensors.torch import load_file
 from training_runs import CORPUS, Killed, config, kill_after, weights
 
 from embedkit.encode.model_folder import read_model_spec
@@ -121,7 +122,12 @@ def test_settings_parse_order_and_round_trip() -> None:
     assert cfg.matryoshka_dims == (64, 384, 128) and cfg.matryoshka_weights == (1.0, 2.0, 0.5)
     # any order; the weights stay with their sizes
     assert cfg.matryoshka == ((384, 128, 64), (2.0, 0.5, 1.0))
-    assert TrainConfig(matryoshka_dims=(384, 64)).matryoshka == ((384, 64), (1.0, 1.0))
+    # by default the whole vector's term alone: the prefixes are not trained
+    assert TrainConfig(matryoshka_dims=(64, 384)).matryoshka == ((384, 64), (1.0, 0.0))
+    assert not TrainConfig(matryoshka_dims=(64, 384)).trains_prefixes
+    assert TrainConfig(matryoshka_dims=(64, 384), matryoshka_similarity=0.5).trains_prefixes
+    assert TrainConfig(matryoshka_dims=(64, 384), matryoshka_weights=(0.5, 1.0)).trains_prefixes
+    assert not TrainConfig(matryoshka_dims=(384,), matryoshka_similarity=0.5).trains_prefixes
     assert TrainConfig().matryoshka == ((), ())
     saved = json.loads(json.dumps(cfg.to_dict()))
     assert saved["matryoshka_dims"] == [64, 384, 128]
@@ -136,8 +142,9 @@ def test_settings_parse_order_and_round_trip() -> None:
         ({"matryoshka_dims": (384, 128, 128)}, "lists a size twice: 384,128,128"),
         ({"matryoshka_weights": (1.0,)}, "matryoshka_weights needs matryoshka_dims"),
         ({"matryoshka_dims": (384, 128), "matryoshka_weights": (1.0,)}, "one weight per size .*got 1"),
-        ({"matryoshka_dims": (384, 128), "matryoshka_weights": (1.0, 0.0)}, "positive finite numbers"),
-        ({"matryoshka_dims": (384, 128), "matryoshka_weights": (1.0, math.nan)}, "positive finite numbers"),
+        ({"matryoshka_dims": (384, 128), "matryoshka_weights": (1.0, -1.0)}, "finite numbers of at least 0"),
+        ({"matryoshka_dims": (384, 128), "matryoshka_weights": (1.0, math.nan)}, "numbers of at least 0"),
+        ({"matryoshka_dims": (128, 384), "matryoshka_weights": (1.0, 0.0)}, r"whole vector's \(384\) must"),
         ({"matryoshka_similarity": -0.5}, "matryoshka_similarity must be a finite number of at least 0"),
         ({"matryoshka_similarity": math.inf}, "matryoshka_similarity must be a finite number of at least 0"),
     ],
@@ -193,7 +200,8 @@ def test_similarity_term_refuses_sizes_out_of_order() -> None:
 
 def test_by_default_a_run_has_no_similarity_term(tmp_path: Path, tiny_bert: Path) -> None:
     assert TrainConfig().matryoshka_similarity == 0.0  # the MRL paper's loss, InfoNCE alone
-    result = train(CORPUS, tmp_path / "out", mrl_config(tiny_bert), progress=False)
+    cfg = mrl_config(tiny_bert, matryoshka_weights=(1.0, 1.0, 1.0))
+    result = train(CORPUS, tmp_path / "out", cfg, progress=False)
     assert "info_nce@8" in result.final_losses
     assert not any(name.startswith("similarity@") for name in result.final_losses)
 
@@ -209,7 +217,8 @@ def mrl_config(base: Path, **changes: object) -> TrainConfig:
 def test_a_run_trains_each_prefix_and_records_the_sizes(tmp_path: Path, tiny_bert: Path, method: str) -> None:
     out = tmp_path / "out"
     changes = {"aux_stage1_steps": 1, "aux_layers": 1} if method == "infocse" else {}
-    config = mrl_config(tiny_bert, method=method, matryoshka_similarity=1.0, **changes)
+    trained = {"matryoshka_similarity": 1.0, "matryoshka_weights": (1, 1, 1)}
+    config = mrl_config(tiny_bert, method=method, **trained, **changes)
     result = train(CORPUS, out, config, progress=False)
     assert {"info_nce", "info_nce@16", "info_nce@8", "similarity@16", "similarity@8"} <= set(
         result.final_losses
@@ -249,8 +258,8 @@ def test_a_run_that_gives_the_base_back_records_no_sizes() -> None:
 
 def test_the_whole_term_runs_through_the_head_and_the_prefixes_on_the_saved_vectors(still_bert: Path) -> None:
     """On a model without dropout both views are one vector: the step's terms against the float64
-    reference, `info_nce` over the training head's vectors, `info_nce@m` over the saved ones'
-    prefixes (the inference path, rotation included), each weighted."""
+    reference, `info_nce` over the training head's vectors of the pooled (unrotated) vectors,
+    `info_nce@m` over the saved ones' prefixes (the inference path, rotation included), each weighted."""
     from embedkit.training.model import ContrastiveModel
     from embedkit.training.token_table import TokenTable
 
@@ -265,7 +274,7 @@ def test_the_whole_term_runs_through_the_head_and_the_prefixes_on_the_saved_vect
     terms = model.step(batch, None).terms
     with torch.no_grad():
         saved = model.sentence_vectors(batch)  # what the model folder gives
-        trained = model.head(saved)
+        trained = model.head(saved @ model.rotation.weight)  # the head reads the pooled vectors
     (whole,) = reference_matryoshka(trained, trained, None, [32], [1.0], cfg.temperature)
     # the weights go with mrl_config's sizes (8, 32, 16): 0.5 at 8, 2.0 at 32, 1.5 at 16
     at_16, at_8 = reference_matryoshka(saved, saved, None, [16, 8], [1.5, 0.5], cfg.temperature)
@@ -285,16 +294,41 @@ def test_a_run_refuses_sizes_the_model_does_not_have_before_writing(tmp_path: Pa
 
 
 def test_resume_continues_exactly_where_it_stopped(tmp_path: Path, tiny_bert: Path) -> None:
-    cfg = mrl_config(tiny_bert, method="micse", max_steps=5, save_steps=2, learning_rate=1e-3)
+    cfg = mrl_config(
+        tiny_bert, method="micse", max_steps=5, save_steps=2, learning_rate=1e-3, matryoshka_weights=(1, 1, 1)
+    )
     whole = train(CORPUS, tmp_path / "whole", cfg, progress=False)
     run = tmp_path / "run"
     with pytest.raises(Killed):
         train(CORPUS, run, cfg, progress=False, on_step=kill_after(3))
     assert ckpt.latest_checkpoint(run).name == "step-000002"
     with pytest.raises(InputError, match=r"other settings .*matryoshka_dims"):
-        train(CORPUS, run, cfg.replace(matryoshka_dims=(32, 8)), progress=False, resume=True)
+        other = cfg.replace(matryoshka_dims=(32, 8), matryoshka_weights=None)
+        train(CORPUS, run, other, progress=False, resume=True)
     resumed = train(CORPUS, run, cfg, progress=False, resume=True)
     assert resumed.final_losses == whole.final_losses
     expected = weights(tmp_path / "whole")
     for name, tensor in weights(run).items():
         torch.testing.assert_close(tensor, expected[name], rtol=0, atol=1e-6)
+
+
+def test_by_default_the_model_trains_exactly_as_without_matryoshka(tmp_path: Path, tiny_bert: Path) -> None:
+    """The default weights train no prefix: miCSE (queue, AMI) steps the same losses and weights
+    as the run without `--matryoshka`, and the folder's vectors are that run's, rotated."""
+    import numpy as np
+
+    from embedkit.encode.torch_backend import TorchEncoder
+
+    plain_cfg = config(tiny_bert, method="micse", max_steps=4, learning_rate=1e-3)
+    plain = train(CORPUS, tmp_path / "plain", plain_cfg, progress=False)
+    mrl = train(CORPUS, tmp_path / "mrl", plain_cfg.replace(matryoshka_dims=(8, 32, 16)), progress=False)
+    assert set(mrl.final_losses) == set(plain.final_losses)  # no info_nce@m: nothing trains a prefix
+    assert mrl.final_losses == plain.final_losses
+    expected = weights(tmp_path / "plain")
+    for name, tensor in weights(tmp_path / "mrl").items():
+        torch.testing.assert_close(tensor, expected[name], rtol=0, atol=0)
+    rotation = load_file(tmp_path / "mrl" / "2_Dense" / "model.safetensors")["linear.weight"].numpy()
+    assert not np.allclose(rotation, np.eye(32))
+    unrotated = TorchEncoder(tmp_path / "plain", device="cpu").encode(CORPUS, batch_size=4, normalize=True)
+    saved = TorchEncoder(tmp_path / "mrl", device="cpu").encode(CORPUS, batch_size=4, normalize=True)
+    np.testing.assert_allclose(saved, np.asarray(unrotated) @ rotation.T, atol=1e-5)

@@ -147,13 +147,16 @@ def test_resume_restores_the_rotation(tmp_path: Path, tiny_bert: Path) -> None:
 
 def test_a_matryoshka_checkpoint_of_an_earlier_embedkit_is_refused(tmp_path: Path) -> None:
     cfg = TrainConfig(matryoshka_dims=(384, 128))
-    recorded = cfg.to_dict()
-    del recorded["matryoshka_rotation_docs"]  # as an earlier embedkit recorded it
     made_from = {"data_fingerprint": "d", "base_fingerprint": "b"}
-    (tmp_path / "state.json").write_text(json.dumps({"config": recorded, **made_from}))
-    with pytest.raises(InputError, match="earlier embedkit's .* train again without --resume"):
-        ckpt.check_train_resumable(tmp_path, cfg, made_from)
+    current = {**made_from, "matryoshka_head_reads": ckpt.MATRYOSHKA_HEAD_READS}
+    older = cfg.to_dict()
+    del older["matryoshka_rotation_docs"]  # the first design's: no rotation
+    for recorded in (older, cfg.to_dict()):  # the second's: the rotation, its head on rotated vectors
+        (tmp_path / "state.json").write_text(json.dumps({"config": recorded, **made_from}))
+        with pytest.raises(InputError, match="earlier embedkit's .* train again without --resume"):
+            ckpt.check_train_resumable(tmp_path, cfg, current)
+    (tmp_path / "state.json").write_text(json.dumps({"config": cfg.to_dict(), **current}))
+    ckpt.check_train_resumable(tmp_path, cfg, current)
     plain = TrainConfig().to_dict()
-    del plain["matryoshka_rotation_docs"]
     (tmp_path / "state.json").write_text(json.dumps({"config": plain, **made_from}))
     ckpt.check_train_resumable(tmp_path, TrainConfig(), made_from)  # no Matryoshka: nothing to refuse
