@@ -109,7 +109,8 @@ class TrainConfig:
     # fitted on 1,000 Wikipedia sentences, 0.925 on Cranfield: the user's own documents are what
     # counts (docs/dimensions.md). The base model's axes, not the trained one's: five Cranfield
     # runs kept 0.973 to 0.985 at 128 on them, 0.969 to 0.975 on their own after training. 1,000
-    # documents took 56 s on 2 CPU cores for Cranfield's. 0 = no rotation: the MRL paper's setup.
+    # documents took 56 s on 2 CPU cores for Cranfield's. 0 = no rotation: the MRL paper's setup, which
+    # then needs prefix weights.
     matryoshka_rotation_docs: int = 1000
 
     # --- optimisation ---
@@ -323,6 +324,11 @@ class TrainConfig:
                     f"matryoshka_weights: the whole vector's ({max(dims)}) must be above 0, "
                     "or the method's own loss is off"
                 )
+        if len(dims) > 1 and rotation == 0 and not self.trains_prefixes:
+            raise InputError(
+                "matryoshka_rotation_docs=0 with no prefix weighted leaves the prefixes as they are: "
+                "give --matryoshka-weights (the paper's: 1 each) or keep the rotation"
+            )
 
     def to_dict(self) -> dict[str, Any]:
         """The fields as JSON values; `queue_size` as the length the run uses (`queue_length`)."""

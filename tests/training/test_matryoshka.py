@@ -145,6 +145,7 @@ def test_settings_parse_order_and_round_trip() -> None:
         ({"matryoshka_dims": (384, 128), "matryoshka_weights": (1.0, -1.0)}, "finite numbers of at least 0"),
         ({"matryoshka_dims": (384, 128), "matryoshka_weights": (1.0, math.nan)}, "numbers of at least 0"),
         ({"matryoshka_dims": (128, 384), "matryoshka_weights": (1.0, 0.0)}, r"whole vector's \(384\) must"),
+        ({"matryoshka_dims": (384, 128), "matryoshka_rotation_docs": 0}, "leaves the prefixes as they are"),
         ({"matryoshka_similarity": -0.5}, "matryoshka_similarity must be a finite number of at least 0"),
         ({"matryoshka_similarity": math.inf}, "matryoshka_similarity must be a finite number of at least 0"),
     ],

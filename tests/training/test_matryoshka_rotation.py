@@ -114,7 +114,8 @@ def test_a_run_saves_the_principal_axes_of_its_documents_as_a_dense_module(
 
 def test_without_the_rotation_the_folder_has_no_dense_module(tmp_path: Path, tiny_bert: Path) -> None:
     out = tmp_path / "out"
-    train(CORPUS, out, mrl_config(tiny_bert, matryoshka_rotation_docs=0), progress=False)
+    cfg = mrl_config(tiny_bert, matryoshka_rotation_docs=0, matryoshka_weights=(1.0, 1.0, 1.0))
+    train(CORPUS, out, cfg, progress=False)
     kinds = [m["type"].rsplit(".", 1)[-1] for m in json.loads((out / "modules.json").read_text())]
     assert kinds == ["Transformer", "Pooling", "Normalize"]
     assert not (out / "2_Dense").exists()
