@@ -76,41 +76,24 @@ class TrainConfig:
     aux_from: str | None = None  # a stage-1 folder to reuse instead of training or the cache
     # "auto" = eager when AMI needs attention maps (sdpa returns none), else sdpa; see benchmarks/
     attn_implementation: str = "auto"
-    # --- Matryoshka Representation Learning (Kusupati et al. 2022, NeurIPS) ---
-    # Prefix sizes of the saved sentence vectors, e.g. (384, 256, 128, 64), whose first m dimensions
-    # must work alone. Any order; must include the base model's dimension (the whole vector). The
-    # vectors are rotated onto their principal axes (`matryoshka_rotation_docs`), so each prefix
-    # holds the most it can, and the sizes are recorded for `index --dim` and the servers.
-    # `matryoshka_weights` decides whether the prefixes are also trained (`training.contrastive_terms`).
-    # None = off.
+    # --- Matryoshka Representation Learning (Kusupati et al. 2022, NeurIPS; docs/dimensions.md) ---
+    # Prefix sizes whose first m dimensions must work alone, e.g. (384, 256, 128, 64), any order, the
+    # base model's dimension included: the vectors are rotated onto their principal axes and the
+    # sizes recorded for `index --dim`. None = off.
     matryoshka_dims: tuple[int, ...] | None = None
-    # c_m of each size, in the order of matryoshka_dims: the whole vector's c_D weights the method's
-    # own InfoNCE (after SimCSE's head), each smaller size's the same InfoNCE on that prefix of the
-    # saved vectors (the paper's Eq. 1, `losses.matryoshka_info_nce`), which trains the backbone too;
-    # 0 = that prefix is not trained. None = 1 for the whole vector, 0 for every prefix: the backbone
-    # then trains exactly as without Matryoshka and the rotation alone keeps the prefixes. Measured
-    # (docs/dimensions.md, five seeds on Cranfield): with the paper's 1 each, nDCG@10 at 384 fell
-    # 0.93 points on average below the same runs without Matryoshka (0.25 to 1.57) and 128 kept
-    # 0.970 to 0.984 of it; with the default, 384 is unchanged and 128 keeps 0.973 to 0.985, more
-    # in absolute terms too (49.32 against 48.36 on average).
+    # c_m of each size (the paper's Eq. 1, `training.contrastive_terms`): a smaller size's trains the
+    # backbone with InfoNCE on that prefix; 0 = not trained. None = 1 for the whole vector, 0 for each
+    # prefix, so the model trains exactly as without Matryoshka: on five Cranfield seeds the paper's
+    # 1 each cost 0.93 nDCG@10 at 384 and kept 48.36 at 128, the default 0 and 49.32.
     matryoshka_weights: tuple[float, ...] | None = None
-    # Weight of the similarity-preserving term at each smaller prefix (`losses.matryoshka_similarity`,
-    # after Matryoshka-Adaptor's L_pair, Yoon et al. 2024); it trains the backbone like a prefix's
-    # InfoNCE. 0 = none. Off by default: one 181-step run on Wikipedia sentences with it against one
-    # without (benchmarks/README.md, "Fewer dimensions") kept more at 64 and 128 dimensions on
-    # msmarco-5k (0.954 / 0.987 of 384-d against 0.923 / 0.977) but not on Cranfield (0.903 against
-    # 0.905 at 128) and scored 1.3 points lower there at 384: no gain on both collections.
+    # The similarity-preserving term at each smaller prefix (`losses.matryoshka_similarity`, after
+    # Matryoshka-Adaptor's L_pair, Yoon et al. 2024); 0 = none: no gain on both collections.
     matryoshka_similarity: float = 0.0
-    # Documents of the training corpus (a seeded sample, whole documents as an index embeds them) whose
-    # vectors under the base model are rotated onto their principal axes before the first step
-    # (`training.rotation`; saved as a Dense module): the most of each vector in its first
-    # dimensions. Fitted on 1,000 of Cranfield's or msmarco-5k's own documents, the bundled model's
-    # first 128 dimensions kept 0.990 and 0.991 of its 384-d nDCG@10 (0.919 and 0.979 unrotated);
-    # fitted on 1,000 Wikipedia sentences, 0.925 on Cranfield: the user's own documents are what
-    # counts (docs/dimensions.md). The base model's axes, not the trained one's: five Cranfield
-    # runs kept 0.973 to 0.985 at 128 on them, 0.969 to 0.975 on their own after training. 1,000
-    # documents took 56 s on 2 CPU cores for Cranfield's. 0 = no rotation: the MRL paper's setup, which
-    # then needs prefix weights.
+    # Documents of the corpus (a seeded sample) whose base-model vectors' principal axes the vectors
+    # are rotated onto before the first step (`training.rotation`; a saved Dense module). Own
+    # documents, not Wikipedia's: the bundled model's 128-d prefix kept 0.990 of 384 on Cranfield
+    # (0.919 unrotated, 0.925 on Wikipedia's axes). Base-model axes, not the trained model's: 0.973
+    # to 0.985 against 0.969 to 0.975. 56 s on 2 CPU cores. 0 = none (the MRL paper's; needs weights).
     matryoshka_rotation_docs: int = 1000
 
     # --- optimisation ---
