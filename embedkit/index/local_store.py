@@ -137,6 +137,10 @@ class LocalStore:
             self._filters[where] = rows_where(self.docs, where)
         return self._filters[where]
 
+    def held_rows(self) -> np.ndarray:
+        """Every vector row that holds a document (or a passage), ascending: a listing's order."""
+        return np.asarray(self.docs.rows_between(0, self.docs.next_row()), dtype=np.int64)
+
     def reachable(self, allowed: np.ndarray | None) -> int:
         return len(self) if allowed is None else min(len(self), len(allowed))
 

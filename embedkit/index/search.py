@@ -246,6 +246,15 @@ class SearchIndex:
         found = [held.get(r) for r in rows]
         return [unit.document if self.passages and unit is not None else unit for unit in found]  # type: ignore[union-attr,misc]
 
+    def documents_held(self, where: str | None = None) -> list[Document]:
+        """Every document held that passes `where` (None: all), once each, in the order they were
+        added; a collection on a server is not listed (an `InputError`)."""
+        if not isinstance(self.store, LocalStore):
+            raise InputError(f"{self.path} is a collection on a server: its documents are not listed")
+        rows = self.store.held_rows() if where is None else self.store.compile_filter(where)
+        found = {d.id: d for d in self.documents_at(rows.tolist()) if d is not None}  # passages: once
+        return list(found.values())
+
     def get_documents(self, ids: Sequence[str]) -> list[Document | None]:
         """Stored documents by id (None for an unknown id), in the order asked."""
         return self.store.documents_by_id(ids)

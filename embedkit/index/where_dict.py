@@ -3,10 +3,13 @@
 A user of Chroma writes a metadata filter as a dict; `expression_of` writes the same filter in the
 language of `embedkit.index.where` (`year >= 2020`), which then parses and checks it as any
 `--where`. Supported: `{"field": value}` (equality), `{"field": {"$op": value}}` with `$eq`,
-`$ne`, `$gt`, `$gte`, `$lt`, `$lte`, `$in`, `$nin`, and `{"$and": [...]}`, `{"$or": [...]}`;
-several keys in one dict are joined by `and`, as in Chroma. Values: strings, numbers, booleans.
-As every embedkit filter, a comparison is unknown for a document without the field, so `$ne` and
-`$nin` leave such documents out (SQL's logic; `embedkit.index.where`).
+`$ne`, `$gt`, `$gte`, `$lt`, `$lte`, `$in`, `$nin`, `$contains` and `$not_contains` (a list
+field holding a value among its members: `tags contains "a"`), and `{"$and": [...]}`,
+`{"$or": [...]}`; several keys in one dict are joined by `and`, as in Chroma. Values: strings,
+numbers, booleans. As every embedkit filter, a comparison is unknown for a document without the
+field, so `$ne`, `$nin` and `$not_contains` leave such documents out (SQL's logic;
+`embedkit.index.where`), where Chroma keeps them. A dict nested deeper than the filter's limit
+(`MAX_DEPTH`) is refused before it is walked.
 """
 
 from __future__ import annotations
@@ -15,24 +18,30 @@ import math
 from typing import Any
 
 from embedkit.errors import InputError
+from embedkit.index.where import MAX_DEPTH
 
 OPERATORS = {"$eq": "=", "$ne": "!=", "$gt": ">", "$gte": ">=", "$lt": "<", "$lte": "<="}
 JOINS = {"$and": "and", "$or": "or"}
+MEMBERS = {"$contains": "contains", "$not_contains": "not contains"}  # a list field's members
 
 
-def expression_of(where: Any) -> str:
+def expression_of(where: Any, depth: int = 1) -> str:
     """The filter expression that says what the dict `where` says; an `InputError` for a dict
-    this translation does not know (naming the key)."""
+    this translation does not know (naming the key), or one nested over `MAX_DEPTH` levels."""
+    if depth > MAX_DEPTH:
+        raise InputError(f"where: the filter nests $and and $or over {MAX_DEPTH} levels deep")
     if not isinstance(where, dict) or not where:
-        raise InputError(f"where: a filter is a non-empty dict or an expression string, not {where!r}")
+        raise InputError(f"where: a filter is a non-empty dict or an expression string, not {_shown(where)}")
     parts = []
     for key, value in where.items():
         if key in JOINS:
             if not isinstance(value, list) or not value:
                 raise InputError(f"where: {key} takes a non-empty list of filters")
-            parts.append("(" + f" {JOINS[key]} ".join(f"({expression_of(v)})" for v in value) + ")")
+            parts.append(
+                "(" + f" {JOINS[key]} ".join(f"({expression_of(v, depth + 1)})" for v in value) + ")"
+            )
         elif not isinstance(key, str) or key.startswith("$") or "`" in key or not key:
-            known = ", ".join([*JOINS, *OPERATORS, "$in", "$nin"])
+            known = ", ".join([*JOINS, *OPERATORS, "$in", "$nin", *MEMBERS])
             raise InputError(f"where: unknown operator or field {key!r} (use {known})")
         else:
             parts.append(_comparison(f"`{key}`", value))
@@ -52,7 +61,12 @@ def _comparison(field: str, value: Any) -> str:
             raise InputError(f"where: {op} takes a non-empty list of values")
         member = f"{field} in [{', '.join(_literal(v) for v in operand)}]"
         return member if op == "$in" else f"not {member}"
-    raise InputError(f"where: unknown operator {op!r} (use {', '.join(OPERATORS)}, $in, $nin)")
+    if op in MEMBERS:
+        contains = f"{field} contains {_literal(operand)}"
+        return contains if op == "$contains" else f"not {contains}"
+    raise InputError(
+        f"where: unknown operator {op!r} (use {', '.join([*OPERATORS, '$in', '$nin', *MEMBERS])})"
+    )
 
 
 def _literal(value: Any) -> str:
@@ -64,4 +78,11 @@ def _literal(value: Any) -> str:
         return repr(value)
     if isinstance(value, str):
         return '"' + value.replace("\\", "\\\\").replace('"', '\\"') + '"'
-    raise InputError(f"where: a value is a string, a finite number or a boolean, not {value!r}")
+    raise InputError(f"where: a value is a string, a finite number or a boolean, not {_shown(value)}")
+
+
+def _shown(value: Any) -> str:
+    """A value in an error line: its repr where short (never the repr of a deep structure)."""
+    if isinstance(value, (dict, list, tuple, set)):
+        return "{}" if value == {} else type(value).__name__
+    return repr(value)

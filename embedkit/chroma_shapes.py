@@ -1,0 +1,99 @@
+"""Chroma's call and result shapes for the collection API: `include`, `where`, `update`, and
+`QueryResult`, `GetResult`.
+
+A Chroma user reads `result["ids"][0]`, `result["distances"][0]`: `query` gives one list per query
+text, `get` and `peek` flat lists, every key present (None where `include` did not ask for it),
+and `included` says what was asked. A document without metadata has None there, as in Chroma.
+Distances are Chroma's of a cosine space: 1 - the cosine similarity, so 0 is the query's own
+direction. `embedkit.collection` fills them from the one search pipeline's hits.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, Any
+
+from embedkit.errors import InputError
+
+if TYPE_CHECKING:
+    from embedkit.data.document import Document
+
+# What Chroma's `include` names, and what embedkit can give of it
+QUERY_INCLUDE = ("documents", "metadatas", "distances")
+GET_INCLUDE = ("documents", "metadatas")
+NOT_HELD = {  # Chroma's names that embedkit refuses, and why
+    "embeddings": "a collection returns no vectors (embedkit.SearchIndex.vectors_of_rows reads them)",
+    "uris": "a collection holds no URIs",
+    "data": "a collection holds no images or other data",
+}
+DEFAULT_QUERY_INCLUDE = ("metadatas", "documents", "distances")  # Chroma's defaults
+DEFAULT_GET_INCLUDE = ("metadatas", "documents")
+
+
+def chroma_include(value: Any, *, query: bool) -> list[str]:
+    """`include` as Chroma's list of names, checked: a name embedkit does not give is an `InputError`."""
+    known = QUERY_INCLUDE if query else GET_INCLUDE
+    if value is None:
+        return list(DEFAULT_QUERY_INCLUDE if query else DEFAULT_GET_INCLUDE)
+    if isinstance(value, (str, bytes, dict)) or not isinstance(value, Sequence):
+        raise InputError(f"include must be a list of names ({', '.join(known)}), not {value!r}")
+    names = list(value)
+    for name in names:
+        if name in NOT_HELD:
+            raise InputError(f"include: {name!r} is not supported: {NOT_HELD[name]}")
+        if name not in known:
+            raise InputError(f"include: unknown name {name!r}: use {', '.join(known)}")
+    return list(dict.fromkeys(names))
+
+
+def _metadata(document: Document) -> dict[str, Any] | None:
+    return dict(document.metadata) if document.metadata else None
+
+
+def get_result(documents: Sequence[Document], include: Sequence[str]) -> dict[str, Any]:
+    """Chroma's `GetResult` of `documents`: flat lists, in their order."""
+    return {
+        "ids": [d.id for d in documents],
+        "embeddings": None,
+        "documents": [d.text for d in documents] if "documents" in include else None,
+        "uris": None,
+        "included": list(include),
+        "data": None,
+        "metadatas": [_metadata(d) for d in documents] if "metadatas" in include else None,
+    }
+
+
+def query_result(
+    found: Sequence[Sequence[tuple[Document, float | None]]], include: Sequence[str]
+) -> dict[str, Any]:
+    """Chroma's `QueryResult`: for each query, its documents best first with their distances."""
+    result = {
+        "ids": [[d.id for d, _ in hits] for hits in found],
+        "embeddings": None,
+        "documents": [[d.text for d, _ in hits] for hits in found] if "documents" in include else None,
+        "uris": None,
+        "included": list(include),
+        "data": None,
+        "metadatas": [[_metadata(d) for d, _ in hits] for hits in found] if "metadatas" in include else None,
+        "distances": [[dist for _, dist in hits] for hits in found] if "distances" in include else None,
+    }
+    return result
+
+
+def where_expression(where: Any) -> str | None:
+    """A filter as the CLI's expression: a string as it is, Chroma's dict translated (`where_dict`)."""
+    if where is None or isinstance(where, str):
+        return where
+    if isinstance(where, dict):
+        from embedkit.index.where_dict import expression_of
+
+        return expression_of(where)
+    raise InputError(f"where must be a filter expression (a string) or a dict, not {type(where).__name__}")
+
+
+def no_where_document(where_document: Any) -> None:
+    if where_document is not None:
+        raise InputError(
+            "where_document is not supported: a collection filters on metadata (where=); "
+            "search the text with query_texts"
+        )
