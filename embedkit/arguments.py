@@ -10,7 +10,9 @@ from __future__ import annotations
 
 import math
 import numbers
-from collections.abc import Mapping, Sequence
+import os
+from collections.abc import Iterable, Mapping, Sequence
+from pathlib import Path
 from typing import Any
 
 from embedkit.data.values import check_text
@@ -19,8 +21,10 @@ from embedkit.errors import InputError
 
 def _shown(value: Any) -> str:
     """A value as an error line shows it: its type, and its repr where that is short."""
+    if isinstance(value, (list, tuple, dict, set)) and len(value) > 4:  # never the repr of a deep one
+        return type(value).__name__
     text = repr(value)
-    return f"{type(value).__name__} {text}" if len(text) <= 40 else type(value).__name__
+    return f"{type(value).__name__} {text}" if len(text) <= 40 and "\n" not in text else type(value).__name__
 
 
 def whole_number(name: str, value: Any, *, least: int = 1) -> int:
@@ -34,10 +38,55 @@ def whole_number(name: str, value: Any, *, least: int = 1) -> int:
 
 
 def optional_text(name: str, value: Any) -> str | None:
-    """None, or `value` as a string (a name such as a mode or a fusion)."""
-    if value is not None and not isinstance(value, str):
-        raise InputError(f"{name} must be a string, not {_shown(value)}")
+    """None, or `value` as a non-empty string (a name such as a mode or a fusion)."""
+    if value is None:
+        return None
+    return text(name, value)
+
+
+def text(name: str, value: Any) -> str:
+    """`value` as a non-empty string (a setting such as a device or an index kind)."""
+    if not isinstance(value, str) or not value:
+        raise InputError(f"{name} must be a non-empty string, not {_shown(value)}")
+    return check_text(value, name)
+
+
+def flag(name: str, value: Any) -> bool:
+    """`value` as a bool (True or False: not 0, 1 or a string)."""
+    if not isinstance(value, bool):
+        raise InputError(f"{name} must be True or False, not {_shown(value)}")
     return value
+
+
+def folder(name: str, value: Any) -> Path:
+    """`value` (a string or a path) as a `Path` that the file system can be asked about."""
+    if not isinstance(value, (str, os.PathLike)):
+        raise InputError(f"{name} must be a folder's path (a string or a Path), not {_shown(value)}")
+    spelled = os.fspath(value)
+    if not isinstance(spelled, str) or not spelled or "\0" in spelled:
+        raise InputError(f"{name} must be a non-empty path without NUL characters, not {spelled!r}")
+    check_text(spelled, name)
+    return Path(spelled)
+
+
+def encoder_or_folder(name: str, value: Any) -> Any:
+    """None, a model folder's path, or an open encoder (anything with `encode`)."""
+    if value is None or isinstance(value, (str, os.PathLike)):
+        return value if value is None else folder(name, value)
+    if callable(getattr(value, "encode", None)) and not isinstance(value, bytes):
+        return value
+    raise InputError(f"{name} must be a model folder's path or an open encoder, not {_shown(value)}")
+
+
+def names(name: str, value: Any) -> list[str]:
+    """`value` as a list of names (strings; possibly empty): an `include`."""
+    if isinstance(value, (str, bytes, Mapping)) or not isinstance(value, Iterable):
+        raise InputError(f"{name} must be a list of names, not {_shown(value)}")
+    listed = list(value)
+    for position, item in enumerate(listed):
+        if not isinstance(item, str):
+            raise InputError(f"{name}[{position}] must be a name (a string), not {_shown(item)}")
+    return listed
 
 
 def optional_weight(name: str, value: Any) -> float | None:
@@ -49,15 +98,17 @@ def optional_weight(name: str, value: Any) -> float | None:
     return float(value)
 
 
-def text_list(name: str, value: Any, *, one: bool = True, blank: bool = False) -> list[str]:
-    """`value` as a non-empty list of strings (`one`: a single string is a list of one, as in
-    Chroma); an empty or blank string is refused unless `blank`."""
+def text_list(
+    name: str, value: Any, *, one: bool = True, blank: bool = False, empty: bool = False
+) -> list[str]:
+    """`value` as a list of strings (`one`: a single string is a list of one, as in Chroma); an
+    empty list is refused unless `empty`, an empty or blank string unless `blank`."""
     if isinstance(value, str) and one:
         value = [value]
     if isinstance(value, (str, bytes, Mapping)) or not isinstance(value, Sequence):
         raise InputError(f"{name} must be a list of strings, not {_shown(value)}")
     listed = list(value)
-    if not listed:
+    if not listed and not empty:
         raise InputError(f"{name} is empty: give at least one")
     for position, item in enumerate(listed):
         if not isinstance(item, str):
@@ -103,9 +154,13 @@ def query_vectors(name: str, value: Any) -> Any:  # -> np.ndarray float32 [q, di
         vectors = np.asarray(value)
     except (ValueError, TypeError):  # ragged lists
         raise InputError(f"{name} must be vectors of numbers of one length") from None
-    if vectors.dtype == bool or not np.issubdtype(vectors.dtype, np.number):
+    real = np.issubdtype(vectors.dtype, np.integer) or np.issubdtype(vectors.dtype, np.floating)
+    if vectors.dtype == bool or not real:
         raise InputError(f"{name} must be vectors of numbers, not {vectors.dtype} values")
-    vectors = vectors.astype(np.float32) if vectors.ndim else vectors
+    if not np.isfinite(vectors).all():
+        raise InputError(f"{name} holds a NaN or an infinite number")
+    with np.errstate(over="ignore"):  # beyond float32: infinite, refused below
+        vectors = vectors.astype(np.float32)
     if vectors.ndim == 1:
         vectors = vectors[None, :]
     if vectors.ndim != 2 or not vectors.size:
@@ -113,7 +168,7 @@ def query_vectors(name: str, value: Any) -> Any:  # -> np.ndarray float32 [q, di
             f"{name} must be a vector or a list of vectors, not an array of shape {vectors.shape}"
         )
     if not np.isfinite(vectors).all():
-        raise InputError(f"{name} holds a NaN or an infinite number")
+        raise InputError(f"{name} holds a number beyond 32-bit floats")
     return vectors
 
 

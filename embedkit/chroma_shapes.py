@@ -13,6 +13,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
+from embedkit.arguments import names as checked_names
 from embedkit.errors import InputError
 
 if TYPE_CHECKING:
@@ -35,9 +36,7 @@ def chroma_include(value: Any, *, query: bool) -> list[str]:
     known = QUERY_INCLUDE if query else GET_INCLUDE
     if value is None:
         return list(DEFAULT_QUERY_INCLUDE if query else DEFAULT_GET_INCLUDE)
-    if isinstance(value, (str, bytes, dict)) or not isinstance(value, Sequence):
-        raise InputError(f"include must be a list of names ({', '.join(known)}), not {value!r}")
-    names = list(value)
+    names = checked_names("include", value)
     for name in names:
         if name in NOT_HELD:
             raise InputError(f"include: {name!r} is not supported: {NOT_HELD[name]}")

@@ -30,11 +30,16 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from embedkit.arguments import (
+    encoder_or_folder,
+    flag,
+    folder,
     id_list,
+    names,
     optional_text,
     optional_weight,
     query_vectors,
     refuse_unknown,
+    text,
     text_list,
     whole_number,
 )
@@ -87,17 +92,23 @@ class Collection:
         calibrate: bool = True,
         device: str = "auto",
         precision: str | None = None,
+        **unknown: Any,
     ) -> None:
         """Prefer `create` and `open`. `model`: an open encoder or a model folder (None: the bundled
         model for a new collection, the index's own model for an existing one). `kind`, `passages`,
         `lexical`: a new index's settings, as `embedkit index --kind/--passages/--no-lexical`;
         `calibrate`: choose the hybrid fusion on pseudo queries when the collection is new or has
         grown by half (`embedkit index --no-calibrate` turns it off; minutes on thousands of documents)."""
-        self.path = Path(path)
-        self._model = model
-        self._new = {"kind": kind, "passages": passages, "lexical": lexical}
-        self._calibrate = calibrate
-        self._device, self._precision = device, precision
+        refuse_unknown("Collection", unknown, SETTINGS)
+        self.path = folder("path", path)
+        self._model = encoder_or_folder("model", model)
+        self._new = {
+            "kind": text("kind", kind),
+            "passages": optional_text("passages", passages),
+            "lexical": flag("lexical", lexical),
+        }
+        self._calibrate = flag("calibrate", calibrate)
+        self._device, self._precision = text("device", device), optional_text("precision", precision)
         self._encoder: Encoder | None = None
         self._index: SearchIndex | None = None
 
@@ -107,14 +118,15 @@ class Collection:
         by the first `add`). `settings`: those of `Collection(...)`."""
         from embedkit.index.layout import holds_no_version, is_index_folder
 
-        folder = Path(path)
-        if folder.exists() and not folder.is_dir():
-            raise InputError(f"{folder} is a file; a collection is a folder")
-        if folder.is_dir() and not holds_no_version(folder):
-            if is_index_folder(folder):
-                raise InputError(f"{folder} already holds an index: open it with embedkit.open_collection")
-            raise InputError(f"{folder} is a folder that is neither empty nor an index; choose another")
-        return cls(folder, model, **settings)
+        made = cls(path, model, **settings)  # every argument checked before the disk is asked
+        target = made.path
+        if target.exists() and not target.is_dir():
+            raise InputError(f"{target} is a file; a collection is a folder")
+        if target.is_dir() and not holds_no_version(target):
+            if is_index_folder(target):
+                raise InputError(f"{target} already holds an index: open it with embedkit.open_collection")
+            raise InputError(f"{target} is a folder that is neither empty nor an index; choose another")
+        return made
 
     @classmethod
     def open(cls, path: str | Path, model: Model = None, **settings: Any) -> Collection:
@@ -122,8 +134,9 @@ class Collection:
         `model`, where given, must be the index's model (its ONNX export, say)."""
         from embedkit.index.folder import read_index_meta
 
-        read_index_meta(path)  # not an index: an `InputError` now
-        return cls(path, model, **settings)
+        made = cls(path, model, **settings)  # every argument checked before the disk is asked
+        read_index_meta(made.path)  # not an index: an `InputError` now
+        return made
 
     # --- writing ---------------------------------------------------------------------------------
 
@@ -281,9 +294,7 @@ class Collection:
         """embedkit's query: hit records (`hit_record`)."""
         from embedkit.search.hits import DEFAULT_FIELDS, checked_fields, hit_record
 
-        if include is not None and (isinstance(include, (str, bytes)) or not isinstance(include, Iterable)):
-            raise InputError(f"include must be a list of hit fields, not {include!r}")
-        fields = checked_fields(DEFAULT_FIELDS if include is None else include)
+        fields = checked_fields(DEFAULT_FIELDS if include is None else names("include", include))
         queries = text_list("texts", texts)
         index = self._opened()
         k = min(k, max(index.document_count, 1))  # never more hits than documents are asked of a side
@@ -300,20 +311,21 @@ class Collection:
         fields = chroma_include(include, query=True)
         if texts is not None and vectors is not None:
             raise InputError("query: give query_texts or query_embeddings, not both")
+        settings["mode"] = settings["mode"] or "dense"  # Chroma's search, its distances exact
+        if vectors is not None and settings["mode"] != "dense":
+            raise InputError("query: query_embeddings are searched in dense mode only")
+        matrix = None if vectors is None else query_vectors("query_embeddings", vectors)
+        queries = None if texts is None else text_list("query_texts", texts)
         index = self._opened()
         n_results = min(n_results, max(index.document_count, 1))
-        settings["mode"] = settings["mode"] or "dense"  # Chroma's search, its distances exact
-        if vectors is not None:
-            if settings["mode"] != "dense":
-                raise InputError("query: query_embeddings are searched in dense mode only")
-            scores, ids = index.search(
-                query_vectors("query_embeddings", vectors), n_results, settings["where"]
-            )
-            found = [
-                _by_id(index, row_ids, row_scores) for row_ids, row_scores in zip(ids, scores, strict=True)
-            ]
+        if matrix is not None:
+            if matrix.shape[1] != index.dim:
+                raise InputError(
+                    f"query_embeddings of shape {matrix.shape}; this collection holds {index.dim}-d vectors"
+                )
+            scores, ids = index.search(matrix, n_results, settings["where"])
+            found = [_by_id(index, i, s) for i, s in zip(ids, scores, strict=True)]
             return query_result(found, fields)
-        queries = text_list("query_texts", texts)
         request = index.request(n_results, **settings)
         encoder = self._encoder_for(index) if request.mode != "lexical" else None
         results = index.search_text(queries, n_results, encoder, **settings)
@@ -410,6 +422,7 @@ class Collection:
         self.close()
 
 
+SETTINGS = "model, kind, passages, lexical, calibrate, device, precision"
 QUERY_ARGUMENTS = (
     "query_texts, query_embeddings, n_results (or texts, k), where, include, mode, fusion, alpha"
 )

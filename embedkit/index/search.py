@@ -16,6 +16,8 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from embedkit.arguments import query_vectors as checked_vectors
+from embedkit.arguments import text_list, whole_number
 from embedkit.encode.prefixes import recorded_prefixes
 from embedkit.errors import InputError
 from embedkit.index.faiss_gpu import placement_for
@@ -167,10 +169,12 @@ class SearchIndex:
         `embedkit.index.where`) or an approximate index found fewer. An index of passages gives
         each document once, scored by its best passage.
         """
-        if k < 1:
-            raise InputError(f"k must be at least 1, got {k}")
-        queries = np.asarray(query_vectors, dtype=np.float32)
-        queries = queries[None, :] if queries.ndim == 1 else queries
+        k = whole_number("k", k)
+        queries = checked_vectors("query_vectors", query_vectors)
+        if queries.shape[1] != self.dim:
+            raise InputError(f"query_vectors of shape {queries.shape}; this index holds {self.dim}-d vectors")
+        if where is not None and not isinstance(where, str):
+            raise InputError(f"where must be a filter expression (a string), not {type(where).__name__}")
         allowed = self.store.compile_filter(where) if where is not None else None
         side = pipeline.dense_side(self.store, queries, k, allowed)
         if self.passages:
@@ -223,7 +227,11 @@ class SearchIndex:
         `fusion` / `alpha` say otherwise. With `where`, each side searches only the documents
         that pass it, so fusion sees no other.
         """
-        items = [queries] if isinstance(queries, str) else list(queries)
+        items = text_list("queries", queries, blank=True, empty=True)  # as the pipeline takes them
+        if encoder is not None and (
+            isinstance(encoder, (str, bytes)) or not callable(getattr(encoder, "encode", None))
+        ):
+            raise InputError(f"encoder must be an open encoder (with encode), not {type(encoder).__name__}")
         request = self.request(k, **settings)
         model = self.checked(encoder) if request.mode != "lexical" else None
         return pipeline.search(self.store, items, model, request, self.prefixes)

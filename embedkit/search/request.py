@@ -47,17 +47,32 @@ class SearchRequest:
         """This request with its mode, fusion and weight filled from the index, and checked:
         a bad value, or lexical and hybrid on an index without a lexical side (`no_lexical`
         says why), is an `InputError` before any work."""
+        self.check_types()
         mode = self.mode or default_mode(meta, has_lexical, self.fusion)
         fusion, alpha = fusion_for(meta, self.fusion, self.alpha)
         if mode not in SEARCH_MODES:
             raise InputError(f"unknown search mode {mode!r}: use {', '.join(SEARCH_MODES)}")
-        if self.k < 1:
-            raise InputError(f"k must be at least 1, got {self.k}")
         check_fusion(fusion, alpha)
         if mode != "dense" and not has_lexical:
             raise InputError(no_lexical or "this index has no lexical side: search it with --mode dense")
         depth = max(self.k, self.depth or FUSION_DEPTH) if mode == "hybrid" else self.k
         return replace(self, mode=mode, fusion=fusion, alpha=alpha, depth=depth)
+
+    def check_types(self) -> None:
+        """An `InputError` naming the setting of a wrong type (a Python caller's `k=2.5`,
+        `where=[...]`), before any of them is compared or computed with (`embedkit.arguments`)."""
+        from embedkit.arguments import flag, optional_text, optional_weight, whole_number
+
+        whole_number("k", self.k)
+        optional_text("mode", self.mode)
+        optional_text("fusion", self.fusion)
+        optional_weight("alpha", self.alpha)
+        if self.depth is not None:
+            whole_number("depth", self.depth)
+        if self.where is not None and not isinstance(self.where, str):
+            raise InputError(f"where must be a filter expression (a string), not {type(self.where).__name__}")
+        flag("snippets", self.snippets)
+        flag("passages", self.passages)
 
     def record(self) -> dict[str, Any]:
         """How the search ran, as `embedkit search --json` and `/search` report it: the mode, and
