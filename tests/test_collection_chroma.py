@@ -204,6 +204,21 @@ def test_a_negation_leaves_out_documents_without_the_field_where_chroma_keeps_th
     same_records(expected, mine.get(where=where))
 
 
+def test_chroma_shapes_carry_embedkits_other_modes(pair) -> None:
+    """mode="hybrid" or "lexical" in Chroma's call: that search's order (embedkit's own hits are
+    the reference), each distance None as no distance ranks them; a delete by a filter matching
+    nothing deletes nothing."""
+    _, mine = pair
+    for mode in ("hybrid", "lexical"):
+        shaped = mine.query(query_texts=QUERIES, n_results=4, mode=mode)
+        hits = mine.query(QUERIES, k=4, mode=mode, include=[])
+        assert shaped["ids"] == [[h["id"] for h in per_query] for per_query in hits]
+        assert shaped["distances"] == [[None] * len(ids) for ids in shaped["ids"]]
+    assert mine.delete(where={"year": {"$gt": 3000}}) is None and mine.count() == 24
+    assert mine.delete(where='year > 2020 and lang = "en"').documents == 2  # d21, d23
+    assert mine.count() == 22
+
+
 def test_what_chroma_does_and_embedkit_does_not_is_refused_by_name(pair) -> None:
     _, mine = pair
     refused = [
