@@ -144,6 +144,23 @@ def metadata_list(name: str, value: Any, count: int) -> list[dict[str, Any] | No
     return [None if item is None else dict(item) for item in listed]
 
 
+def vector_like(value: Any) -> bool:
+    """Whether `value` is a vector or vectors (an array, numbers, lists of numbers), not texts:
+    how Chroma's `query(query_embeddings)` is told from embedkit's `query(texts)` when positional."""
+    if isinstance(value, (str, bytes, Mapping)) or value is None:
+        return False
+    if hasattr(value, "__array__"):
+        return True
+    if not isinstance(value, Sequence) or not value:
+        return False
+    first = value[0]
+    if isinstance(first, numbers.Real) and not isinstance(first, bool):
+        return True
+    return hasattr(first, "__array__") or (
+        isinstance(first, Sequence) and not isinstance(first, (str, bytes))
+    )
+
+
 def query_vectors(name: str, value: Any) -> Any:  # -> np.ndarray float32 [q, dim]
     """`value` as a float32 matrix of finite numbers, one row per query (one vector: one row)."""
     import numpy as np

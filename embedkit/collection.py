@@ -41,13 +41,14 @@ from embedkit.arguments import (
     refuse_unknown,
     text,
     text_list,
+    vector_like,
     whole_number,
 )
 from embedkit.chroma_shapes import (
     chroma_include,
+    chroma_search,
     get_result,
     no_where_document,
-    query_result,
     where_expression,
 )
 from embedkit.collection_input import WRITE_ARGUMENTS, changed_documents, new_documents, upserted_documents
@@ -278,6 +279,8 @@ class Collection:
             "alpha": optional_weight("alpha", alpha),
             "where": where_expression(where),
         }
+        if query_embeddings is None and vector_like(texts):  # Chroma's first argument: query_embeddings
+            query_embeddings, texts = texts, None
         chroma = query_texts is not None or query_embeddings is not None
         if chroma and (texts is not None or k is not None):
             raise InputError("query: give query_texts and n_results (Chroma's) or texts and k, not both")
@@ -316,23 +319,7 @@ class Collection:
             raise InputError("query: query_embeddings are searched in dense mode only")
         matrix = None if vectors is None else query_vectors("query_embeddings", vectors)
         queries = None if texts is None else text_list("query_texts", texts)
-        index = self._opened()
-        n_results = min(n_results, max(index.document_count, 1))
-        if matrix is not None:
-            if matrix.shape[1] != index.dim:
-                raise InputError(
-                    f"query_embeddings of shape {matrix.shape}; this collection holds {index.dim}-d vectors"
-                )
-            scores, ids = index.search(matrix, n_results, settings["where"])
-            found = [_by_id(index, i, s) for i, s in zip(ids, scores, strict=True)]
-            return query_result(found, fields)
-        request = index.request(n_results, **settings)
-        encoder = self._encoder_for(index) if request.mode != "lexical" else None
-        results = index.search_text(queries, n_results, encoder, **settings)
-        dense = request.mode == "dense"
-        return query_result(
-            [[(h.document, 1.0 - h.score if dense else None) for h in hits] for hits in results], fields
-        )  # type: ignore[misc]
+        return chroma_search(self._opened(), queries, matrix, n_results, fields, settings, self._encoder_for)
 
     def get(
         self,
@@ -365,11 +352,17 @@ class Collection:
             ]
         else:
             found = index.documents_held(expression)
-        return get_result(found[first : None if most is None else first + most], fields)
+        chosen = found[first : None if most is None else first + most]
+        vectors = index.vectors_of_documents([d.id for d in chosen]) if "embeddings" in fields else None
+        return get_result(chosen, fields, vectors)
 
     def peek(self, limit: int = 10) -> dict[str, Any]:
-        """The first `limit` documents added, as Chroma's `peek` (a `GetResult`; no embeddings)."""
-        return self.get(limit=whole_number("limit", limit, least=0))
+        """The first `limit` documents added, as Chroma's `peek`: a `GetResult` with their
+        documents, metadatas and embeddings (none in an index of passages, which holds a vector per
+        passage)."""
+        limit = whole_number("limit", limit, least=0)
+        vectors = self._exists() and not self._opened().passages
+        return self.get(limit=limit, include=["metadatas", "documents", *(["embeddings"] if vectors else [])])
 
     def count(self) -> int:
         """The documents held (0 before the first `add`)."""
@@ -426,10 +419,3 @@ SETTINGS = "model, kind, passages, lexical, calibrate, device, precision"
 QUERY_ARGUMENTS = (
     "query_texts, query_embeddings, n_results (or texts, k), where, include, mode, fusion, alpha"
 )
-
-
-def _by_id(index: SearchIndex, ids: list[str | None], scores: Any) -> list[tuple[Document, float | None]]:
-    """A vector search's hits (ids, cosines) as (document, Chroma's distance) pairs."""
-    held = [i for i in ids if i is not None]
-    documents = dict(zip(held, index.get_documents(held), strict=True))
-    return [(documents[i], 1.0 - float(s)) for i, s in zip(ids, scores, strict=True) if i is not None]  # type: ignore[misc]

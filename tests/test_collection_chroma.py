@@ -75,6 +75,11 @@ def same_query(theirs: dict, mine: dict) -> None:
     assert set(mine["included"]) == set(theirs["included"])
     for key in ("documents", "metadatas"):
         assert mine[key] == theirs[key]
+    if theirs["embeddings"] is None:
+        assert mine["embeddings"] is None
+    else:
+        for got, expected in zip(mine["embeddings"], theirs["embeddings"], strict=True):
+            np.testing.assert_allclose(got, expected, atol=1e-5)
     if theirs["distances"] is None:
         assert mine["distances"] is None
         return
@@ -91,6 +96,12 @@ def same_records(theirs: dict, mine: dict) -> None:
             continue
         expected = dict(zip(theirs["ids"], theirs[key], strict=True))
         assert dict(zip(mine["ids"], mine[key], strict=True)) == expected
+    if theirs.get("embeddings") is None:
+        assert mine.get("embeddings") is None
+        return
+    expected_vectors = dict(zip(theirs["ids"], theirs["embeddings"], strict=True))
+    for doc_id, vector in zip(mine["ids"], mine["embeddings"], strict=True):
+        np.testing.assert_allclose(vector, expected_vectors[doc_id], atol=1e-5)
 
 
 @pytest.mark.parametrize(
@@ -109,6 +120,7 @@ def same_records(theirs: dict, mine: dict) -> None:
         },
         {"query_texts": QUERIES, "n_results": 2, "include": ["documents"]},
         {"query_texts": QUERIES, "n_results": 3, "include": []},
+        {"query_texts": QUERIES, "n_results": 3, "include": ["embeddings", "distances"]},
     ],
 )
 def test_query_answers_as_chroma_does(pair, call: dict) -> None:
@@ -123,6 +135,10 @@ def test_query_by_embeddings_answers_as_chroma_does(pair, tiny_onnx: Path) -> No
         same_query(
             theirs.query(query_embeddings=given, n_results=4), mine.query(query_embeddings=given, n_results=4)
         )
+        same_query(
+            theirs.query(given, n_results=2), mine.query(given, n_results=2)
+        )  # positional, as Chroma's
+    same_query(theirs.query(vectors[0], n_results=3), mine.query(vectors[0], n_results=3))  # one vector
 
 
 @pytest.mark.parametrize(
@@ -135,6 +151,7 @@ def test_query_by_embeddings_answers_as_chroma_does(pair, tiny_onnx: Path) -> No
         {"where": {"$and": [{"lang": "en"}, {"year": {"$lte": 2011}}]}, "include": ["documents"]},
         {"ids": ["d1", "d2", "d3"], "where": {"lang": "de"}},
         {"where": {"lang": {"$in": ["de"]}}, "include": []},
+        {"ids": ["d5", "d1"], "include": ["embeddings", "documents"]},
     ],
 )
 def test_get_answers_as_chroma_does(pair, call: dict) -> None:
@@ -148,6 +165,7 @@ def test_peek_limit_offset_and_count_answer_as_chroma_does(pair) -> None:
     peeked = mine.peek(3)
     assert peeked["ids"] == theirs.peek(3)["ids"] == ["d0", "d1", "d2"]
     assert peeked["documents"] == theirs.peek(3)["documents"]
+    np.testing.assert_allclose(peeked["embeddings"], theirs.peek(3)["embeddings"], atol=1e-5)
     assert mine.get(limit=4, offset=10)["ids"] == theirs.get(limit=4, offset=10)["ids"]
 
 
@@ -223,11 +241,11 @@ def test_what_chroma_does_and_embedkit_does_not_is_refused_by_name(pair) -> None
     _, mine = pair
     refused = [
         ("query", {"query_texts": ["x"], "where_document": {"$contains": "wing"}}, "where_document"),
-        ("query", {"query_texts": ["x"], "include": ["embeddings"]}, "'embeddings' is not supported"),
         ("query", {"query_texts": ["x"], "include": ["uris"]}, "'uris' is not supported"),
         ("query", {"query_texts": ["x"], "query_images": [np.zeros(3)]}, "no argument 'query_images'"),
         ("query", {"query_texts": ["x"], "ids": ["d1"]}, "no argument 'ids'"),
         ("get", {"include": ["distances"]}, "unknown name 'distances'"),
+        ("get", {"include": ["data"]}, "'data' is not supported"),
         ("get", {"where_document": {"$regex": "w.*"}}, "where_document"),
         ("add", {"ids": ["z"], "embeddings": [[0.1, 0.2]], "documents": ["z"]}, "embeddings are not taken"),
         ("add", {"ids": ["z"], "documents": ["z"], "uris": ["a"]}, "no argument 'uris'"),

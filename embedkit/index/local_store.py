@@ -137,6 +137,10 @@ class LocalStore:
             self._filters[where] = rows_where(self.docs, where)
         return self._filters[where]
 
+    def rows_by_id(self, ids: Sequence[str]) -> dict[str, list[int]]:
+        """Every vector row of each document of `ids` held (its passages' rows), ascending."""
+        return self.docs.rows_by_id(ids)
+
     def held_rows(self) -> np.ndarray:
         """Every vector row that holds a document (or a passage), ascending: a listing's order."""
         return np.asarray(self.docs.rows_between(0, self.docs.next_row()), dtype=np.int64)

@@ -263,6 +263,16 @@ class SearchIndex:
         found = {d.id: d for d in self.documents_at(rows.tolist()) if d is not None}  # passages: once
         return list(found.values())
 
+    def vectors_of_documents(self, ids: Sequence[str]) -> np.ndarray:
+        """The stored vectors of the documents `ids`, all held, [len(ids), dim] (`vectors_of_rows`);
+        an index of passages holds a vector per passage, not per document: an `InputError`."""
+        if self.passages or not isinstance(self.store, LocalStore):
+            raise InputError(
+                f"{self.path} holds no vector per document (an index of passages, or on a server)"
+            )
+        rows = self.store.rows_by_id(ids)
+        return self.vectors_of_rows([rows[i][0] for i in ids])
+
     def get_documents(self, ids: Sequence[str]) -> list[Document | None]:
         """Stored documents by id (None for an unknown id), in the order asked."""
         return self.store.documents_by_id(ids)
