@@ -316,18 +316,26 @@ class MilvusCollection:
         return found
 
 
-def milvus_filter(expr: Expr) -> str:
+def milvus_filter(expr: Expr, negated: bool = False) -> str:
     """A `--where` tree (`embedkit.index.where`) as a Milvus boolean expression over `metadata`.
 
     Milvus compares JSON values with SQL's three-valued logic, as the local filter does; `in` is
     written as `==` alternatives (Milvus Lite takes `in` on fields only). Dates compare as text
     there: the same answers as locally where the documents' dates share the literal's ISO format.
+    `contains` is Milvus's `json_contains`, which is false, not unknown, where the field is no
+    list: the same answers as locally except under a `not` (`negated`: an odd number of them
+    above), where it is refused rather than answered otherwise.
     """
     from embedkit.index.where import And, Compare, Contains, Member, Not
 
     if isinstance(expr, Not):
-        return f"not ({milvus_filter(expr.part)})"
-    if isinstance(expr, Contains):  # a list's member: Milvus's json_contains
+        return f"not ({milvus_filter(expr.part, not negated)})"
+    if isinstance(expr, Contains):
+        if negated:
+            raise InputError(
+                f"where: `not` over contains (position {expr.position}) is not run on Milvus: its "
+                "json_contains is false, not unknown, for a document whose field is no list"
+            )
         field = json.dumps(expr.field, ensure_ascii=False)
         return f"json_contains(metadata[{field}], {_milvus_literal(expr.value)})"
     if isinstance(expr, Member):
@@ -335,7 +343,7 @@ def milvus_filter(expr: Expr) -> str:
         return "(" + " or ".join(alternatives) + ")"
     if not isinstance(expr, Compare):
         joiner = " and " if isinstance(expr, And) else " or "
-        return "(" + joiner.join(milvus_filter(part) for part in expr.parts) + ")"
+        return "(" + joiner.join(milvus_filter(part, negated) for part in expr.parts) + ")"
     op = "==" if expr.op == "=" else expr.op
     return f"metadata[{json.dumps(expr.field, ensure_ascii=False)}] {op} {_milvus_literal(expr.value)}"
 

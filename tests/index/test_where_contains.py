@@ -155,8 +155,11 @@ def test_chroma_and_milvus_say_the_same_filter() -> None:
 
     assert expression_of({"tags": {"$contains": "a"}}) == '`tags` contains "a"'
     assert expression_of({"n": {"$not_contains": 2}}) == "not `n` contains 2"
-    assert milvus_filter(parse('tags contains "a" and not n contains 2')) == (
-        '(json_contains(metadata["tags"], "a") and not (json_contains(metadata["n"], 2)))'
+    assert milvus_filter(parse('tags contains "a" and not (n = 1 or not n contains 2)')) == (
+        '(json_contains(metadata["tags"], "a") and '
+        'not ((metadata["n"] == 1 or not (json_contains(metadata["n"], 2)))))'
     )
+    with pytest.raises(InputError, match="not run on Milvus"):
+        milvus_filter(parse('not (tags contains "a" and n = 1)'))
     with pytest.raises(InputError, match="a value is"):
         expression_of({"tags": {"$contains": ["a"]}})
