@@ -5,7 +5,7 @@ The grammar (lark, LALR; keywords are case-insensitive):
     expr       := or
     or         := and ("or" and)*
     and        := not ("and" not)*
-    not        := "not" not | "(" expr ")" | comparison
+    not        := "not" not | "(" expr ")" | "(" expr ")" "is" "not" "true" | comparison
     comparison := FIELD OP value | FIELD "in" "[" value ("," value)* "]"   (or "(" ... ")")
                 | FIELD "contains" value
     OP         := "=" | "==" | "!=" | "<" | "<=" | ">" | ">="
@@ -22,6 +22,8 @@ Fields are the top-level keys of the documents' metadata (a JSONL corpus's extra
   `not`, `and`, `or` follow SQL's three-valued logic: a document passes where the filter is true.
   So `lang != "en"` and `not lang = "en"` both leave out documents without `lang`, as in SQL and
   in Milvus (whose filter expressions `embedkit.remote.milvus.milvus_filter` writes).
+  `(lang = "en") is not true` is SQL's two-valued negation: true where the part is false or
+  unknown, so documents without `lang` pass (Chroma's `$ne` and `$nin`, `embedkit.index.where_dict`).
 - `contains` tests a list's members: `tags contains "wing"` is true where `tags` is a list holding
   the string "wing" (a number equals a number, a boolean a boolean), false where it is a list
   without it, unknown where the field is no list. A list field is compared only so (`tags = "a"`
@@ -60,6 +62,7 @@ GRAMMAR = r"""
 ?and_: not_ (_AND not_)*
 ?not_: negation
      | "(" or_ ")"
+     | "(" or_ ")" _IS _NOT _TRUE -> untrue
      | comparison
 negation: _NOT not_
 comparison: field OP value -> compare
@@ -76,6 +79,7 @@ _OR: "or"i
 _AND: "and"i
 _NOT: "not"i
 _IN: "in"i
+_IS: "is"i
 _CONTAINS: "contains"i
 _TRUE: "true"i
 _FALSE: "false"i
@@ -93,6 +97,7 @@ _FRIENDLY = {
     "QUOTED_NAME": "a field",
     "OP": "a comparison",
     "_IN": "in",
+    "_IS": "is",
     "_CONTAINS": "contains",
     "NUMBER": "a value",
     "STRING": "a value",
@@ -155,6 +160,9 @@ class Contains:
 @dataclass(frozen=True)
 class Not:
     part: Expr
+    # `(part) is not true`: true where the part is false or unknown (SQL's IS NOT TRUE), so a
+    # document without the field passes, as Chroma's $ne, $nin and $not_contains keep it
+    untrue: bool = False
 
 
 @dataclass(frozen=True)
@@ -265,6 +273,9 @@ def _builder():  # -> the lark Transformer class that turns a syntax tree into a
 
         def negation(self, part: Expr) -> Not:
             return Not(part)
+
+        def untrue(self, part: Expr) -> Not:
+            return Not(part, untrue=True)
 
         def and_(self, *parts: Expr) -> And:
             return And(parts)

@@ -6,9 +6,10 @@ language of `embedkit.index.where` (`year >= 2020`), which then parses and check
 `$ne`, `$gt`, `$gte`, `$lt`, `$lte`, `$in`, `$nin`, `$contains` and `$not_contains` (a list
 field holding a value among its members: `tags contains "a"`), and `{"$and": [...]}`,
 `{"$or": [...]}`; several keys in one dict are joined by `and`, as in Chroma. Values: strings,
-numbers, booleans. As every embedkit filter, a comparison is unknown for a document without the
-field, so `$ne`, `$nin` and `$not_contains` leave such documents out (SQL's logic;
-`embedkit.index.where`), where Chroma keeps them. A dict nested deeper than the filter's limit
+numbers, booleans. The negations keep what Chroma keeps: `$ne`, `$nin` and `$not_contains` pass a
+document without the field, or of another type there, as `(lang = "en") is not true` does (SQL's
+two-valued negation; embedkit's own `lang != "en"` follows three-valued logic and leaves such a
+document out, `embedkit.index.where`). A dict nested deeper than the filter's limit
 (`MAX_DEPTH`) is refused before it is walked.
 """
 
@@ -22,7 +23,8 @@ from embedkit.index.where import MAX_DEPTH
 
 OPERATORS = {"$eq": "=", "$ne": "!=", "$gt": ">", "$gte": ">=", "$lt": "<", "$lte": "<="}
 JOINS = {"$and": "and", "$or": "or"}
-MEMBERS = {"$contains": "contains", "$not_contains": "not contains"}  # a list field's members
+NEGATIONS = {"$ne": "$eq", "$nin": "$in", "$not_contains": "$contains"}  # each and its positive
+MEMBERS = ("$in", "$nin", "$contains", "$not_contains")
 
 
 def expression_of(where: Any, depth: int = 1) -> str:
@@ -41,7 +43,7 @@ def expression_of(where: Any, depth: int = 1) -> str:
                 "(" + f" {JOINS[key]} ".join(f"({expression_of(v, depth + 1)})" for v in value) + ")"
             )
         elif not isinstance(key, str) or key.startswith("$") or "`" in key or not key:
-            known = ", ".join([*JOINS, *OPERATORS, "$in", "$nin", *MEMBERS])
+            known = ", ".join([*JOINS, *OPERATORS, *MEMBERS])
             raise InputError(f"where: unknown operator or field {key!r} (use {known})")
         else:
             parts.append(_comparison(f"`{key}`", value))
@@ -54,19 +56,19 @@ def _comparison(field: str, value: Any) -> str:
     if len(value) != 1:
         return " and ".join(_comparison(field, {op: operand}) for op, operand in value.items())
     ((op, operand),) = value.items()
+    if op == "$nin" and (not isinstance(operand, list) or not operand):
+        raise InputError("where: $nin takes a non-empty list of values")
+    if op in NEGATIONS:  # as Chroma: true where the positive test is false or unknown
+        return f"({_comparison(field, {NEGATIONS[op]: operand})}) is not true"
     if op in OPERATORS:
         return f"{field} {OPERATORS[op]} {_literal(operand)}"
-    if op in ("$in", "$nin"):
+    if op == "$in":
         if not isinstance(operand, list) or not operand:
             raise InputError(f"where: {op} takes a non-empty list of values")
-        member = f"{field} in [{', '.join(_literal(v) for v in operand)}]"
-        return member if op == "$in" else f"not {member}"
-    if op in MEMBERS:
-        contains = f"{field} contains {_literal(operand)}"
-        return contains if op == "$contains" else f"not {contains}"
-    raise InputError(
-        f"where: unknown operator {op!r} (use {', '.join([*OPERATORS, '$in', '$nin', *MEMBERS])})"
-    )
+        return f"{field} in [{', '.join(_literal(v) for v in operand)}]"
+    if op == "$contains":
+        return f"{field} contains {_literal(operand)}"
+    raise InputError(f"where: unknown operator {op!r} (use {', '.join([*OPERATORS, *MEMBERS])})")
 
 
 def _literal(value: Any) -> str:

@@ -53,7 +53,8 @@ def json_path(field: str) -> str:
 
 def _sql(expr: Expr, fields: dict[str, set[str]], params: list[object]) -> str:
     if isinstance(expr, Not):
-        return f"NOT ({_sql(expr.part, fields, params)})"
+        inner = _sql(expr.part, fields, params)
+        return f"(({inner}) IS NOT 1)" if expr.untrue else f"NOT ({inner})"
     if isinstance(expr, (And, Or)):
         return _balanced([_sql(part, fields, params) for part in expr.parts], expr)
     if isinstance(expr, Member):

@@ -329,6 +329,8 @@ def milvus_filter(expr: Expr, negated: bool = False) -> str:
     from embedkit.index.where import And, Compare, Contains, Member, Not
 
     if isinstance(expr, Not):
+        if expr.untrue:  # Milvus has no IS NOT TRUE: its `not` would leave out what this keeps
+            raise InputError("where: `(...) is not true` is not run on Milvus: use not (...)")
         return f"not ({milvus_filter(expr.part, not negated)})"
     if isinstance(expr, Contains):
         if negated:

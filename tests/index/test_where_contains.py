@@ -82,6 +82,8 @@ def _truth(tree: tuple, meta: dict) -> bool | None:
     if kind == "not":
         inner = _truth(tree[1], meta)
         return None if inner is None else not inner
+    if kind == "untrue":  # SQL's IS NOT TRUE: two-valued
+        return _truth(tree[1], meta) is not True
     parts = [_truth(part, meta) for part in tree[1:]]
     decisive = kind == "or"  # or: one True decides; and: one False
     if decisive in parts:
@@ -95,6 +97,8 @@ def _text(tree: tuple) -> str:
         return f"{tree[1]} contains {tree[3]}"
     if kind == "not":
         return f"not ({_text(tree[1])})"
+    if kind == "untrue":
+        return f"({_text(tree[1])}) is not true"
     return "(" + f" {kind} ".join(_text(part) for part in tree[1:]) + ")"
 
 
@@ -107,6 +111,7 @@ TREES = st.recursive(
     LEAVES,
     lambda inner: st.one_of(
         st.tuples(st.just("not"), inner),
+        st.tuples(st.just("untrue"), inner),
         st.tuples(st.just("and"), inner, inner),
         st.tuples(st.just("or"), inner, inner),
     ),
@@ -154,12 +159,16 @@ def test_chroma_and_milvus_say_the_same_filter() -> None:
     from embedkit.index.where import parse
 
     assert expression_of({"tags": {"$contains": "a"}}) == '`tags` contains "a"'
-    assert expression_of({"n": {"$not_contains": 2}}) == "not `n` contains 2"
     assert milvus_filter(parse('tags contains "a" and not (n = 1 or not n contains 2)')) == (
         '(json_contains(metadata["tags"], "a") and '
         'not ((metadata["n"] == 1 or not (json_contains(metadata["n"], 2)))))'
     )
     with pytest.raises(InputError, match="not run on Milvus"):
         milvus_filter(parse('not (tags contains "a" and n = 1)'))
+    with pytest.raises(InputError, match="is not true. is not run on Milvus"):
+        milvus_filter(parse("(n = 1) is not true"))
+    assert expression_of({"tags": {"$not_contains": "a"}}) == '(`tags` contains "a") is not true'
+    with pytest.raises(InputError, match=r"\$nin takes a non-empty list"):
+        expression_of({"tags": {"$nin": "a"}})
     with pytest.raises(InputError, match="a value is"):
         expression_of({"tags": {"$contains": ["a"]}})
