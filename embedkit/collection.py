@@ -350,9 +350,9 @@ class Collection:
             found = [
                 d for d in index.get_documents(keys) if d is not None and (passing is None or d.id in passing)
             ]
+            chosen = found[first : None if most is None else first + most]
         else:
-            found = index.documents_held(expression)
-        chosen = found[first : None if most is None else first + most]
+            chosen = index.documents_held(expression, first, most)
         vectors = index.vectors_of_documents([d.id for d in chosen]) if "embeddings" in fields else None
         return get_result(chosen, fields, vectors)
 

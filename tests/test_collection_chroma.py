@@ -254,3 +254,21 @@ def test_what_chroma_does_and_embedkit_does_not_is_refused_by_name(pair) -> None
         with pytest.raises(embedkit.InputError, match=message):
             getattr(mine, method)(**call)
     assert mine.count() == 24
+
+
+def test_an_index_of_passages_answers_in_chroma_shapes(tiny_onnx: Path, tmp_path: Path) -> None:
+    """Documents split into passages: each document once, in the order added; its vectors (one per
+    passage) are not a document's embedding, so asking for them is refused."""
+    ids, texts, metas = records(12)
+    long_texts = [" ".join([t] * 12) for t in texts]  # several passages of 16 tokens each
+    notes = embedkit.create_collection(
+        tmp_path / "p", tiny_onnx, device="cpu", calibrate=False, passages="16:4"
+    )
+    notes.add(ids, metadatas=metas, documents=long_texts)
+    assert notes.get(limit=3, offset=2)["ids"] == ["d2", "d3", "d4"]
+    assert notes.get(where={"year": {"$gte": 2009}}, include=[])["ids"] == ["d9", "d10", "d11"]
+    assert notes.peek(2)["documents"] == long_texts[:2] and notes.peek(2)["embeddings"] is None
+    found = notes.query(query_texts=QUERIES, n_results=5)
+    assert all(len(set(per_query)) == len(per_query) == 5 for per_query in found["ids"])
+    with pytest.raises(embedkit.InputError, match="no vector per document"):
+        notes.get(include=["embeddings"])

@@ -254,14 +254,20 @@ class SearchIndex:
         found = [held.get(r) for r in rows]
         return [unit.document if self.passages and unit is not None else unit for unit in found]  # type: ignore[union-attr,misc]
 
-    def documents_held(self, where: str | None = None) -> list[Document]:
-        """Every document held that passes `where` (None: all), once each, in the order they were
-        added; a collection on a server is not listed (an `InputError`)."""
+    def documents_held(
+        self, where: str | None = None, offset: int = 0, limit: int | None = None
+    ) -> list[Document]:
+        """The documents held that pass `where` (None: all), once each, in the order they were
+        added, `offset` of them skipped and at most `limit` read; a collection on a server is not
+        listed (an `InputError`)."""
         if not isinstance(self.store, LocalStore):
             raise InputError(f"{self.path} is a collection on a server: its documents are not listed")
         rows = self.store.held_rows() if where is None else self.store.compile_filter(where)
+        stop = None if limit is None else offset + limit
+        if not self.passages:  # a row per document: only those asked for are read
+            return [d for d in self.documents_at(rows[offset:stop].tolist()) if d is not None]
         found = {d.id: d for d in self.documents_at(rows.tolist()) if d is not None}  # passages: once
-        return list(found.values())
+        return list(found.values())[offset:stop]
 
     def vectors_of_documents(self, ids: Sequence[str]) -> np.ndarray:
         """The stored vectors of the documents `ids`, all held, [len(ids), dim] (`vectors_of_rows`);
