@@ -307,6 +307,6 @@ def _documents(texts: Texts, ids: Texts, metadatas: Metas, titles: Texts | None)
             raise InputError(f"document {key!r} is empty")
         if meta is not None and not isinstance(meta, dict):
             raise InputError(f"document {key!r}: its metadata must be a dict")
-        check_document(key, title, text, meta or {}, f"document {key!r}")
-        made.append(Document(key, text, title, dict(meta or {})))
+        metadata = check_document(key, title, text, meta or {}, f"document {key!r}")
+        made.append(Document(key, text, title, metadata))
     return made

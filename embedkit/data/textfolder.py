@@ -82,7 +82,7 @@ def folder_documents(folder: Path, stats: ReadStats) -> Iterator[Document]:
         if document is None:
             stats.binary += 1
         else:
-            check_document(
+            document.metadata = check_document(
                 document.id, document.title, document.text, document.metadata, str(folder / relative)
             )
             yield document
