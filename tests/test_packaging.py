@@ -149,7 +149,7 @@ def test_the_extras_add_what_the_readme_promises(wheel: Path) -> None:
     assert _requirements_of(fields, "distributed", **linux311) == {"ray"}
     assert _requirements_of(fields, "plots", **linux311) == {"matplotlib"}
     assert _requirements_of(fields, "milvus", **linux311) == {"pymilvus", "milvus-lite"}
-    documents = {"pypdf", "beautifulsoup4", "lxml", "python-docx"}
+    documents = {"pypdf", "beautifulsoup4", "lxml", "python-docx", "webencodings"}
     assert _requirements_of(fields, "documents", **linux311) == documents
 
 
