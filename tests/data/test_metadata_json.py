@@ -1,5 +1,5 @@
 """Metadata becomes JSON in one conversion: exact values converted, the rest refused naming the
-field, and no two field names made one (docs/guarantees.md, section 15).
+field, and no two field names made one (docs/guarantees.md, section 7).
 
 References: the expected JSON of each generated value is stated without the conversion under test:
 numpy numbers by their Python equivalents (`int(...)`, the float a finite float32/16 widens to),
@@ -185,3 +185,17 @@ def test_numbers_of_numpy_and_decimal_are_filtered_as_numbers(tmp_path, tiny_onn
         with pytest.raises(InputError):
             notes.add(["more"], ["e"], [bad])
     assert notes.get(["e"]) == [None]
+
+
+@pytest.mark.parametrize(
+    ("record", "name"),
+    [
+        ('{"_id": "1", "text": "x", "year": 2020, "year": 2021}', "year"),
+        ('{"_id": "1", "text": "x", "m": {"a": 1, "b": [{"c": 1, "c": 2}]}}', "c"),
+    ],
+)
+def test_a_jsonl_record_naming_a_field_twice_is_refused(tmp_path, record, name):
+    corpus = tmp_path / "corpus.jsonl"
+    corpus.write_text('{"_id": "0", "text": "fine"}\n' + record + "\n", encoding="utf-8")
+    with pytest.raises(InputError, match=rf"corpus\.jsonl: line 2 names the field '{name}' twice"):
+        list(read_documents(corpus))

@@ -1,5 +1,5 @@
 """A first build killed at any step leaves a folder that every command reads the same way, and the
-same command run again finishes the job (docs/guarantees.md, section 14).
+same command run again finishes the job (docs/guarantees.md, section 13).
 
 References: the fault points are read from the source (every `fault_point("...")`), so a step added
 later is killed too; the process is killed with SIGKILL (no `finally`, no clean-up), as a power cut
