@@ -229,3 +229,17 @@ def test_index_skips_the_file_in_one_line_and_indexes_the_rest(tmp_path, tiny_be
         "split it into parts"
     ]
     assert "indexed 1 documents (1 files past a reader's bounds skipped)" in result.stdout
+
+
+@pytest.mark.parametrize(
+    ("body", "title"),
+    [  # the title read from a heading's first TITLE_CHARS; each heading read only until one has text
+        ("# " + "[" * 240_000 + "\n\nwing\n", "[" * 1000),
+        ("# ![](x)\n" * 2_000 + "## Lift\n", "Lift"),
+        ("## a\n" * 20_000 + "# Flow\n", "Flow"),
+    ],
+)
+def test_a_markdown_title_is_read_from_a_bounded_part(tmp_path, body, title):
+    (tmp_path / "a.md").write_text(body, encoding="utf-8")
+    (document,) = read_documents(tmp_path)
+    assert document.title == title
