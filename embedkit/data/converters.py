@@ -116,6 +116,7 @@ def _read_pdf(raw: bytes, path: Path) -> tuple[str | None, str]:
         size = 0
         for page in reader.pages:
             pages.append(page.extract_text(visitor_operand_before=count) or "")
+            budget.check_clock()  # a page's fonts and streams are read before its first operator
             size += len(pages[-1].encode("utf-8", "surrogatepass"))
             if size > MAX_TEXT_BYTES:
                 raise _too_much_text(path)
