@@ -112,7 +112,7 @@ def _json_value(value: Any, what: str, path: str, depth: int) -> Any:
     if depth > MAX_DEPTH:
         raise InputError(f"{what}: {path[1:] or 'a value'} nests arrays or objects over {MAX_DEPTH} deep")
     if type(value).__module__ == "numpy" and hasattr(value, "tolist"):
-        value = value.tolist()  # an array as nested lists, a numpy scalar as Python's (exactly)
+        value = _from_numpy(value, what, path)
     if isinstance(value, Mapping):
         converted: dict[str, Any] = {}
         given: dict[str, Any] = {}
@@ -138,14 +138,27 @@ def _json_value(value: Any, what: str, path: str, depth: int) -> Any:
     return scalar
 
 
+def _from_numpy(value: Any, what: str, path: str) -> Any:
+    """A numpy array as nested lists, a numpy scalar as Python's, exactly; a datetime64 as its ISO
+    text (its `tolist` would give nanoseconds as a bare integer), a timedelta64 refused."""
+    import numpy
+
+    kind = getattr(getattr(value, "dtype", None), "kind", "")
+    if kind == "M":
+        return numpy.datetime_as_string(value).tolist()
+    if kind == "m":
+        raise InputError(f"{what}: field {path[1:]!r} holds a timedelta64, which is not a JSON value")
+    return value.tolist()
+
+
 def _under(path: str) -> str:
     return f" (in {path[1:]!r})" if path else ""
 
 
 def _field_name(key: Any, what: str, path: str) -> str:
     """A field name as JSON writes it: text as it is; a number, boolean or null as JSON spells it."""
-    if type(key).__module__ == "numpy" and hasattr(key, "item"):
-        key = key.item()
+    if type(key).__module__ == "numpy" and hasattr(key, "tolist"):
+        key = _from_numpy(key, what, path)
     if isinstance(key, str):
         name = str.__str__(key)
     elif key is None or isinstance(key, bool):
@@ -155,6 +168,8 @@ def _field_name(key: Any, what: str, path: str) -> str:
             scalar = _json_scalar(key)
         except _NotJson as exc:
             raise InputError(f"{what}: a field name{_under(path)} is {exc}") from None
+        if isinstance(scalar, int) and not in_int64(scalar):  # as text, past 4,300 digits Python refuses
+            raise InputError(f"{what}: a field name{_under(path)} is an integer beyond 64 bits: write text")
         if isinstance(scalar, float) and not math.isfinite(scalar):
             raise InputError(f"{what}: a field name{_under(path)} is {scalar!r}, which JSON cannot write")
         name = scalar if isinstance(scalar, str) else repr(scalar)

@@ -30,7 +30,8 @@ _NUMPY_INTS = [np.int8, np.int16, np.int32, np.int64, np.uint8, np.uint16, np.ui
 @st.composite
 def convertible(draw) -> tuple[object, object]:
     """(a value with an exact JSON value, that JSON value)."""
-    kind = draw(st.sampled_from(["np-int", "np-float", "np-bool", "decimal", "date", "datetime", "array"]))
+    kinds = ["np-int", "np-float", "np-bool", "np-date", "decimal", "date", "datetime", "array"]
+    kind = draw(st.sampled_from(kinds))
     if kind == "np-int":
         dtype = draw(st.sampled_from(_NUMPY_INTS))
         info = np.iinfo(dtype)
@@ -43,6 +44,9 @@ def convertible(draw) -> tuple[object, object]:
     if kind == "np-bool":
         flag = draw(st.booleans())
         return np.bool_(flag), flag
+    if kind == "np-date":  # a datetime64 as ISO text, never its count of days or nanoseconds
+        day = draw(st.dates())
+        return np.datetime64(day, "D"), day.isoformat()
     if kind == "decimal":  # at most 15 significant digits: a float reads it back exactly
         digits = draw(st.integers(1, 10**15 - 1))
         exponent = draw(st.integers(-290, 290))
@@ -62,7 +66,8 @@ def convertible(draw) -> tuple[object, object]:
 
 @st.composite
 def refused(draw) -> object:
-    kind = draw(st.sampled_from(["set", "frozenset", "bytes", "object", "complex", "decimal", "time"]))
+    kinds = ["set", "frozenset", "bytes", "object", "complex", "decimal", "time", "timedelta64"]
+    kind = draw(st.sampled_from(kinds))
     if kind == "decimal":  # 18 to 30 significant digits, not an integer: no float's shortest text
         digits = draw(st.integers(10**17 + 1, 10**30).filter(lambda d: d % 10 != 0))
         return Decimal(f"{digits}e-{draw(st.integers(1, 300))}")
@@ -73,6 +78,7 @@ def refused(draw) -> object:
         "object": object(),
         "complex": 1 + 2j,
         "time": datetime.time(10, 30),
+        "timedelta64": np.timedelta64(5, "s"),
     }[kind]
 
 
