@@ -61,8 +61,8 @@ def current_dir(root: str | Path) -> Path:
     if not os.path.lexists(root / POINTER):
         if unfinished_first_build(root):
             raise InputError(
-                f"{root} holds no index: its first build was stopped before it finished; run that "
-                f"build again, or `embedkit clean {root}` to remove what it left"
+                f"{root} holds no index: its first build has not finished (it was stopped, or is still "
+                f"running); run that build again, or `embedkit clean {root}` to remove what it left"
             )
         return root
     name = read_input_text(root / POINTER, "version pointer").strip()
