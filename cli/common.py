@@ -120,11 +120,8 @@ def print_truncated(console: Any, truncated: int, what: str = "documents", hint:
 
 
 def check_search_choices(mode: str | None, fusion: str | None, alpha: float | None) -> None:
-    """`--mode`, `--fusion` and `--alpha`, checked before an index or a model loads (which takes seconds)."""
-    from embedkit.errors import InputError
-    from embedkit.search.fusion import DEFAULT_ALPHA, DEFAULT_FUSION, check_fusion
-    from embedkit.search.request import SEARCH_MODES
+    """`--mode`, `--fusion` and `--alpha`, checked before an index or a model loads (which takes
+    seconds), by the one check every entry point uses (`embedkit.search.request.check_choices`)."""
+    from embedkit.search.request import check_choices
 
-    if mode is not None and mode not in SEARCH_MODES:
-        raise InputError(f"unknown search mode {mode!r}: use {', '.join(SEARCH_MODES)}")
-    check_fusion(fusion or DEFAULT_FUSION, DEFAULT_ALPHA if alpha is None else alpha)  # None: the index's
+    check_choices(mode, fusion, alpha)
