@@ -133,13 +133,20 @@ class Collection:
         self._release()
         return delete_documents(self.path, _ids(ids))
 
-    def _write(self, documents: list[Document], upsert: bool) -> IndexReport:
+    def sync(self, corpus: str | Path) -> IndexReport:
+        """Make the collection hold the documents of `corpus` (a folder, a JSONL or BEIR corpus, ...):
+        those unchanged since the last write kept, changed and new ones embedded, the others deleted,
+        in one new version (`embedkit index --sync`); its report says `added`, `kept`, `deleted`."""
+        return self._write(corpus, upsert=False, sync=True)
+
+    def _write(self, documents: list[Document] | str | Path, upsert: bool, sync: bool = False) -> IndexReport:
         from embedkit.jobs.index_build import IndexOptions, build_index
 
         exists = self._exists()
         options = IndexOptions(
-            append=exists,
+            append=exists and not sync,
             upsert=upsert and exists,
+            sync=sync,
             calibrate=self._calibrate,
             device=self._device,
             precision=self._precision,

@@ -36,3 +36,7 @@ class IndexReport:
     # the `--passages` that would have cut nothing, where whole documents were cut (None: none were)
     passage_advice: str | None = None
     prefixes: str = "no prefixes"  # the query and passage prefixes the index embeds with
+    kept: int = 0  # a sync: documents the corpus gave unchanged, kept without embedding
+    deleted: int = 0  # a sync: documents the corpus no longer gave, deleted
+    synced: bool = False  # made by a sync (`added` is then the documents embedded)
+    written: bool = True  # a new version was written (a sync that found nothing changed writes none)
