@@ -38,7 +38,8 @@ def index(
         typer.Argument(
             metavar="CORPUS",
             help="Corpus: .txt (one document a line), .jsonl, .csv, .tsv (each may be .gz), a BEIR "
-            "folder, or a folder of .txt, .md, .pdf, .html and .docx files, one document each (or --corpus).",
+            "folder, a folder of .txt, .md, .pdf, .html and .docx files, one document each, or one .md, "
+            ".pdf, .html or .docx file, one document (or --corpus).",
             show_default=False,
         ),
     ] = None,

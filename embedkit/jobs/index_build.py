@@ -24,7 +24,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from embedkit.data.corpus import ReadStats, is_line_file
-from embedkit.data.textfolder import check_folder, is_text_folder
+from embedkit.data.textfolder import check_folder, is_documents
 from embedkit.encode.default_onnx import recorded_model_path
 from embedkit.encode.dimensions import TruncatedEncoder, keep_dimensions
 from embedkit.encode.prefixes import Prefixes, check_recorded, recorded_prefixes, resolve_prefixes
@@ -227,7 +227,7 @@ def prepare(corpus: Corpus, out: Path, model: Encoder | str | Path | None, optio
     if old is not None and placement is not None and old["kind"] == "hnsw":
         raise InputError(f"faiss has no GPU HNSW index: append to this index without {placement.asked}")
     split = passage_settings(options.passages, old)
-    if isinstance(corpus, (str, Path)) and is_text_folder(Path(corpus)):  # checked before the model opens
+    if isinstance(corpus, (str, Path)) and is_documents(Path(corpus)):  # checked before the model opens
         check_folder(Path(corpus))
     # line ids go on after the index's, not from 1 again; an upsert keeps them, to meet its lines
     if old is not None and not options.upsert and isinstance(corpus, (str, Path)) and is_line_file(corpus):
