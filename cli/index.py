@@ -322,7 +322,12 @@ def _print_built(report: IndexReport, what: str) -> None:
     if report.prefixes != "no prefixes":
         console.print(report.prefixes)
     if report.passages:
-        print_truncated(console, report.truncated, "passages", ": choose a shorter --passages N")
+        note = ": choose a shorter --passages N"
+        print_truncated(
+            console, report.truncated, "passage", note, report.truncated_ids, report.truncated_documents
+        )
     else:
         hint = f": `--passages {report.passage_advice}` indexes the rest" if report.passage_advice else ""
-        print_truncated(console, report.truncated, hint=hint)
+        print_truncated(
+            console, report.truncated, "document", hint, report.truncated_ids, report.truncated_documents
+        )

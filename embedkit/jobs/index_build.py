@@ -28,6 +28,7 @@ from embedkit.data.textfolder import check_folder, is_documents
 from embedkit.encode.default_onnx import recorded_model_path
 from embedkit.encode.dimensions import TruncatedEncoder, keep_dimensions
 from embedkit.encode.prefixes import Prefixes, check_recorded, recorded_prefixes, resolve_prefixes
+from embedkit.encode.truncation import CutDocuments
 from embedkit.errors import InputError
 from embedkit.evaluation.fusion_calibration import calibrate_version
 from embedkit.evaluation.fusion_rule import needs_calibration
@@ -132,6 +133,7 @@ class Filled:
     masked: int  # vectors of deleted documents still in the FAISS file
     held: int | None  # documents held, where they differ from the vectors (passages)
     read: ReadStats
+    cut: CutDocuments  # the documents the model cut at its maximum length
     kept: int = 0  # `sync`: documents of the index the corpus gives unchanged
     deleted: int = 0  # `sync`: documents of the index the corpus no longer gives
 
@@ -198,6 +200,8 @@ def build_index(
         recoded_files=tuple(filled.read.recoded),
         prefixes=plan.prefixes.describe(),
         passage_advice=advice.describe() if advice is not None else None,
+        truncated_ids=tuple(filled.cut.names),
+        truncated_documents=filled.cut.count,
         kept=filled.kept,
         deleted=filled.deleted,
         synced=plan.options.sync,
@@ -316,7 +320,7 @@ def fill(plan: Plan, tmp: Path, progress: bool) -> Filled:
         store.close()
     return Filled(
         index, kind, reason, params, tally.count, writer.added, tally.fingerprint(),
-        tally.replaced, lexical, masked, held, tally.read,
+        tally.replaced, lexical, masked, held, tally.read, tally.cut,
         sync.kept if sync else 0, sync.deleted if sync else 0,
     )  # fmt: skip
 
@@ -329,6 +333,7 @@ def _embed(
     if plan.options.upsert:
         tally.replace(store, writer, chunk)
     vectors = embed_chunk(plan.encoder, chunk, plan.options.corpus, True, plan.prefixes.passage)
+    tally.cut.note(plan.encoder, chunk)
     store.add(writer.next_row, chunk)
     writer.write(vectors)
     bar.advance(len(chunk))

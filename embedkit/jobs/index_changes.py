@@ -24,6 +24,7 @@ import numpy as np
 
 from embedkit.data.document import ReadStats
 from embedkit.data.fingerprint import CorpusFingerprint, combined
+from embedkit.encode.truncation import CutDocuments
 from embedkit.errors import InputError
 from embedkit.index.build_report import IndexReport
 from embedkit.index.content_hash import content_hash
@@ -55,6 +56,7 @@ class Tally:
         self.read = ReadStats()
         self.count = 0  # documents embedded
         self.replaced = 0
+        self.cut = CutDocuments()  # the documents whose texts the model cut at its maximum length
         self._new = CorpusFingerprint()
         self._appending = old is not None
         self._old = old.get("corpus_fingerprint") if old else None  # less the documents removed
