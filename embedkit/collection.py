@@ -8,7 +8,8 @@
 
 A collection is an index folder, the one `embedkit index` makes: `embedkit search`, `serve --index`,
 `verify` and `compact` read it, and the CLI's commands write it. Each method is the CLI's own code:
-`add` and `upsert` are `build_index` (`embedkit index --append [--upsert]`), `delete` is
+`add` and `upsert` are `build_index` (`embedkit index --append [--upsert]`), `sync` is
+`build_index` too (`embedkit index --sync`: only what changed is embedded), `delete` is
 `delete_documents` (`embedkit delete`), `query` is `SearchIndex.search_text`, the one search
 pipeline (`embedkit.search.pipeline`), and its hits are the records of `embedkit search --json`
 (`embedkit.search.hits.hit_record`). So are the guarantees: every write makes a new version live in

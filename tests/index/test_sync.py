@@ -107,6 +107,26 @@ def test_sync_embeds_the_edit_and_the_new_file_and_deletes_the_removed(
         assert [[h.id for h in row] for row in found] == [[held[i].id for i in row] for row in order]
 
 
+@pytest.mark.parametrize("settings", [{"passages": "16:4"}, {"kind": "flat", "quantize": "int8"}])
+def test_sync_of_an_index_of_passages_or_of_codes(tmp_path: Path, tiny_bert: Path, settings: dict) -> None:
+    """The same changes in an index of passages (each document's every passage) and a quantized one
+    (its float vectors kept beside the codes): the documents of a fresh build, searched alike."""
+    folder, out, fresh = tmp_path / "docs", tmp_path / "idx", tmp_path / "fresh"
+    _folder(folder)
+    build_index(folder, out, tiny_bert, _options(device="cpu", **settings))
+    _edit_remove_add(folder)
+    report = build_index(folder, out, tiny_bert, _options(sync=True, device="cpu"))
+    assert (report.added, report.kept, report.deleted) == (2, 11, 1)
+    build_index(folder, fresh, tiny_bert, _options(device="cpu", **settings))
+    queries = ["supersonic inlet unstart", "heat transfer measured in run 2"]
+    with SearchIndex.load(out) as index, SearchIndex.load(fresh) as rebuilt:
+        assert len(index) == len(rebuilt) and index.document_count == rebuilt.document_count == 13
+        for mode in ("dense", "lexical"):
+            found = index.search_text(queries, k=5, mode=mode)
+            expected = rebuilt.search_text(queries, k=5, mode=mode)
+            assert [[h.id for h in hits] for hits in found] == [[h.id for h in hits] for hits in expected]
+
+
 def test_a_sync_that_finds_nothing_changed_writes_no_version(tmp_path: Path, tiny_bert: Path) -> None:
     folder, out = tmp_path / "docs", tmp_path / "idx"
     _folder(folder)
