@@ -147,9 +147,14 @@ def _jsonl(path: Path, records: list[dict]) -> Path:
     return path
 
 
-def test_sync_of_a_jsonl_corpus_goes_by_id_and_sees_metadata_changes(tmp_path: Path, tiny_bert: Path) -> None:
+@pytest.mark.parametrize("layout", ["c.jsonl", "beir/corpus.jsonl"])
+def test_sync_of_a_jsonl_or_beir_corpus_goes_by_id_and_sees_metadata_changes(
+    tmp_path: Path, tiny_bert: Path, layout: str
+) -> None:
     records = [{"_id": f"d{i}", "text": f"{TOPICS[i % 6]} record {i}", "year": 2000 + i} for i in range(8)]
-    corpus, out = _jsonl(tmp_path / "c.jsonl", records), tmp_path / "idx"
+    (tmp_path / layout).parent.mkdir(exist_ok=True)
+    file, out = _jsonl(tmp_path / layout, records), tmp_path / "idx"
+    corpus = file.parent if layout.startswith("beir") else file  # a BEIR folder: its corpus.jsonl
     encoder = CountingEncoder(tiny_bert)
     build_index(corpus, out, encoder, _options())
     changed = [dict(r) for r in records if r["_id"] != "d2"]  # d2 removed
@@ -157,7 +162,8 @@ def test_sync_of_a_jsonl_corpus_goes_by_id_and_sees_metadata_changes(tmp_path: P
     changed[1]["year"] = 1999  # d1: metadata changed, text the same
     changed.append({"_id": "d9", "text": "a new record"})
     encoder.texts = []
-    report = build_index(_jsonl(tmp_path / "c.jsonl", changed), out, encoder, _options(sync=True))
+    _jsonl(file, changed)
+    report = build_index(corpus, out, encoder, _options(sync=True))
     assert sorted(encoder.texts) == sorted([records[1]["text"], "a new record"])
     assert (report.added, report.kept, report.deleted) == (2, 6, 1)
     with SearchIndex.load(out) as index:
