@@ -16,6 +16,10 @@ same documents:
 - metadata: a Markdown file's YAML front matter (`embedkit.data.front_matter`), so
   `search --where 'year >= 2020'` can filter on it; other files have none.
 
+A single Markdown, PDF, HTML or DOCX file given as the corpus is a corpus of one document, read
+as the same file in a folder would be (its id is its name); a single `.txt` file stays a corpus of
+one document per line (`embedkit.data.corpus`).
+
 Hidden files and folders (a name starting with `.`: `.git`, `.obsidian`; and Office's lock files,
 `~$name.docx`) and binary text files (a NUL byte, without a UTF-16 or UTF-32 byte order mark) are
 skipped and counted in `ReadStats`; files with other extensions are not corpus files and are
@@ -25,7 +29,8 @@ A file past a bound of its reader is skipped, its reason (one line naming the fi
 kept in `ReadStats.skipped`, and the rest of the folder read (`embedkit.data.reader_bounds`): a text
 file over `MAX_FILE_BYTES` (it would be one document, tokenized whole: split it, or give it as a
 `.txt` corpus, one document per line), a PDF, HTML or DOCX file beyond the bounds of
-`embedkit.data.converters` and `embedkit.data.html_text`.
+`embedkit.data.converters` and `embedkit.data.html_text`. A single document file given as the
+corpus has no rest: past a bound, that reason is its one-line `InputError`.
 
 Everything else a file could make wrong is refused before the first document is embedded, in
 one `InputError` naming the file:
@@ -58,6 +63,7 @@ from embedkit.errors import InputError
 TEXT_SUFFIXES = (".txt", ".md", ".markdown")
 _MARKDOWN = (".md", ".markdown")
 FOLDER_SUFFIXES = (*TEXT_SUFFIXES, *converters.FORMATS)  # every file a folder corpus reads
+DOCUMENT_SUFFIXES = (*_MARKDOWN, *converters.FORMATS)  # a file of these alone: a corpus of one document
 _SNIFF = 8192  # bytes looked at for a NUL, as git and grep decide that a file is binary
 MAX_FILE_BYTES = MAX_DOCUMENT_BYTES  # a text file's bytes are its text
 _WIDE_BOMS = (codecs.BOM_UTF32_LE, codecs.BOM_UTF32_BE, codecs.BOM_UTF16_LE, codecs.BOM_UTF16_BE)
@@ -70,22 +76,47 @@ def is_text_folder(path: Path) -> bool:
     return path.is_dir() and find_data_file(path, "corpus.jsonl") is None
 
 
+def is_document_file(path: Path) -> bool:
+    """Whether `path` is one Markdown, PDF, HTML or DOCX file: a corpus of one document."""
+    return path.is_file() and path.name.lower().endswith(DOCUMENT_SUFFIXES)
+
+
+def is_documents(path: Path) -> bool:
+    """Whether `path` is read file by file: a folder of documents, or one document file."""
+    return is_text_folder(path) or is_document_file(path)
+
+
 def check_folder(folder: Path) -> None:
-    """The checks of `folder_documents` that need no file read: it holds corpus files, each a regular
-    file, and the libraries they need are installed. A build makes them before it opens its model,
-    so that such input is one line at once, not after a model load."""
+    """The checks of `folder_documents` that need no file read: it holds corpus files (or is one,
+    `is_document_file`), each a regular file, and the libraries they need are installed. A build
+    makes them before it opens its model, so that such input is one line at once, not after a
+    model load."""
     stats = ReadStats()
-    for relative in _listed_files(folder, stats):
-        check_input_file(folder / relative)
+    root, files = _root_and_files(folder, stats)
+    for relative in files:
+        check_input_file(root / relative)
+
+
+def _root_and_files(path: Path, stats: ReadStats) -> tuple[Path, list[str]]:
+    """The folder the ids are relative to, and the corpus files under it: a folder's files, or a
+    single document file alone (its id its name)."""
+    if is_document_file(path):
+        _check_converters(path.parent, [path.name])
+        return path.parent, [path.name]
+    return path, _listed_files(path, stats)
 
 
 def folder_documents(folder: Path, stats: ReadStats) -> Iterator[Document]:
-    """The documents of the files under `folder` (see the module docstring)."""
-    files = _listed_files(folder, stats)
+    """The documents of the files under `folder`, or of the single document file `folder` (see the
+    module docstring)."""
+    one_file = is_document_file(folder)
+    folder, files = _root_and_files(folder, stats)
     for relative in files:
         try:
             document = _read_file(folder, relative, stats)
         except BeyondBounds as exc:  # a large file is not an error: the rest of the folder is read
+            if one_file:  # there is no rest: the reason is the answer
+                raise
             stats.skipped.append(str(exc))
             continue
         if document is None:

@@ -26,6 +26,7 @@ from typer.testing import CliRunner
 from embedkit.cli.app import app
 from embedkit.data import converters, html_text, reader_bounds, textfolder
 from embedkit.data.corpus import ReadStats, read_documents
+from embedkit.errors import InputError
 
 docx = pytest.importorskip("docx")
 fpdf = pytest.importorskip("fpdf")
@@ -243,3 +244,10 @@ def test_a_markdown_title_is_read_from_a_bounded_part(tmp_path, body, title):
     (tmp_path / "a.md").write_text(body, encoding="utf-8")
     (document,) = read_documents(tmp_path)
     assert document.title == title
+
+
+def test_a_single_file_past_a_bound_is_one_line_with_its_reason(tmp_path):
+    (tmp_path / "bomb.docx").write_bytes(_docx("<w:p/>" * (converters.MAX_DOCX_PARAGRAPHS + 10)))
+    with pytest.raises(InputError, match=r"bomb\.docx holds over 150,000 DOCX paragraphs") as caught:
+        list(read_documents(tmp_path / "bomb.docx"))
+    assert "\n" not in str(caught.value)
