@@ -61,7 +61,7 @@ def flag(name: str, value: Any) -> bool:
 def folder(name: str, value: Any) -> Path:
     """`value` (a string or a path) as a `Path` that the file system can be asked about."""
     if not isinstance(value, (str, os.PathLike)):
-        raise InputError(f"{name} must be a folder's path (a string or a Path), not {_shown(value)}")
+        raise InputError(f"{name} must be a path (a string or a Path), not {_shown(value)}")
     spelled = os.fspath(value)
     if not isinstance(spelled, str) or not spelled or "\0" in spelled:
         raise InputError(f"{name} must be a non-empty path without NUL characters, not {spelled!r}")

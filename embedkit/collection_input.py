@@ -44,14 +44,17 @@ def new_documents(
 
 
 def checked_documents(documents: list[Document]) -> list[Document]:
-    """`documents`, each non-empty and every field one the stores hold (else an `InputError`)."""
+    """`documents`, each non-empty and every field one the stores hold, its metadata as the stores
+    hold it (`check_document`: numpy and Decimal numbers, dates; else an `InputError`)."""
     from embedkit.data.values import check_document
 
+    checked = []
     for doc in documents:
         if not (doc.text.strip() or doc.title.strip()):
             raise InputError(f"document {doc.id!r} is empty")
-        check_document(doc.id, doc.title, doc.text, doc.metadata, f"document {doc.id!r}")
-    return documents
+        metadata = check_document(doc.id, doc.title, doc.text, doc.metadata, f"document {doc.id!r}")
+        checked.append(Document(doc.id, doc.text, doc.title, metadata))
+    return checked
 
 
 def upserted_documents(

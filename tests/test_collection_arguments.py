@@ -110,6 +110,9 @@ NOT_METADATAS = st.one_of(
     st.just([5]),
     st.just([{1: "a"}]),
     st.just([{"x": float("nan")}]),
+    st.just([{"x": object()}]),
+    st.just([{"x": b"raw"}]),
+    st.just([{"x": {1, 2}}]),
     st.just([{"x": 2**70}]),
     st.just([{}, {}]),
 )
@@ -159,6 +162,7 @@ CASES = [
     ("upsert", {"ids": ["d1"], "documents": ["x"]}, "metadatas", NOT_METADATAS, "metadatas|document 'd1'"),
     ("update", {"ids": ["d1"]}, "documents", NOT_TEXTS, "documents|empty"),
     ("update", {"ids": ["d1"]}, "ids", NOT_IDS, "ids"),
+    ("sync", {}, "corpus", NOT_PATH, "corpus"),
 ]
 SETTINGS = [
     ("path", NOT_PATH),
