@@ -266,10 +266,12 @@ class Collection:
         """Chroma's query, or embedkit's: which one is said by the arguments.
 
         Chroma's: `query(query_texts=[...] or query_embeddings=[...], n_results=10, where=...,
-        include=[...])` gives Chroma's `QueryResult` (`embedkit.chroma_results`): `ids`,
-        `documents`, `metadatas`, `distances`, one list per query, best first. It searches as
-        Chroma does, by the dense vectors (distance: 1 - cosine), unless `mode` asks for lexical
-        or hybrid; then the order is that search's and each distance None.
+        include=[...])` gives Chroma's `QueryResult` (`embedkit.chroma_shapes`): `ids`,
+        `documents`, `metadatas`, `distances` (and `embeddings` where included), one list per
+        query, best first. Vectors as the first argument are Chroma's positional
+        `query_embeddings`. It searches as Chroma does, by the dense vectors (distance: 1 -
+        cosine), unless `mode` asks for lexical or hybrid; then the order is that search's and
+        each distance None.
 
         embedkit's: `query(texts, k=10, ...)` gives the best `k` hits for a text (a list of hits)
         or for each of several texts (a list of such lists), each hit a record of `embedkit search
