@@ -74,7 +74,8 @@ class TrainConfig:
     aux_stage1_lr: float = 1e-4
     aux_stage1_corpus: str | None = None  # extra sentences for stage 1 only (a file or BEIR folder)
     aux_from: str | None = None  # a stage-1 folder to reuse instead of training or the cache
-    # "auto" = eager when AMI needs attention maps (sdpa returns none), else sdpa; see benchmarks/
+    # "auto" = sdpa: the fused kernel in every layer but those AMI reads, which form their maps
+    # (`attention_maps`); "eager" = eager attention in every layer (as before the fused kernel)
     attn_implementation: str = "auto"
     # --- Matryoshka Representation Learning (Kusupati et al. 2022, NeurIPS; docs/dimensions.md) ---
     # Prefix sizes whose first m dimensions must work alone, e.g. (384, 256, 128, 64), any order, the
@@ -183,10 +184,6 @@ class TrainConfig:
         return self.method in AUX_METHODS or self.aux_weight > 0
 
     @property
-    def needs_attentions(self) -> bool:
-        return self.uses_ami
-
-    @property
     def rotates(self) -> bool:
         """Matryoshka starts from the vectors rotated onto their principal axes (`training.rotation`)."""
         return bool(self.matryoshka_dims) and self.matryoshka_rotation_docs > 0
@@ -230,8 +227,6 @@ class TrainConfig:
         _one_of("precision", self.precision, PRECISIONS)
         _one_of("attn_implementation", self.attn_implementation, ATTENTIONS)
         _one_of("compile", self.compile, COMPILE_MODES)
-        if self.uses_ami and self.attn_implementation == "sdpa":
-            raise InputError(f"method {self.method} needs attention maps: set attn_implementation to eager")
         for name in ("learning_rate", "temperature", "momentum_decay", "dist_timeout"):
             value = getattr(self, name)
             if not (math.isfinite(value) and value > 0):

@@ -42,6 +42,7 @@ from embedkit.encode.torch_backend import load_backbone
 from embedkit.encode.torch_head import pool
 from embedkit.errors import InputError
 from embedkit.training import ami, infocse, losses
+from embedkit.training.attention_maps import AttentionMaps
 from embedkit.training.config import TrainConfig
 from embedkit.training.contrastive_terms import contrastive_terms
 from embedkit.training.distributed import BatchShard
@@ -131,9 +132,10 @@ class ContrastiveModel(nn.Module):
         self.momentum: MomentumEncoder | None = None
         if config.uses_queue:
             self.momentum = MomentumEncoder(backbone, config.momentum_decay, config.momentum_dropout)
-        if self.momentum is not None and config.uses_ami:
-            # The momentum copy returns no attention maps, so it may use the faster kernel.
+        if self.momentum is not None:  # it reads no attention maps: the fused kernel, whatever the backbone's
             _set_attention(self.momentum.encoder, "sdpa")
+        # AMI's layers form their attention maps, the others keep the fused kernel (`attention_maps`)
+        self.attention_maps = AttentionMaps(backbone, self.ami_layers) if config.uses_ami else None
         # where Matryoshka trains prefixes the queue holds each key after the head and as saved
         # (`contrastive_terms`)
         key_dim = self.dim * (2 if config.trains_prefixes else 1)
@@ -145,10 +147,9 @@ class ContrastiveModel(nn.Module):
 
     @classmethod
     def from_folder(cls, path: Path, config: TrainConfig) -> ContrastiveModel:
-        """Load the base backbone (eager attention when AMI needs the maps) and build the model."""
-        attention = config.attn_implementation
-        if attention == "auto":
-            attention = "eager" if config.needs_attentions else "sdpa"
+        """Load the base backbone (the fused attention kernel unless `attn_implementation` says
+        eager) and build the model."""
+        attention = "sdpa" if config.attn_implementation == "auto" else config.attn_implementation
         try:
             backbone = load_backbone(path, attn_implementation=attention)
         except SafetensorError as exc:  # a damaged weights file is bad input, not a crash
@@ -234,7 +235,7 @@ class ContrastiveModel(nn.Module):
         size = inputs["input_ids"].shape[0]
         # (2B, T): one forward pass gives two views with independent dropout masks
         doubled = {k: torch.cat([v, v]) for k, v in inputs.items()}
-        out = self._run("backbone", **doubled, output_attentions=self.config.needs_attentions)
+        out = self._run("backbone", **doubled)
         sentences = pool(out.last_hidden_state, doubled["attention_mask"], self.pooling)  # (2B, D)
         pooled = self.head(sentences)
         saved = self._saved(sentences[:size], sentences[size:])
@@ -267,16 +268,17 @@ class ContrastiveModel(nn.Module):
         queued = self.queue.keys() if self.queue is not None and len(self.queue) else None
         terms = contrastive_terms(e1, e2, saved, queued, config)
         out = views.output
-        if config.uses_ami and out is not None:
+        if self.attention_maps is not None and out is not None:
             size = views.e1.shape[0]
-            attn1 = [a[:size] for a in out.attentions]  # per layer (B, H, T, T)
-            attn2 = [a[size:] for a in out.attentions]
+            maps = self.attention_maps.take()  # per AMI layer (2B, H, T, T)
+            attn1 = [a[:size] for a in maps]  # (B, H, T, T)
+            attn2 = [a[size:] for a in maps]
             ami_sum, ami_count = ami.ami_sum_and_count(
                 attn1,
                 attn2,
                 views.key_inputs["attention_mask"],
                 weight=config.ami_weight,
-                layers=self.ami_layers,
+                layers=range(len(maps)),
                 num_samples=config.ami_samples,
                 generator=generator,
                 shard=shard,

@@ -33,7 +33,7 @@ RUNS: dict[str, list[str]] = {
     "informin": ["--method", "micse", "--reconstruction-weight", "0.1"],
     "infocse": ["--method", "infocse", "--set", "aux_stage1_steps=3"],
     "micse-aux": ["--method", "micse", "--aux-mlm-weight", "0.01", "--set", "aux_stage1_steps=3"],
-    "matryoshka": (
+    "matryoshka": (  # noqa: SIM905 (one command line reads best as one string)
         "--method micse --matryoshka 32,8,4 --matryoshka-weights 1,0.5,0.25 "
         "--set matryoshka_similarity=0.1 --set matryoshka_rotation_docs=12"
     ).split(),
