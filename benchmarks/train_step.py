@@ -51,7 +51,8 @@ from embedkit.encode.model_folder import default_base_model_path
 from embedkit.training import ami, losses, step_speed
 from embedkit.training.batches import pad_batch
 from embedkit.training.config import COMPILE_MODES, TrainConfig
-from embedkit.training.model import ContrastiveModel, make_optimizer, make_scheduler, optimizer_step
+from embedkit.training.model import ContrastiveModel
+from embedkit.training.optimizer import make_optimizer, make_scheduler, optimizer_step
 
 ROOT = Path(__file__).resolve().parents[1]
 # name -> (TrainConfig.method, attention implementation)

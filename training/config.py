@@ -82,7 +82,7 @@ class TrainConfig:
     # base model's dimension included: the vectors are rotated onto their principal axes and the
     # sizes recorded for `index --dim`. None = off.
     matryoshka_dims: tuple[int, ...] | None = None
-    # c_m of each size (the paper's Eq. 1, `training.contrastive_terms`): a smaller size's trains the
+    # c_m of each size (the paper's Eq. 1, `training.terms`): a smaller size's trains the
     # backbone with InfoNCE on that prefix; 0 = not trained. None = 1 for the whole vector, 0 for each
     # prefix, so the model trains exactly as without Matryoshka: on five Cranfield seeds the paper's
     # 1 each cost 0.93 nDCG@10 at 384 and kept 48.36 at 128, the default 0 and 49.32.

@@ -39,13 +39,8 @@ from embedkit.training.checkpoint_selection import InferenceEncoder, dev_evaluat
 from embedkit.training.config import TrainConfig
 from embedkit.training.display import TrainDisplay, format_terms
 from embedkit.training.loop import DevScore, Due, Schedule
-from embedkit.training.model import (
-    ContrastiveModel,
-    StepOutput,
-    make_optimizer,
-    make_scheduler,
-    optimizer_step,
-)
+from embedkit.training.model import ContrastiveModel, StepOutput
+from embedkit.training.optimizer import make_optimizer, make_scheduler, optimizer_step
 from embedkit.training.save import keeps_base, train_metadata, write_model_folder
 from embedkit.training.token_table import TokenTable, position_limit
 from embedkit.training.views import PairStats, load_examples

@@ -16,7 +16,8 @@ from embedkit.encode.batching import TokenBatcher, pad_encodings
 from embedkit.errors import InputError
 from embedkit.training import step_speed, trainer
 from embedkit.training.config import TrainConfig
-from embedkit.training.model import ContrastiveModel, make_optimizer, make_scheduler, optimizer_step
+from embedkit.training.model import ContrastiveModel
+from embedkit.training.optimizer import make_optimizer, make_scheduler, optimizer_step
 from embedkit.training.token_table import TokenTable
 
 pytestmark = pytest.mark.usefixtures("one_thread")

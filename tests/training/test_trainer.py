@@ -24,7 +24,8 @@ from embedkit.training import checkpoint as ckpt
 from embedkit.training import losses
 from embedkit.training.batches import pad_batch, steps_per_epoch
 from embedkit.training.config import TrainConfig
-from embedkit.training.model import ContrastiveModel, lr_factor
+from embedkit.training.model import ContrastiveModel
+from embedkit.training.optimizer import lr_factor
 from embedkit.training.trainer import train
 
 pytestmark = pytest.mark.usefixtures("one_thread")
@@ -90,7 +91,7 @@ def test_schedule_matches_transformers() -> None:
 
 def test_an_overflowed_fp16_step_is_skipped_with_its_schedule() -> None:
     """The GradScaler skips a step with inf gradients; the schedule must not advance (as HF's Trainer)."""
-    from embedkit.training.model import optimizer_step
+    from embedkit.training.optimizer import optimizer_step
 
     model = torch.nn.Linear(3, 1)
     optimizer = torch.optim.AdamW(model.parameters(), lr=0.1)

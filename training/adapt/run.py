@@ -63,7 +63,7 @@ from embedkit.training.adapt.student import StudentEmbedder, step_loss
 from embedkit.training.batches import resolve_precision
 from embedkit.training.checkpoint import BASE, AdaptState, BestWeights, CandidateVectors, Kept
 from embedkit.training.loop import DevScore, Due, Schedule
-from embedkit.training.model import make_optimizer, make_scheduler, optimizer_step
+from embedkit.training.optimizer import make_optimizer, make_scheduler, optimizer_step
 from embedkit.training.save import write_model_folder
 
 TEACHER_CHUNK = 128  # queries per hybrid search call (one progress-bar tick)
