@@ -1,5 +1,10 @@
 """AMI's attention maps from the layers it reads, with the fused (SDPA) kernel in every other layer.
 
+The fused kernel is registered as `FUSED_ATTENTION`: transformers' SDPA attention, whose padding
+mask is always formed. transformers' own `sdpa` first asks whether the batch has any padding
+(`attention_mask.all()`, a read of the tensor on the host, which waits for the GPU) to leave the
+mask out; the training step reads nothing on the host (`training/step_speed.py`).
+
 miCSE's AMI term (`ami`) compares the attention probabilities of a few upper-middle layers in the two
 dropout views. The fused kernels (SDPA, flash) never form those (B, H, T, T) maps, and a backbone
 loaded with eager attention forms and returns them in every layer. Here the backbone keeps SDPA, and
@@ -25,6 +30,8 @@ from torch import nn
 
 # The name under which `eager_attention_with_maps` is registered in transformers' AttentionInterface.
 MAPS_ATTENTION = "embedkit_eager_maps"
+# SDPA attention with its mask always formed (no host read of the padding), registered by this name.
+FUSED_ATTENTION = "embedkit_sdpa"
 
 
 def eager_attention_with_maps(
@@ -60,10 +67,30 @@ def eager_attention_with_maps(
     return output, weights
 
 
+def _sdpa_mask_always(*args: Any, **kwargs: Any) -> Any:
+    """transformers' SDPA mask, never left out for a batch without padding (no host read)."""
+    from transformers.masking_utils import sdpa_mask
+
+    return sdpa_mask(*args, **{**kwargs, "allow_is_bidirectional_skip": False})
+
+
 def _register() -> None:
     from transformers import AttentionInterface
+    from transformers.integrations.sdpa_attention import sdpa_attention_forward
+    from transformers.masking_utils import AttentionMaskInterface
 
     AttentionInterface.register(MAPS_ATTENTION, eager_attention_with_maps)
+    AttentionInterface.register(FUSED_ATTENTION, sdpa_attention_forward)
+    AttentionMaskInterface.register(FUSED_ATTENTION, _sdpa_mask_always)
+
+
+def use_fused_attention(model: nn.Module) -> None:
+    """SDPA in every layer of `model` that uses SDPA, its mask always formed (`FUSED_ATTENTION`);
+    a model with eager attention keeps it (its mask is always formed)."""
+    _register()
+    config = getattr(model, "config", None)
+    if config is not None and config._attn_implementation == "sdpa":
+        config._attn_implementation = FUSED_ATTENTION
 
 
 def attention_modules(backbone: nn.Module) -> list[nn.Module]:
@@ -122,4 +149,11 @@ class AttentionMaps:
         return maps
 
 
-__all__ = ["MAPS_ATTENTION", "AttentionMaps", "attention_modules", "eager_attention_with_maps"]
+__all__ = [
+    "FUSED_ATTENTION",
+    "MAPS_ATTENTION",
+    "AttentionMaps",
+    "attention_modules",
+    "eager_attention_with_maps",
+    "use_fused_attention",
+]

@@ -40,7 +40,7 @@ from embedkit.encode.torch_backend import load_backbone
 from embedkit.encode.torch_head import pool
 from embedkit.errors import InputError
 from embedkit.training import ami, infocse
-from embedkit.training.attention_maps import AttentionMaps
+from embedkit.training.attention_maps import AttentionMaps, use_fused_attention
 from embedkit.training.config import TrainConfig
 from embedkit.training.distributed import BatchShard
 from embedkit.training.momentum import EmbeddingQueue, MomentumEncoder
@@ -132,6 +132,8 @@ class ContrastiveModel(nn.Module):
         if self.objective.momentum:
             self.momentum = MomentumEncoder(backbone, config.momentum_decay, config.momentum_dropout)
             _set_attention(self.momentum.encoder, "sdpa")  # it reads no maps: the fused kernel
+            use_fused_attention(self.momentum.encoder)
+        use_fused_attention(backbone)
         # the layers whose maps a term reads form them, the others keep the fused kernel
         reads_maps = self.objective.reads("maps")
         self.attention_maps = AttentionMaps(backbone, self.ami_layers) if reads_maps else None

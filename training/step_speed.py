@@ -8,6 +8,11 @@ for a compiled graph. So, on CUDA:
 - token ids go up through pinned memory without blocking (`to_device`);
 - the loss terms stay on the device and are read every `log_steps` steps (`LossReader`), with the
   first non-finite step still found exactly;
+- nothing between the batch's copy and the momentum update reads a tensor on the host or makes a
+  shape from its values (tests/training/test_no_host_sync.py): the attention's padding mask is always
+  formed (`attention_maps.FUSED_ATTENTION`), AMI masks instead of selecting, InfoCSE's auxiliary
+  MLM predicts every position and ignores the unmasked ones, and its dropout seeds come from a host
+  generator; fp16's GradScaler alone still reads (whether a step overflowed), bf16 has no scaler;
 - optionally, torch.compile of the backbone and the momentum encoder (`compile_model`; mode
   `reduce-overhead` adds CUDA graphs), off by default.
 

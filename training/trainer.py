@@ -179,11 +179,13 @@ class TrainJob:
         scheduler = make_scheduler(optimizer, total, config.warmup_ratio)
         scaler = torch.amp.GradScaler(device.type) if self.dtype == torch.float16 else None
         self.generator = torch.Generator(device=device).manual_seed(config.seed) if config.uses_ami else None
-        if model.aux is not None:  # InfoCSE's masking RNG
+        if model.aux is not None:  # InfoCSE's masking RNG, and the host one of its dropout seeds
             model.aux.generator = torch.Generator(device=device).manual_seed(config.seed)
+            model.aux.host_seeds.manual_seed(config.seed)
         generators = {
             "ami_sampler": self.generator,
             "aux_masking": model.aux.generator if model.aux is not None else None,
+            "aux_dropout_seeds": model.aux.host_seeds if model.aux is not None else None,
         }
         self.parts = ckpt.Parts(model, optimizer, scheduler, scaler, generators, ckpt.QueueFile(model))
         if self.context.rank > 0:  # its own dropout masks; rank 0 keeps the single-process stream
