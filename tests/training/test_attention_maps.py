@@ -15,7 +15,7 @@ from embedkit.encode.batching import TokenBatcher
 from embedkit.encode.torch_backend import load_backbone
 from embedkit.encode.torch_head import pool
 from embedkit.training import ami, losses
-from embedkit.training.attention_maps import MAPS_ATTENTION, attention_modules
+from embedkit.training.attention_maps import FUSED_ATTENTION, MAPS_ATTENTION, attention_modules
 from embedkit.training.batches import pad_batch
 from embedkit.training.model import ContrastiveModel
 
@@ -99,9 +99,12 @@ def test_the_maps_are_the_layers_own_attention_after_dropout(tmp_path: Path) -> 
 def test_only_the_ami_layers_leave_the_fused_kernel(tiny_bert: Path) -> None:
     model = ContrastiveModel.from_folder(tiny_bert, config(tiny_bert, method="micse"))
     kinds = [m.config._attn_implementation for m in attention_modules(model.backbone)]
-    assert kinds == ["sdpa", "sdpa", MAPS_ATTENTION, MAPS_ATTENTION]  # layers 2 and 3 of 4
+    assert kinds == [FUSED_ATTENTION, FUSED_ATTENTION, MAPS_ATTENTION, MAPS_ATTENTION]  # layers 2, 3 of 4
     momentum = [m.config._attn_implementation for m in attention_modules(model.momentum.encoder)]
-    assert momentum == ["sdpa"] * 4
+    assert momentum == [FUSED_ATTENTION] * 4
     simcse = ContrastiveModel.from_folder(tiny_bert, config(tiny_bert, method="simcse"))
     assert simcse.attention_maps is None
-    assert {m.config._attn_implementation for m in attention_modules(simcse.backbone)} == {"sdpa"}
+    assert {m.config._attn_implementation for m in attention_modules(simcse.backbone)} == {FUSED_ATTENTION}
+    eager = ContrastiveModel.from_folder(tiny_bert, config(tiny_bert, attn_implementation="eager"))
+    kinds = [m.config._attn_implementation for m in attention_modules(eager.backbone)]
+    assert kinds == ["eager", "eager", MAPS_ATTENTION, MAPS_ATTENTION]
