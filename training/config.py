@@ -32,7 +32,8 @@ AUX_METHODS = frozenset({"infocse"})  # methods whose auxiliary MLM term is on b
 INFOCSE_WEIGHT = 1e-5  # lambda of InfoCSE's joint loss: the paper's Table 8 and the authors' scripts
 POOLINGS = ("auto", "mean", "cls")
 PRECISIONS = ("auto", "fp32", "bf16", "fp16")
-COMPILE_MODES = ("off", "default", "reduce-overhead", "max-autotune")  # torch.compile's modes, or off
+# torch.compile's modes, off, or auto: reduce-overhead on CUDA, off elsewhere (`step_speed.compile_mode`)
+COMPILE_MODES = ("auto", "off", "default", "reduce-overhead", "max-autotune")
 QUEUE_BATCHES = 6  # the queue's default length in batches: miCSE's 384 keys / its batch of 64
 ATTENTIONS = ("auto", "eager", "sdpa")
 
@@ -128,9 +129,11 @@ class TrainConfig:
     # Pad every batch to max_seq_length, one shape for the whole run: None = on CUDA (compiled graphs and
     # the allocator reuse one shape), off on CPU, where padding is arithmetic (training/step_speed.py)
     pad_to_max_length: bool | None = None
-    # torch.compile of the step's forward passes (mode reduce-overhead adds CUDA graphs); CUDA only, and
-    # off until measured on a GPU (benchmarks/train_step.py --compile)
-    compile: str = "off"
+    # torch.compile of the step's forward passes and loss (reduce-overhead: CUDA graphs, at the fixed
+    # shapes); auto = reduce-overhead on CUDA, off on the CPU (where compiling takes minutes and the
+    # step is bound by arithmetic). On CUDA by default as the step is launch-bound, but not yet
+    # measured on a GPU (benchmarks/train_step.py --compile): `off` runs the step uncompiled.
+    compile: str = "auto"
     # With several ranks (torchrun): seconds a rank waits for the others at a collective, rank 0's dev
     # evaluations and checkpoints included, before the job fails instead of hanging (torch's 30 min).
     dist_timeout: float = 1800.0

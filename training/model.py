@@ -145,6 +145,9 @@ class ContrastiveModel(nn.Module):
         # Compiled forward passes of the step ("backbone", "momentum": `step_speed.compile_model`); a
         # plain dict, not submodules, so the state dict and checkpoints stay those of the modules.
         self.runners: dict[str, Callable[..., Any]] = {}
+        # On CUDA the momentum forward's own stream (`step_speed.compile_model`): it reads neither
+        # view, so it runs beside the loss and the backward pass; None: in order, on the step's.
+        self.momentum_stream: torch.cuda.Stream | None = None
 
     @classmethod
     def from_folder(cls, path: Path, config: TrainConfig) -> ContrastiveModel:
@@ -242,16 +245,25 @@ class ContrastiveModel(nn.Module):
 
     def _momentum_keys(self, key_inputs: dict[str, torch.Tensor], shard: BatchShard) -> torch.Tensor | None:
         """The momentum encoder's keys (whole batch, B, D) for the queue; None without one. With
-        Matryoshka (B, 2D): after the head, then as saved, for the prefix terms' negatives."""
+        Matryoshka (B, 2D): after the head, then as saved, for the prefix terms' negatives. On the
+        side stream where there is one; `after_step` waits for it before the keys are enqueued."""
         if self.momentum is None:
             return None
-        with torch.no_grad():
+        stream = self.momentum_stream
+        if stream is not None:
+            stream.wait_stream(torch.cuda.current_stream())  # the batch and the last EMA update
+            for tensor in key_inputs.values():  # made on the step's stream, read on this one
+                tensor.record_stream(stream)
+        with torch.no_grad(), torch.cuda.stream(stream) if stream is not None else contextlib.nullcontext():
             hidden = self._run("momentum", **key_inputs)  # (B, T, D)
             pooled = pool(hidden, key_inputs["attention_mask"], self.pooling)
             keys = self.head(pooled)
             if self.saves_keys:
                 keys = torch.cat([keys, self.rotation(pooled)], dim=-1)
-            return shard.gather(keys.float())  # every rank's keys, so every rank holds the same queue
+            keys = shard.gather(keys.float())  # every rank's keys, so every rank holds the same queue
+        if stream is not None:
+            keys.record_stream(torch.cuda.current_stream())  # made on the side stream, read on the step's
+        return keys
 
     def _step_tensors(
         self,
@@ -301,6 +313,8 @@ class ContrastiveModel(nn.Module):
         """After the optimizer step: EMA-update the momentum encoder, then enqueue this step's keys."""
         if self.momentum is None or self.queue is None or keys is None:
             return
+        if self.momentum_stream is not None:  # its forward has read the weights the EMA moves
+            torch.cuda.current_stream().wait_stream(self.momentum_stream)
         self.momentum.update(self.backbone)
         self.queue.enqueue(keys)
 

@@ -176,6 +176,7 @@ def test_compile_is_applied_only_under_cuda(
 ) -> None:
     compiled: list[tuple[object, dict]] = []
     monkeypatch.setattr(torch, "compile", lambda module, **kw: compiled.append((module, kw)) or module)
+    monkeypatch.setattr(step_speed, "side_stream", lambda device: f"stream on {device.type}")
     model = ContrastiveModel.from_folder(tiny_bert, config(tiny_bert, method="micse"))
     assert not step_speed.compile_model(model, "off", CUDA) and not compiled
     with pytest.raises(InputError, match="compile=default needs a CUDA device"):
@@ -192,6 +193,33 @@ def test_compile_is_applied_only_under_cuda(
     assert not (tmp_path / "out").exists()
     with pytest.raises(InputError, match="unknown compile 'fast'"):
         TrainConfig(compile="fast").validate()
+
+
+def test_cuda_graphs_are_the_default_on_cuda_only(tiny_bert: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    cpu = torch.device("cpu")
+    assert TrainConfig().compile == "auto"
+    assert step_speed.compile_mode("auto", CUDA) == "reduce-overhead"
+    assert step_speed.compile_mode("auto", cpu) == "off"
+    assert step_speed.compile_mode("off", CUDA) == "off"
+    assert step_speed.compile_mode("default", CUDA) == "default"
+    assert step_speed.side_stream(cpu) is None
+    compiled: list[dict] = []
+    monkeypatch.setattr(torch, "compile", lambda module, **kw: compiled.append(kw) or module)
+    monkeypatch.setattr(step_speed, "side_stream", lambda device: f"stream on {device.type}")
+    model = ContrastiveModel.from_folder(tiny_bert, config(tiny_bert, method="micse"))
+    assert not step_speed.compile_model(model, "auto", cpu) and not compiled
+    assert model.momentum_stream == "stream on cpu"  # what side_stream gives: None on a real CPU
+    # CUDA graphs by default; the momentum forward, then a graph replay, stays on the step's stream
+    model = ContrastiveModel.from_folder(tiny_bert, config(tiny_bert, method="micse"))
+    assert step_speed.compile_model(model, "auto", CUDA)
+    assert compiled == [{"mode": "reduce-overhead"}] * 2 and model.momentum_stream is None
+    # uncompiled (or compiled without graphs) on CUDA, the momentum forward gets a stream of its own
+    model = ContrastiveModel.from_folder(tiny_bert, config(tiny_bert, method="micse"))
+    assert not step_speed.compile_model(model, "off", CUDA)
+    assert model.momentum_stream == "stream on cuda"
+    simcse = ContrastiveModel.from_folder(tiny_bert, config(tiny_bert, method="simcse"))
+    step_speed.compile_model(simcse, "off", CUDA)
+    assert simcse.momentum_stream is None  # no momentum encoder
 
 
 def _views_and_steps(model: ContrastiveModel, batch: dict[str, torch.Tensor]) -> list[torch.Tensor]:
