@@ -151,9 +151,10 @@ class TrainConfig:
     # None = 1 on CPU (free there), step_speed.CUDA_LOG_STEPS (50) on CUDA
     log_steps: int | None = None
 
-    # Fields that may differ when a run is resumed: they change no number the run computes.
+    # Fields that may differ when a run is resumed: they change no number the run computes (compile:
+    # how the kernels run, not what they compute; a run from before its default was auto says off).
     RESUMABLE_CHANGES: typing.ClassVar[frozenset[str]] = frozenset(
-        {"device", "eval_batch_size", "save_steps", "log_steps", "dist_timeout"}
+        {"device", "eval_batch_size", "save_steps", "log_steps", "dist_timeout", "compile"}
     )
 
     @property
