@@ -17,7 +17,7 @@ import pytest
 import torch
 from training_runs import CORPUS, config
 
-from embedkit.training import trainer
+from embedkit.training import train_run, trainer
 from embedkit.training.model import ContrastiveModel
 
 pytestmark = pytest.mark.usefixtures("one_thread")
@@ -83,7 +83,7 @@ def _watch_steps(monkeypatch: pytest.MonkeyPatch, active: list[bool], steps: int
     """Turn the guard on once a step's batch is on the device, off after its momentum update, for
     the first `steps` steps (the last step reads its losses for the record, as it should)."""
     watched: list[int] = []
-    rank_batch, after_step = trainer._rank_batch, ContrastiveModel.after_step
+    rank_batch, after_step = train_run.rank_batch, ContrastiveModel.after_step
 
     def batch_then_watch(*args: Any, **kwargs: Any) -> Any:
         batch = rank_batch(*args, **kwargs)  # (two texts an example: called twice a step)
@@ -96,7 +96,7 @@ def _watch_steps(monkeypatch: pytest.MonkeyPatch, active: list[bool], steps: int
             watched.append(1)
         active[0] = False
 
-    monkeypatch.setattr(trainer, "_rank_batch", batch_then_watch)
+    monkeypatch.setattr(train_run, "rank_batch", batch_then_watch)
     monkeypatch.setattr(ContrastiveModel, "after_step", update_then_stop)
     return watched
 
@@ -149,15 +149,15 @@ def test_cuda_steps_run_under_the_sync_debug_mode(
 ) -> None:
     active = [False]
     _watch_steps(monkeypatch, active, steps=3)
-    original = trainer.TrainJob.step
+    original = train_run.TrainRun.step
 
-    def step_without_syncs(self: trainer.TrainJob, step: int, due: Any) -> None:
+    def step_without_syncs(self: train_run.TrainRun, step: int, due: Any) -> None:
         torch.cuda.set_sync_debug_mode("error" if step < 4 else "default")
         try:
             original(self, step, due)
         finally:
             torch.cuda.set_sync_debug_mode("default")
 
-    monkeypatch.setattr(trainer.TrainJob, "step", step_without_syncs)
+    monkeypatch.setattr(train_run.TrainRun, "step", step_without_syncs)
     cfg = config(tiny_bert, method="micse", device="cuda", max_steps=4, log_steps=1000, save_steps=1000)
     trainer.train(CORPUS, tmp_path / "out", cfg, progress=False)

@@ -14,7 +14,7 @@ import torch
 
 from embedkit.encode.batching import TokenBatcher, pad_encodings
 from embedkit.errors import InputError
-from embedkit.training import step_speed, trainer
+from embedkit.training import step_speed, train_run, trainer
 from embedkit.training.config import TrainConfig
 from embedkit.training.model import ContrastiveModel
 from embedkit.training.optimizer import make_optimizer, make_scheduler, optimizer_step
@@ -133,13 +133,13 @@ def test_token_table_batches_equal_padded_encodings(tiny_bert: Path) -> None:
 def test_one_shuffle_per_epoch(tmp_path: Path, tiny_bert: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """The epoch's order is drawn once, not once a step (an O(N) draw per step is quadratic)."""
     calls: list[int] = []
-    real = trainer.epoch_order
+    real = train_run.epoch_order
 
     def counted(n: int, seed: int, epoch: int) -> np.ndarray:
         calls.append(epoch)
         return real(n, seed, epoch)
 
-    monkeypatch.setattr(trainer, "epoch_order", counted)
+    monkeypatch.setattr(train_run, "epoch_order", counted)
     cfg = config(tiny_bert, method="simcse", max_steps=7)  # 12 sentences, batch 4: 3 steps an epoch
     trainer.train(CORPUS, tmp_path / "out", cfg, progress=False)
     assert calls == [0, 1, 2]
@@ -150,7 +150,7 @@ def test_fixed_shapes_pad_to_max_seq_length(tmp_path: Path, tiny_bert: Path) -> 
     assert step_speed.fixed_shapes(TrainConfig(), CUDA)
     assert not step_speed.fixed_shapes(TrainConfig(pad_to_max_length=False), CUDA)
     widths: list[int] = []
-    real = trainer._rank_batch
+    real = train_run.rank_batch
 
     def recording(*args, **kwargs):
         batch = real(*args, **kwargs)
@@ -159,7 +159,7 @@ def test_fixed_shapes_pad_to_max_seq_length(tmp_path: Path, tiny_bert: Path) -> 
 
     import unittest.mock
 
-    with unittest.mock.patch.object(trainer, "_rank_batch", recording):
+    with unittest.mock.patch.object(train_run, "rank_batch", recording):
         cfg = config(tiny_bert, method="micse", max_seq_length=40, pad_to_max_length=True, max_steps=2)
         result = trainer.train(CORPUS, tmp_path / "fixed", cfg, progress=False)
         assert widths == [40, 40] and np.isfinite(result.final_losses["loss"])
