@@ -149,6 +149,7 @@ class TrainJob:
                 f"--batch-size {config.batch_size} does not divide by the {context.world_size} ranks: "
                 "each rank takes an equal slice of every batch"
             )
+        dtype = resolve_precision(config.precision, context.device)
         step_speed.check_compile(config.compile, context.device)
         spec = read_model_spec(config.base_model)
         if spec.kind != "torch":
@@ -168,7 +169,6 @@ class TrainJob:
         replacing = run_folder.replaces(out, resume_from)
         distributed.barrier(context)  # every rank has looked at OUT before rank 0 changes it
         run_dir = run_folder.run_dir(out, replacing, self.writes)
-        dtype = resolve_precision(config.precision, context.device)
         return Checked(dev, sample, context.device, dtype, spec, meta, resume_from, aux_sentences, run_dir)
 
     def build(self, checked: Checked) -> TrainRun:

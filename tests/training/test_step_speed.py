@@ -260,6 +260,29 @@ def test_compiled_step_keeps_dropout_random(tiny_bert: Path, backend: str) -> No
     torch.testing.assert_close(compiled, eager, rtol=1e-4, atol=1e-5)
 
 
+def test_compiled_backbone_hands_ami_its_maps_and_gradient(still_bert: Path) -> None:
+    """Compiled (AOT autograd, as CUDA graphs run it), AMI's layers still hand their maps to the
+    step: the same terms and the same gradient into an AMI layer's queries as uncompiled."""
+    batcher = TokenBatcher(still_bert, 16)
+    table = TokenTable.tokenize(batcher.tokenizer, CORPUS[:4], 16, batcher.pad_id)
+    batch = step_speed.to_device(table.batch(np.arange(4), 16), torch.device("cpu"))
+    results = []
+    for compiled in (False, True):
+        torch.manual_seed(0)
+        model = ContrastiveModel.from_folder(
+            still_bert, config(still_bert, method="ami-simcse", ami_weight=1.0)
+        )
+        if compiled:
+            model.runners["backbone"] = torch.compile(model.backbone, backend="aot_eager")
+        out = model.step(batch, torch.Generator().manual_seed(0))
+        out.loss.backward()
+        query = model.backbone.encoder.layer[model.ami_layers[-1]].attention.self.query.weight
+        results.append(({k: v.item() for k, v in out.terms.items()}, query.grad.clone()))
+    (eager_terms, eager_grad), (compiled_terms, compiled_grad) = results
+    assert eager_terms["ami"] < -1e-3 and compiled_terms == pytest.approx(eager_terms, rel=1e-5)
+    torch.testing.assert_close(compiled_grad, eager_grad, rtol=1e-4, atol=1e-7)
+
+
 # --- larger batches: the queue follows -------------------------------------------------------------
 
 
