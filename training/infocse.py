@@ -32,6 +32,7 @@ from __future__ import annotations
 
 import contextlib
 import copy
+import math
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -92,6 +93,14 @@ def mask_tokens(
     masked = torch.where(picked & (how >= 0.8) & (how < 0.9), random_ids, masked)
     labels = torch.where(picked, input_ids, torch.full_like(input_ids, IGNORE))
     return masked, labels
+
+
+def prediction_slots(positions: int, rate: float) -> int:
+    """How many of `positions` tokens the MLM head predicts: the masked count's mean plus six of its
+    standard deviations and 8 (each token is masked with probability at most `rate`), so that a
+    batch masks more only with a probability below 1e-9; all of them for a small batch."""
+    spread = math.sqrt(positions * rate * (1 - rate))
+    return min(positions, math.ceil(positions * rate + 6 * spread) + 8)
 
 
 def _bert_layers(backbone: nn.Module) -> nn.ModuleList:
@@ -189,9 +198,9 @@ class AuxMLM(nn.Module):
         into `sentence` only. With no masked position the sum is a 0 that still reaches every
         trainable weight (DDP expects a gradient for each). `rank` varies the extra layers' dropout.
 
-        Every position is predicted and the unmasked ones are ignored by the cross-entropy: the
-        same sum as predicting the masked positions alone, at one shape whatever the masking drew
-        (selecting them would make a shape from the values, a wait for the GPU)."""
+        The masked positions are taken at one shape whatever the masking drew (`prediction_slots`;
+        selecting exactly them would make a shape from the values, a wait for the GPU): the masked
+        ones first, then unmasked ones, which the cross-entropy ignores."""
         from transformers.masking_utils import create_bidirectional_mask
 
         hidden = torch.cat([sentence.unsqueeze(1).to(features.dtype), features[:, 1:]], dim=1)
@@ -202,9 +211,13 @@ class AuxMLM(nn.Module):
             for layer in self.layers:
                 out = layer(hidden, mask)
                 hidden = out[0] if isinstance(out, tuple) else out
-        states = self.norm(self.act(self.dense(hidden))).flatten(0, 1)  # (B * T, H)
-        logits = F.linear(states, self.frozen.embeddings.word_embeddings.weight, self.bias)
         targets = labels.flatten()
+        slots = torch.topk(
+            (targets != IGNORE).to(torch.int8), prediction_slots(targets.numel(), self.rate)
+        ).indices
+        targets = targets[slots]
+        states = self.norm(self.act(self.dense(hidden.flatten(0, 1)[slots])))  # (slots, H)
+        logits = F.linear(states, self.frozen.embeddings.word_embeddings.weight, self.bias)
         loss = F.cross_entropy(logits.float(), targets, reduction="sum", ignore_index=IGNORE)
         return loss, (targets != IGNORE).sum()
 

@@ -11,8 +11,9 @@ for a compiled graph. So, on CUDA:
 - nothing between the batch's copy and the momentum update reads a tensor on the host or makes a
   shape from its values (tests/training/test_no_host_sync.py): the attention's padding mask is always
   formed (`attention_maps.FUSED_ATTENTION`), AMI masks instead of selecting, InfoCSE's auxiliary
-  MLM predicts every position and ignores the unmasked ones, and its dropout seeds come from a host
-  generator; fp16's GradScaler alone still reads (whether a step overflowed), bf16 has no scaler;
+  MLM predicts a fixed number of slots, the masked positions first (`infocse.prediction_slots`), and
+  its dropout seeds come from a host generator; fp16's GradScaler alone still reads (whether a step
+  overflowed), bf16 has no scaler;
 - torch.compile of the step's forward passes (`compile_model`): by default `reduce-overhead`, which
   replays them as CUDA graphs at the fixed shapes (`compile_mode`; not yet measured on a GPU);
 - AdamW is the fused kernel (`optimizer.make_optimizer`), and the momentum encoder's forward runs
