@@ -142,8 +142,8 @@ class ContrastiveModel(nn.Module):
         key_dim = self.dim * (2 if self.saves_keys else 1)
         self.queue = EmbeddingQueue(key_dim, config.queue_length) if self.objective.momentum else None
         self.aux: infocse.AuxMLM | None = None  # InfoCSE's auxiliary MLM network (`from_folder`)
-        # Compiled forward passes of the step ("backbone", "momentum": `step_speed.compile_model`); a
-        # plain dict, not submodules, so the state dict and checkpoints stay those of the modules.
+        # Compiled parts of the step ("backbone", "momentum", "objective": `step_speed.compile_model`);
+        # a plain dict, not submodules, so the state dict and checkpoints stay those of the modules.
         self.runners: dict[str, Callable[..., Any]] = {}
         # On CUDA the momentum forward's own stream (`step_speed.compile_model`): it reads neither
         # view, so it runs beside the loss and the backward pass; None: in order, on the step's.
@@ -209,7 +209,8 @@ class ContrastiveModel(nn.Module):
             parts = [e1, e2, *(saved or ())]
             e1, e2, *rest = shard.gather_with_grad(torch.cat(parts, dim=-1)).chunk(len(parts), dim=-1)
             saved = (rest[0], rest[1]) if rest else None
-        terms = self.objective(self._step_tensors(views, e1, e2, saved, generator, shard))
+        objective = self.runners.get("objective", self.objective)  # compiled where `runners` has it
+        terms = objective(self._step_tensors(views, e1, e2, saved, generator, shard))
         zero = torch.zeros((), device=e1.device)
         loss = sum(terms.values(), zero)
         reported = {k: v.detach() for k, v in terms.items()}

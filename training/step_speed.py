@@ -14,8 +14,9 @@ for a compiled graph. So, on CUDA:
   MLM predicts a fixed number of slots, the masked positions first (`infocse.prediction_slots`), and
   its dropout seeds come from a host generator; fp16's GradScaler alone still reads (whether a step
   overflowed), bf16 has no scaler;
-- torch.compile of the step's forward passes (`compile_model`): by default `reduce-overhead`, which
-  replays them as CUDA graphs at the fixed shapes (`compile_mode`; not yet measured on a GPU);
+- torch.compile of the step's forward passes and loss terms (`compile_model`): by default
+  `reduce-overhead`, which replays them (and their backward) as CUDA graphs at the fixed shapes
+  (`compile_mode`; not yet measured on a GPU); the optimizer is one fused kernel, not in a graph;
 - AdamW is the fused kernel (`optimizer.make_optimizer`), and the momentum encoder's forward runs
   on a stream of its own (`side_stream`): it reads neither view, so it overlaps the loss and the
   backward pass.
@@ -88,7 +89,8 @@ def side_stream(device: torch.device) -> torch.cuda.Stream | None:
 
 
 def compile_model(model: Any, mode: str, device: torch.device) -> bool:
-    """torch.compile the forward passes of one step (`ContrastiveModel.runners`); False for `off`.
+    """torch.compile the forward passes and the loss terms of one step (`ContrastiveModel.runners`;
+    their backward passes are compiled with them); False for `off`.
 
     CUDA only: there it removes the launches the step is bound by; on the CPU the compile itself
     takes minutes and the step is bound by arithmetic. The compiled callables wrap the same modules,
@@ -106,6 +108,8 @@ def compile_model(model: Any, mode: str, device: torch.device) -> bool:
     model.runners["backbone"] = torch.compile(model.backbone, **options)
     if model.momentum is not None:
         model.runners["momentum"] = torch.compile(model.momentum, **options)
+    # the loss terms too; AMI's draws from its own generator break the graph there
+    model.runners["objective"] = torch.compile(model.objective, **options)
     return True
 
 

@@ -183,9 +183,9 @@ def test_compile_is_applied_only_under_cuda(
         step_speed.compile_model(model, "default", torch.device("cpu"))
     assert not compiled and not model.runners
     assert step_speed.compile_model(model, "reduce-overhead", CUDA)
-    assert [m for m, _ in compiled] == [model.backbone, model.momentum]
+    assert [m for m, _ in compiled] == [model.backbone, model.momentum, model.objective]
     assert all(kw == {"mode": "reduce-overhead"} for _, kw in compiled)
-    assert set(model.runners) == {"backbone", "momentum"}
+    assert set(model.runners) == {"backbone", "momentum", "objective"}
     assert set(model.state_dict()) == set(ContrastiveModel.from_folder(tiny_bert, model.config).state_dict())
     # the trainer refuses it on the CPU before anything is written
     with pytest.raises(InputError, match="needs a CUDA device"):
@@ -212,7 +212,7 @@ def test_cuda_graphs_are_the_default_on_cuda_only(tiny_bert: Path, monkeypatch: 
     # CUDA graphs by default; the momentum forward, then a graph replay, stays on the step's stream
     model = ContrastiveModel.from_folder(tiny_bert, config(tiny_bert, method="micse"))
     assert step_speed.compile_model(model, "auto", CUDA)
-    assert compiled == [{"mode": "reduce-overhead"}] * 2 and model.momentum_stream is None
+    assert compiled == [{"mode": "reduce-overhead"}] * 3 and model.momentum_stream is None
     # uncompiled (or compiled without graphs) on CUDA, the momentum forward gets a stream of its own
     model = ContrastiveModel.from_folder(tiny_bert, config(tiny_bert, method="micse"))
     assert not step_speed.compile_model(model, "off", CUDA)
@@ -260,9 +260,9 @@ def test_compiled_step_keeps_dropout_random(tiny_bert: Path, backend: str) -> No
     torch.testing.assert_close(compiled, eager, rtol=1e-4, atol=1e-5)
 
 
-def test_compiled_backbone_hands_ami_its_maps_and_gradient(still_bert: Path) -> None:
+def test_compiled_step_hands_ami_its_maps_and_gradient(still_bert: Path) -> None:
     """Compiled (AOT autograd, as CUDA graphs run it), AMI's layers still hand their maps to the
-    step: the same terms and the same gradient into an AMI layer's queries as uncompiled."""
+    compiled loss terms: the same terms and the same gradient into an AMI layer's queries."""
     batcher = TokenBatcher(still_bert, 16)
     table = TokenTable.tokenize(batcher.tokenizer, CORPUS[:4], 16, batcher.pad_id)
     batch = step_speed.to_device(table.batch(np.arange(4), 16), torch.device("cpu"))
@@ -274,6 +274,7 @@ def test_compiled_backbone_hands_ami_its_maps_and_gradient(still_bert: Path) -> 
         )
         if compiled:
             model.runners["backbone"] = torch.compile(model.backbone, backend="aot_eager")
+            model.runners["objective"] = torch.compile(model.objective, backend="aot_eager")
         out = model.step(batch, torch.Generator().manual_seed(0))
         out.loss.backward()
         query = model.backbone.encoder.layer[model.ami_layers[-1]].attention.self.query.weight
