@@ -8,16 +8,20 @@ from __future__ import annotations
 import math
 import shutil
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from pathlib import Path
+from typing import Any, Protocol
 
 import numpy as np
 import torch
 
+from embedkit.data.corpus import CorpusStats
 from embedkit.encode.batching import TokenBatcher
+from embedkit.encode.model_folder import ModelSpec
 from embedkit.errors import RunFailure
+from embedkit.evaluation.evaluator import Evaluator
 from embedkit.training import checkpoint as ckpt
 from embedkit.training import distributed, step_speed
 from embedkit.training.batches import autocast, epoch_order, steps_per_epoch
@@ -30,9 +34,64 @@ from embedkit.training.model import ContrastiveModel, StepOutput
 from embedkit.training.optimizer import make_optimizer, make_scheduler, optimizer_step
 from embedkit.training.save import keeps_base, train_metadata, write_model_folder
 from embedkit.training.token_table import TokenTable, position_limit
+from embedkit.training.views import PairStats, TrainingExamples
 
-if TYPE_CHECKING:
-    from embedkit.training.trainer import Checked, TrainJob, TrainResult
+
+class JobInputs(Protocol):
+    """What the run reads of the job that built it (`trainer.TrainJob`)."""
+
+    corpus: Any
+    out: Path
+    config: TrainConfig
+    context: distributed.Context
+    on_step: Callable[[int, dict[str, float]], None] | None
+
+    @property
+    def writes(self) -> bool: ...
+
+
+@dataclass(frozen=True)
+class TrainResult:
+    """What a finished run produced."""
+
+    out_dir: Path
+    method: str
+    steps: int
+    sentences: int
+    corpus_stats: CorpusStats | PairStats
+    dev_score: float | None  # best dev score of a trained checkpoint (the one saved)
+    best_step: int | None
+    base_dev_score: float | None  # dev score of the untrained base model
+    final_losses: dict[str, float]  # the loss terms of the last step
+    seconds: float
+    dev_label: str | None = None  # what the dev scores are, e.g. "dev sts spearman_cosine"
+    kept_base: bool = False  # --dev-retrieval: no checkpoint beat the base, so the base was saved
+
+    @property
+    def worse_than_base(self) -> bool:
+        """True when the saved model scores below the untrained base on the dev set."""
+        if self.dev_score is None or self.base_dev_score is None:
+            return False
+        return self.dev_score < self.base_dev_score
+
+
+@dataclass(frozen=True)
+class Checked:
+    """What `TrainJob.check` found: every input, checked, and where the run lives."""
+
+    dev: Evaluator | None  # the dev criterion, or None
+    sample: TrainingExamples  # the training examples (the dev pseudo queries' sentences held out)
+    device: torch.device
+    dtype: torch.dtype | None  # autocast's dtype, None for fp32
+    spec: ModelSpec  # the base model
+    meta: dict  # what the run is made from: the checkpoints record it, a resume compares it
+    resume_from: Path | None  # the checkpoint to continue from
+    aux_sentences: list[str] | None  # InfoCSE's stage-1 sentences (a fresh run)
+    run_dir: Path  # where the checkpoints go: OUT, or beside it until the model replaces OUT
+
+    @property
+    def metrics(self) -> Path:
+        return self.run_dir / ckpt.METRICS
 
 
 @dataclass(frozen=True)
@@ -112,7 +171,7 @@ class TrainRun:
 
     def __init__(
         self,
-        job: TrainJob,
+        job: JobInputs,
         checked: Checked,
         parts: RunParts,
         state: TrainState,
@@ -246,8 +305,6 @@ class TrainRun:
 
     def finish(self, kept: Kept) -> TrainResult:
         """The model folder replaces `out`; the run folder's metrics are copied into it."""
-        from embedkit.training.trainer import TrainResult
-
         state, model, checked, out = self.state, self.model, self.checked, self.job.out
         if self.writes:
             done = {"event": "done", "step": state.step, "best_step": state.best_step}
@@ -297,4 +354,13 @@ def _stop_nonfinite(checked: Checked, step: int, terms: dict[str, float], main: 
     )
 
 
-__all__ = ["RunParts", "Running", "TrainRun", "build_parts", "rank_batch"]
+__all__ = [
+    "Checked",
+    "JobInputs",
+    "RunParts",
+    "Running",
+    "TrainResult",
+    "TrainRun",
+    "build_parts",
+    "rank_batch",
+]

@@ -24,11 +24,9 @@ from pathlib import Path
 
 import torch
 
-from embedkit.data.corpus import CorpusStats
 from embedkit.encode.identity import model_fingerprint
-from embedkit.encode.model_folder import ModelSpec, read_model_spec
+from embedkit.encode.model_folder import read_model_spec
 from embedkit.errors import InputError
-from embedkit.evaluation.evaluator import Evaluator
 from embedkit.storage.locking import write_lock
 from embedkit.training import aux_stage1, distributed, loop, rotation, run_folder, step_speed
 from embedkit.training import checkpoint as ckpt
@@ -37,35 +35,10 @@ from embedkit.training.checkpoint import TrainState
 from embedkit.training.checkpoint_selection import dev_evaluator, dev_label, dev_score
 from embedkit.training.config import TrainConfig
 from embedkit.training.display import TrainDisplay
-from embedkit.training.train_run import RunParts, TrainRun, build_parts
-from embedkit.training.views import PairStats, TrainingExamples, load_examples
+from embedkit.training.train_run import Checked, RunParts, TrainResult, TrainRun, build_parts
+from embedkit.training.views import load_examples
 
 StepCallback = Callable[[int, dict[str, float]], None]
-
-
-@dataclass(frozen=True)
-class TrainResult:
-    """What a finished run produced."""
-
-    out_dir: Path
-    method: str
-    steps: int
-    sentences: int
-    corpus_stats: CorpusStats | PairStats
-    dev_score: float | None  # best dev score of a trained checkpoint (the one saved)
-    best_step: int | None
-    base_dev_score: float | None  # dev score of the untrained base model
-    final_losses: dict[str, float]  # the loss terms of the last step
-    seconds: float
-    dev_label: str | None = None  # what the dev scores are, e.g. "dev sts spearman_cosine"
-    kept_base: bool = False  # --dev-retrieval: no checkpoint beat the base, so the base was saved
-
-    @property
-    def worse_than_base(self) -> bool:
-        """True when the saved model scores below the untrained base on the dev set."""
-        if self.dev_score is None or self.base_dev_score is None:
-            return False
-        return self.dev_score < self.base_dev_score
 
 
 def train(
@@ -97,25 +70,6 @@ def train(
         job = TrainJob(corpus, out, config, context, progress, resume, overwrite, on_step)
         with write_lock(out) if context.is_main else nullcontext():  # rank 0 holds it for all of them
             return loop.run(job)
-
-
-@dataclass(frozen=True)
-class Checked:
-    """What `TrainJob.check` found: every input, checked, and where the run lives."""
-
-    dev: Evaluator | None  # the dev criterion, or None
-    sample: TrainingExamples  # the training examples (the dev pseudo queries' sentences held out)
-    device: torch.device
-    dtype: torch.dtype | None  # autocast's dtype, None for fp32
-    spec: ModelSpec  # the base model
-    meta: dict  # what the run is made from: the checkpoints record it, a resume compares it
-    resume_from: Path | None  # the checkpoint to continue from
-    aux_sentences: list[str] | None  # InfoCSE's stage-1 sentences (a fresh run)
-    run_dir: Path  # where the checkpoints go: OUT, or beside it until the model replaces OUT
-
-    @property
-    def metrics(self) -> Path:
-        return self.run_dir / ckpt.METRICS
 
 
 @dataclass(frozen=True)
