@@ -8,7 +8,7 @@
 # environment and runs it there (scripts/wheel_smoke.sh). Override TORCH to pick another torch build,
 # e.g. `make test TORCH="torch==2.13.0 --index-url https://download.pytorch.org/whl/cpu"`.
 # `make gpu-check` proves the GPU half on a CUDA machine, each figure against its goal
-# (benchmarks/gpu_check.py; GPU_CHECK_ARGS="--train-1m" adds the one-million-sentence run). It runs
+# (benchmarks/gpu_check.py, the one-million-sentence run included; GPU_CHECK_ARGS="--no-train-1m" leaves it out). It runs
 # .venv's python where there is one, else $(PYTHON) with embedkit installed, and refuses without CUDA.
 
 PYTHON ?= python3
