@@ -130,9 +130,8 @@ class TrainConfig:
     # the allocator reuse one shape), off on CPU, where padding is arithmetic (training/step_speed.py)
     pad_to_max_length: bool | None = None
     # torch.compile of the step's forward passes and loss (reduce-overhead: CUDA graphs, at the fixed
-    # shapes); auto = reduce-overhead on CUDA, off on the CPU (where compiling takes minutes and the
-    # step is bound by arithmetic). On CUDA by default as the step is launch-bound, but not yet
-    # measured on a GPU (benchmarks/train_step.py --compile): `off` runs the step uncompiled.
+    # shapes); auto = off until a GPU measurement shows it pays (step_speed.AUTO_COMPILE), and off on
+    # the CPU (where compiling takes minutes and the step is bound by arithmetic).
     compile: str = "auto"
     # With several ranks (torchrun): seconds a rank waits for the others at a collective, rank 0's dev
     # evaluations and checkpoints included, before the job fails instead of hanging (torch's 30 min).

@@ -68,6 +68,12 @@ def to_device(arrays: dict[str, np.ndarray], device: torch.device) -> dict[str, 
     return {k: torch.from_numpy(v).pin_memory().to(device, non_blocking=True) for k, v in arrays.items()}
 
 
+# What compile=auto runs on CUDA. reduce-overhead (the step's passes replayed as CUDA graphs) is
+# built and tested on the CPU (aot_eager) but has not run on a GPU: off until `make gpu-check` has
+# measured it there (then "reduce-overhead" here, where it is faster and its losses match).
+AUTO_COMPILE = "off"
+
+
 def check_compile(mode: str, device: torch.device) -> None:
     """`InputError` for a compile mode other than off (or auto) on a device other than CUDA."""
     if mode not in ("off", "auto") and device.type != "cuda":
@@ -75,12 +81,13 @@ def check_compile(mode: str, device: torch.device) -> None:
 
 
 def compile_mode(mode: str, device: torch.device) -> str:
-    """The torch.compile mode a run uses: `mode`, with auto = reduce-overhead (CUDA graphs) on CUDA
-    and off elsewhere."""
+    """The torch.compile mode a run uses: `mode`, with auto = off on every device until a GPU
+    measurement shows that CUDA graphs pay (`AUTO_COMPILE`; `benchmarks/train_step.py --compile`
+    through `make gpu-check` measures it); on a CPU compiling takes minutes and never pays."""
     check_compile(mode, device)
     if mode != "auto":
         return mode
-    return "reduce-overhead" if device.type == "cuda" else "off"
+    return AUTO_COMPILE if device.type == "cuda" else "off"
 
 
 def side_stream(device: torch.device) -> torch.cuda.Stream | None:

@@ -198,7 +198,7 @@ def test_compile_is_applied_only_under_cuda(
 def test_cuda_graphs_are_the_default_on_cuda_only(tiny_bert: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     cpu = torch.device("cpu")
     assert TrainConfig().compile == "auto"
-    assert step_speed.compile_mode("auto", CUDA) == "reduce-overhead"
+    assert step_speed.compile_mode("auto", CUDA) == step_speed.AUTO_COMPILE
     assert step_speed.compile_mode("auto", cpu) == "off"
     assert step_speed.compile_mode("off", CUDA) == "off"
     assert step_speed.compile_mode("default", CUDA) == "default"
@@ -209,10 +209,13 @@ def test_cuda_graphs_are_the_default_on_cuda_only(tiny_bert: Path, monkeypatch: 
     model = ContrastiveModel.from_folder(tiny_bert, config(tiny_bert, method="micse"))
     assert not step_speed.compile_model(model, "auto", cpu) and not compiled
     assert model.momentum_stream == "stream on cpu"  # what side_stream gives: None on a real CPU
-    # CUDA graphs by default; the momentum forward, then a graph replay, stays on the step's stream
+    # CUDA graphs (auto, where a GPU measurement turns them on); the momentum forward, then a graph
+    # replay, stays on the step's stream
+    monkeypatch.setattr(step_speed, "AUTO_COMPILE", "reduce-overhead")
     model = ContrastiveModel.from_folder(tiny_bert, config(tiny_bert, method="micse"))
     assert step_speed.compile_model(model, "auto", CUDA)
     assert compiled == [{"mode": "reduce-overhead"}] * 3 and model.momentum_stream is None
+    monkeypatch.setattr(step_speed, "AUTO_COMPILE", "off")
     # uncompiled (or compiled without graphs) on CUDA, the momentum forward gets a stream of its own
     model = ContrastiveModel.from_folder(tiny_bert, config(tiny_bert, method="micse"))
     assert not step_speed.compile_model(model, "off", CUDA)
