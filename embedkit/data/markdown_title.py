@@ -23,6 +23,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from embedkit.data.plain_text import inline_text
+
 SCAN_CHARS = 256 * 1024  # a long README is 50,000 characters
 
 
@@ -60,18 +62,5 @@ def _headings(body: str) -> list[_Heading]:
     for i, token in enumerate(tokens):
         if token.type == "heading_open" and token.level == 0 and token.map is not None:
             inline = inline_parser.parseInline(tokens[i + 1].content)[0]
-            found.append(_Heading(int(token.tag[1:]), _plain(inline.children or []), tuple(token.map)))
+            found.append(_Heading(int(token.tag[1:]), inline_text(inline.children or []), tuple(token.map)))
     return found
-
-
-def _plain(children) -> str:
-    """The text of a heading's inline tokens: words and code spans, an image's alt text; no markup."""
-    parts = []
-    for child in children:
-        if child.type in ("text", "code_inline"):
-            parts.append(child.content)
-        elif child.type in ("softbreak", "hardbreak"):
-            parts.append(" ")
-        elif child.type == "image":
-            parts.append(_plain(child.children or []))
-    return " ".join("".join(parts).split())
