@@ -20,9 +20,9 @@ How the window is chosen:
    an answer), half where only a sentence after the first holds it (`CONTEXT_SHARE`: the
    snippet opens with the sentence that answers), and weighed by its IDF among the text's units
    (which part of this text it singles out) times its IDF in the index, where the store knows
-   it (whether the term tells documents apart at all: a question's "how" or "should" is in
-   most of them), times its count in the query (a quarter for the words a question is asked
-   with: `QUESTION_WORDS`), halved where the document's title holds it (`TITLE_SHARE`).
+   it (whether the term tells documents apart at all), times its count in the query, halved
+   where the document's title holds it (`TITLE_SHARE`). The words a question is asked with
+   ("how", "should", "I": `QUESTION_WORDS`) are left out where the query holds others.
 4. The best window shows, the first on equal scores; where no term of the query is in the text,
    its first window.
 
@@ -50,15 +50,14 @@ K1, B = 1.2, 0.75  # BM25's, as the lexical side scores (tantivy's and Lucene's)
 # A query's term that the document's title holds weighs half: the title says what the whole text is
 # about ("espresso machine" in its manual), the window should show the part about the rest
 TITLE_SHARE = 0.5
-# The words a question is asked with, not answered with ("how often should I ..."): a quarter of
-# a term's weight, so a FAQ's question or an intro's "how to" does not outweigh the answer where
-# the store has no statistics to tell (English; the lexical side's stopwords are removed already)
+# The words a question is asked with, not answered with ("how often should I ..."): they locate no
+# answer (a FAQ's question, an intro's "how to"), so a snippet leaves them out where the query holds
+# other terms (English; the lexical side's stopwords are out already)
 _ASKED_WITH = (
     "how what when where which who whom whose why should would could can may might must shall do does "
     "did i me my we our you your"
 )
 QUESTION_WORDS = frozenset(_ASKED_WITH.split())
-QUESTION_SHARE = 0.25
 # A term the window's first sentence does not hold, only a later one, weighs half: the snippet
 # opens with the sentence that answers, the next ones are its context
 CONTEXT_SHARE = 0.5
@@ -70,6 +69,9 @@ ABBREVIATIONS = frozenset(_ABBREVIATED.split())
 _BREAK = re.compile(r"[.!?…][\"'”’)\]]*(?=\s)|[。！？][\"'”’」』)]*|\n")
 _BLOCK_START = re.compile(r"[ \t]*(?:#{1,6}\s|>|\||[-*+•]\s|\d{1,3}[.)]\s|```|~~~)")
 _OPENERS = "\"'“‘([#>*-•"
+_LAST_WORD = re.compile(r"\S*$")
+_INITIAL = re.compile(r"[^\W\d_]\.")  # "J."
+_ITEM_NUMBER = re.compile(r"\d{1,3}\.")  # "1." of a list
 
 
 class Analysis(Protocol):
@@ -101,9 +103,9 @@ def snippets(
     text escaped, the query's terms in <b>, at most `limit` characters shown. `titles`: each
     text's document's title, whose terms weigh `TITLE_SHARE` as much."""
     asked = as_analyzed(query)
-    counts: Counter[str] = Counter()
-    for term, start, end in analysis.term_spans(asked):
-        counts[term] += QUESTION_SHARE if asked[start:end].lower() in QUESTION_WORDS else 1.0
+    spans = analysis.term_spans(asked)
+    telling = [t for t, start, end in spans if asked[start:end].lower() not in QUESTION_WORDS]
+    counts = Counter(telling or [t for t, _, _ in spans])  # a query of question words alone keeps them
     corpus = analysis.term_idf(sorted(counts)) if counts else {}
     weights = {term: n * corpus.get(term, 1.0) for term, n in counts.items()}
     made = []
@@ -163,11 +165,11 @@ def _ends_unit(text: str, found: re.Match[str]) -> bool:
         if not line or not following or _BLOCK_START.match(following):
             return True
         return len(line) < HEADING_CHARS and (following[0].isupper() or following[0].isdigit())
-    word = re.search(r"\S*$", text[max(found.start() - 12, 0) : found.start() + 1]).group().lower()
-    if word in ABBREVIATIONS or re.fullmatch(r"[^\W\d_]\.", word):  # "Dr." and "J." end no sentence
+    word = _LAST_WORD.search(text, max(found.start() - 12, 0), found.start() + 1).group().lower()
+    if word in ABBREVIATIONS or _INITIAL.fullmatch(word):  # "Dr." and "J." end no sentence
         return False
     opens = found.start() + 1 - len(word)
-    if re.fullmatch(r"\d{1,3}\.", word) and not text[text.rfind("\n", 0, opens) + 1 : opens].strip():
+    if _ITEM_NUMBER.fullmatch(word) and not text[text.rfind("\n", 0, opens) + 1 : opens].strip():
         return False  # "1. " at a line's start numbers a list's item
     rest = text[after : after + 8].lstrip()
     return not rest or rest[0].isupper() or rest[0].isdigit() or rest[0] in _OPENERS
@@ -223,16 +225,31 @@ def _units_with_terms(
     text: str, units: Sequence[Unit], weights: dict[str, float], analysis: Analysis
 ) -> dict[int, set[str]]:
     """Unit -> the query's terms in it, for the units that hold any (step 2)."""
-    stems = sorted({term if len(term) <= 3 else term[:-1] for term in weights}, key=len, reverse=True)
-    near = re.compile("|".join(re.escape(stem) for stem in stems), re.IGNORECASE)
+    stems = {term if len(term) <= 3 else term[:-1] for term in weights}
     starts = [unit.start for unit in units]
-    candidates = sorted({bisect_right(starts, hit.start()) - 1 for hit in near.finditer(text)} - {-1})
+    candidates = sorted({bisect_right(starts, at) - 1 for at in _found_at(text, stems)} - {-1})
     found = {}
     for index in candidates:
         unit = units[index]
         terms = {t for t, _, _ in analysis.term_spans(text[unit.start : unit.end]) if t in weights}
         if terms:
             found[index] = terms
+    return found
+
+
+def _found_at(text: str, stems: set[str]) -> list[int]:
+    """Where each of `stems` (lower case) is in `text`, case-blind: a search of the lowered text
+    (as fast as `str.find`), or a pattern where lowering changes the text's length ("İ")."""
+    lowered = text.lower()
+    if len(lowered) != len(text):
+        near = re.compile("|".join(re.escape(stem) for stem in stems), re.IGNORECASE)
+        return [hit.start() for hit in near.finditer(text)]
+    found = []
+    for stem in stems:
+        at = lowered.find(stem)
+        while at >= 0:
+            found.append(at)
+            at = lowered.find(stem, at + 1)
     return found
 
 
