@@ -10,12 +10,24 @@ space collapsed: a PDF's line breaks, a table's tabs.
 
 from __future__ import annotations
 
+import re
 from functools import cache
+
+# What can make a text Markdown: without any of it CommonMark reads a text as its own words (an
+# indented line is code, kept as it is), so the parse is skipped (a snippet's window: a third of
+# its time went to it); emphasis, code, links, escapes and entities, headings, quotes and tables,
+# list items and Setext underlines
+_MARKUP = re.compile(r"[*_`\[\]!<>#|&\\~]|^[ \t]*(?:[-+=]|\d{1,9}[.)])", re.MULTILINE)
 
 
 def one_line(text: str) -> str:
     """`text` as one line of plain text: headings', lists' and quotes' marks, emphasis, links'
     targets and code fences dropped (an ordered item keeps its number), white space collapsed."""
+    return parsed_line(text) if _MARKUP.search(text) else " ".join(text.split())
+
+
+def parsed_line(text: str) -> str:
+    """`one_line` by markdown-it-py's parse, whatever the text holds."""
     parts: list[str] = []
     for token in _markdown().parse(text):
         if token.type == "inline":
