@@ -31,6 +31,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from embedkit.data.document import Passage
 from embedkit.search.fusion import PRF_DOCS, feedback_query, fuse
 from embedkit.search.hits import Hit, with_documents
 from embedkit.search.snippets import snippets
@@ -330,7 +331,7 @@ def with_store_documents(
     for query, q_hits in zip(queries, hits, strict=True):
         sources = [held.get(h.row) for h in q_hits]
         titles = [source.title if source is not None else "" for source in sources]
-        made = snippets(query, [_quoted(source) for source in sources], store, titles)
+        made = snippets(query, [_quoted(s) for s in sources], store, titles, [_cut(s) for s in sources])
         with_snippets.append([replace(h, snippet=s) for h, s in zip(q_hits, made, strict=True)])
     return with_snippets
 
@@ -340,6 +341,13 @@ def _quoted(source: TextSpan | None) -> str:
     if source is None:
         return ""
     return source.text if source.text.strip() else source.title
+
+
+def _cut(source: TextSpan | None) -> tuple[bool, bool]:
+    """Whether a passage was cut from its document's text at its start and at its end."""
+    if not isinstance(source, Passage):
+        return False, False
+    return source.start > 0, source.end < len(source.document.text)
 
 
 @functools.cache

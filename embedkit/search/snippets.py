@@ -40,7 +40,7 @@ import unicodedata
 from bisect import bisect_right
 from collections import Counter
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Protocol
 
 from embedkit.data.plain_text import one_line
@@ -72,6 +72,7 @@ _OPENERS = "\"'“‘([#>*-•"
 _LAST_WORD = re.compile(r"\S*$")
 _INITIAL = re.compile(r"[^\W\d_]\.")  # "J."
 _ITEM_NUMBER = re.compile(r"\d{1,3}\.")  # "1." of a list
+_SENTENCE_END = re.compile(r"[.!?…。！？][\"'”’」』)\]]*$")
 
 
 class Analysis(Protocol):
@@ -97,11 +98,13 @@ def snippets(
     texts: Sequence[str],
     analysis: Analysis,
     titles: Sequence[str] | None = None,
+    cut: Sequence[tuple[bool, bool]] | None = None,
     limit: int = SNIPPET_CHARS,
 ) -> list[str]:
     """Each text's window that best answers `query` (see the module docstring), as HTML: the
     text escaped, the query's terms in <b>, at most `limit` characters shown. `titles`: each
-    text's document's title, whose terms weigh `TITLE_SHARE` as much."""
+    text's document's title, whose terms weigh `TITLE_SHARE` as much; `cut`: whether each text
+    was cut from a longer one (a passage) at its start and at its end, where "…" shows it goes on."""
     asked = as_analyzed(query)
     spans = analysis.term_spans(asked)
     telling = [t for t, start, end in spans if asked[start:end].lower() not in QUESTION_WORDS]
@@ -109,10 +112,11 @@ def snippets(
     corpus = analysis.term_idf(sorted(counts)) if counts else {}
     weights = {term: n * corpus.get(term, 1.0) for term, n in counts.items()}
     made = []
-    for text, title in zip(texts, titles if titles is not None else [""] * len(texts), strict=True):
+    titles = titles if titles is not None else [""] * len(texts)
+    for text, title, ends in zip(texts, titles, cut or [(False, False)] * len(texts), strict=True):
         about = set(_terms(title, analysis)) if title else set()
         own = {t: w * (TITLE_SHARE if t in about else 1.0) for t, w in weights.items()}
-        made.append(_snippet(as_analyzed(text), own, analysis, limit))
+        made.append(_snippet(as_analyzed(text), own, analysis, limit, ends))
     return made
 
 
@@ -127,11 +131,17 @@ def as_analyzed(text: str) -> str:
     return text.encode("utf-8", "replace").decode("utf-8") if not text.isascii() else text
 
 
-def _snippet(text: str, weights: dict[str, float], analysis: Analysis, limit: int) -> str:
+def _snippet(
+    text: str, weights: dict[str, float], analysis: Analysis, limit: int, cut: tuple[bool, bool]
+) -> str:
     budget = limit - 2  # room for "…" at both ends
     units = text_units(text, budget)
     if not units:
         return ""
+    if cut[0] and not (text[units[0].start].isupper() or text[units[0].start].isdigit()):
+        units[0] = replace(units[0], opens=False)  # a passage that starts inside a sentence
+    if cut[1] and not _SENTENCE_END.search(text, 0, units[-1].end):
+        units[-1] = replace(units[-1], closes=False)  # one that ends inside a sentence
     found = _units_with_terms(text, units, weights, analysis) if weights else {}
     first = best_window(units, found, weights, budget) if found else 0
     return _shown(text, units[first : window_end(units, first, budget)], set(weights), analysis, limit)

@@ -128,3 +128,19 @@ def test_a_long_sentence_is_cut_in_pieces_with_ellipses() -> None:
 def test_units_start_at_sentences(text: str, units: list[str] | None) -> None:
     found = [text[u.start : u.end] for u in text_units(text)]
     assert found == (units if units is not None else [text])
+
+
+def test_a_passage_cut_inside_sentences_shows_ellipses() -> None:
+    """A passage cut from its document: "…" where it starts or ends inside a sentence."""
+    passage = "the water is hard. Descale the machine every three months. Claims are approved by your"
+    query = "descale machine"
+    assert snippets(query, [passage], Analyzer(), cut=[(True, True)]) == [
+        "<b>Descale</b> the <b>machine</b> every three months. Claims are approved by your…"
+    ]
+    (lead,) = snippets("zzz", [passage], Analyzer(), cut=[(True, True)])
+    assert lead.startswith("…the water is hard.") and lead.endswith("by your…")
+    whole = "Descale the machine every three months."
+    assert snippets(query, [whole], Analyzer(), cut=[(True, True)]) == [
+        "<b>Descale</b> the <b>machine</b> every three months."
+    ]
+    assert snippets("zzz", [passage], Analyzer()) == [passage]  # a whole document: no "…"
