@@ -19,7 +19,7 @@ query that overlaps a write reads the old or the new version, never a mix.
 `embedkit.index.where`), or Chroma's dict (`{"year": {"$gte": 2020}}`, `embedkit.index.where_dict`).
 `include` chooses a hit's fields beyond its rank, id and score (`embedkit.search.hits.HIT_FIELDS`);
 by default every field but the document's full text, as on every side. Every hit has a snippet:
-its text with the query's words highlighted, else its start.
+the part of its text that best answers the query (`embedkit.search.snippets`).
 """
 
 from __future__ import annotations
