@@ -167,7 +167,7 @@ def test_the_docs_page_lists_every_route(browser, server, tmp_path: Path):
 
 
 def test_a_snippet_shows_its_matched_terms_and_nothing_else_as_markup(browser, server):
-    """tantivy's snippets are HTML with the terms in <b>; the page keeps only those as <mark>s."""
+    """A snippet is HTML with the query's terms in <b>; the page keeps only those as <mark>s."""
     hostile = "the <b>shock</b> wave &lt;i&gt;x&lt;/i&gt; "
     hostile += '<img src=x onerror="window.hit=1"><script>window.hit=2</script>'
     answer = {

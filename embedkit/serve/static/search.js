@@ -46,7 +46,7 @@
     return `${window.location.pathname}?${params}`;
   }
 
-  // A tantivy snippet is HTML with the matched terms in <b>: rebuilt as text nodes and <mark>s, so
+  // A snippet is HTML with the query's terms in <b>: rebuilt as text nodes and <mark>s, so
   // that nothing else in it can become markup.
   function snippetNode(html) {
     const out = element("p", "snippet");
