@@ -144,3 +144,12 @@ def test_a_passage_cut_inside_sentences_shows_ellipses() -> None:
         "<b>Descale</b> the <b>machine</b> every three months."
     ]
     assert snippets("zzz", [passage], Analyzer()) == [passage]  # a whole document: no "…"
+
+
+def test_text_is_read_as_the_index_reads_it() -> None:
+    """NFKC as the lexical side applies it ("ﬁ" is "fi"), and a text whose lower case is longer
+    ("İ" lowers to two characters) still finds its terms at the right places."""
+    (shown,) = snippets("fine print", ["Read the ﬁne print."], Analyzer())
+    assert shown == "Read the <b>fine</b> <b>print</b>."
+    text = "İstanbul hosts the fair. The fair opens in May."
+    assert snippets("opening", [text], Analyzer()) == ["The fair <b>opens</b> in May."]
