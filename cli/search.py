@@ -233,7 +233,7 @@ def _print_tables(texts: list[str], results: list[list[Hit]], passages: bool = F
         table = Table(title=f"[bold]{escape(text)}[/bold]", title_justify="left")
         table.add_column("#", justify="right")
         table.add_column("id")
-        table.add_column("title")
+        table.add_column("title", max_width=30)  # the text, the snippet, gets the rest
         table.add_column("score", justify="right")
         table.add_column("text")
         for rank, hit in enumerate(hits, 1):
