@@ -1,6 +1,7 @@
 # embedkit: `make setup` installs what searching, serving and training need into .venv; `make demo`
-# runs a first search on the bundled example (about 2 minutes), `make tour` the longer tour (train,
-# export, adapt), `make test` the tests (it adds the test-only packages itself).
+# runs a first search on the bundled example (several minutes: README.md has the measured times),
+# `make tour` the longer tour (train, export, adapt), `make test` the tests (it adds the test-only
+# packages itself).
 # Every install takes the versions in constraints.txt, the ones the tests passed with (`make lock`
 # writes it anew); `LOCK=` installs the newest versions pyproject.toml's ranges allow instead, as
 # `make test-newest` does in .venv-newest. `make wheel-smoke` installs the built wheel into a fresh

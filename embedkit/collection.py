@@ -8,7 +8,8 @@
 
 A collection is an index folder, the one `embedkit index` makes: `embedkit search`, `serve --index`,
 `verify` and `compact` read it, and the CLI's commands write it. Each method is the CLI's own code:
-`add` and `upsert` are `build_index` (`embedkit index --append [--upsert]`), `delete` is
+`add` and `upsert` are `build_index` (`embedkit index --append [--upsert]`), `sync` is
+`build_index` too (`embedkit index --sync`: only what changed is embedded), `delete` is
 `delete_documents` (`embedkit delete`), `query` is `SearchIndex.search_text`, the one search
 pipeline (`embedkit.search.pipeline`), and its hits are the records of `embedkit search --json`
 (`embedkit.search.hits.hit_record`). So are the guarantees: every write makes a new version live in
@@ -133,13 +134,20 @@ class Collection:
         self._release()
         return delete_documents(self.path, _ids(ids))
 
-    def _write(self, documents: list[Document], upsert: bool) -> IndexReport:
+    def sync(self, corpus: str | Path) -> IndexReport:
+        """Make the collection hold the documents of `corpus` (a folder, a JSONL or BEIR corpus, ...):
+        those unchanged since the last write kept, changed and new ones embedded, the others deleted,
+        in one new version (`embedkit index --sync`); its report says `added`, `kept`, `deleted`."""
+        return self._write(corpus, upsert=False, sync=True)
+
+    def _write(self, documents: list[Document] | str | Path, upsert: bool, sync: bool = False) -> IndexReport:
         from embedkit.jobs.index_build import IndexOptions, build_index
 
         exists = self._exists()
         options = IndexOptions(
-            append=exists,
+            append=exists and not sync,
             upsert=upsert and exists,
+            sync=sync,
             calibrate=self._calibrate,
             device=self._device,
             precision=self._precision,
@@ -307,6 +315,6 @@ def _documents(texts: Texts, ids: Texts, metadatas: Metas, titles: Texts | None)
             raise InputError(f"document {key!r} is empty")
         if meta is not None and not isinstance(meta, dict):
             raise InputError(f"document {key!r}: its metadata must be a dict")
-        check_document(key, title, text, meta or {}, f"document {key!r}")
-        made.append(Document(key, text, title, dict(meta or {})))
+        metadata = check_document(key, title, text, meta or {}, f"document {key!r}")
+        made.append(Document(key, text, title, metadata))
     return made

@@ -177,7 +177,7 @@ class SearchIndex:
             width = min(k, self.document_count)
             ranked = [[(b[doc], s) for doc, s in r] for r, b in zip(side.rankings, side.best, strict=True)]
         else:
-            width = min(k, len(self)) if len(self) and (allowed is None or len(allowed)) else 0
+            width = min(k, len(self)) if len(self) and self.store.reachable(allowed) else 0
             ranked = side.rankings
         held = self.store.held_at(sorted({row for ranking in ranked for row, _ in ranking}))
         scores = np.full((len(ranked), width), -np.inf, dtype=np.float32)

@@ -3,7 +3,9 @@
 The one owner of the search modes and of an index's recorded fusion choice (`Calibration`, in
 `IndexMeta.fusion`, made by `embedkit.evaluation.fusion_calibration`) and how it becomes the fusion
 of a search: `embedkit search`, `/search`, the search page, `eval retrieval`, `adapt` and the Python
-API all resolve a `SearchRequest` here, so none of them can differ in a default.
+API all resolve a `SearchRequest` here (`SearchRequest.resolved`: the user's settings over the index's
+recorded choice over the library's defaults) and check their settings here (`check_choices`), so
+none of them can differ in a default or in what it accepts.
 """
 
 from __future__ import annotations
@@ -49,11 +51,9 @@ class SearchRequest:
         says why), is an `InputError` before any work."""
         mode = self.mode or default_mode(meta, has_lexical, self.fusion)
         fusion, alpha = fusion_for(meta, self.fusion, self.alpha)
-        if mode not in SEARCH_MODES:
-            raise InputError(f"unknown search mode {mode!r}: use {', '.join(SEARCH_MODES)}")
+        check_choices(mode, fusion, alpha)
         if self.k < 1:
             raise InputError(f"k must be at least 1, got {self.k}")
-        check_fusion(fusion, alpha)
         if mode != "dense" and not has_lexical:
             raise InputError(no_lexical or "this index has no lexical side: search it with --mode dense")
         depth = max(self.k, self.depth or FUSION_DEPTH) if mode == "hybrid" else self.k
@@ -64,6 +64,15 @@ class SearchRequest:
         in hybrid mode the fusion and dense weight."""
         fused = {"fusion": self.fusion, "alpha": self.alpha} if self.mode == "hybrid" else {}
         return {"mode": self.mode, **fused}
+
+
+def check_choices(mode: str | None, fusion: str | None = None, alpha: float | None = None) -> None:
+    """The one check of a search's mode, fusion and dense weight, each None where the index's
+    default is left to decide: an `InputError` before an index or a model loads. Every entry point
+    (the CLI, the server, the Python API, `eval retrieval`, `adapt`) checks here."""
+    if mode is not None and mode not in SEARCH_MODES:
+        raise InputError(f"unknown search mode {mode!r}: use {', '.join(SEARCH_MODES)}")
+    check_fusion(fusion or DEFAULT_FUSION, DEFAULT_ALPHA if alpha is None else alpha)
 
 
 def label(method: str, alpha: float | None) -> str:

@@ -158,7 +158,7 @@ class AdaptJob:
         if config.dev_retrieval:
             from embedkit.evaluation.retrieval import RetrievalEvaluator
 
-            self.dev_judged = RetrievalEvaluator(config.dev_retrieval, batch_size=64)
+            self.dev_judged = RetrievalEvaluator(config.dev_retrieval, batch_size=64, mode="dense")
         if index.passages:  # the mining pairs each document with one vector
             raise InputError(f"adapt works on an index of whole documents; {index.path} holds passages")
         documents = [d for d in index.documents_at(range(len(index))) if d is not None]
