@@ -22,6 +22,8 @@ The methods take Chroma's arguments and give Chroma's result shapes (`embedkit.c
 `embedkit.index.where_dict`) or the CLI's filter expression (`year >= 2020 and tags contains "a"`,
 `embedkit.index.where`). Every argument is checked on entry (`embedkit.arguments`): a wrong one, or
 one of Chroma's that a collection does not do, is an `InputError` naming it.
+Every hit has a snippet: the part of its text that best answers the query
+(`embedkit.search.snippets`).
 """
 
 from __future__ import annotations

@@ -23,6 +23,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from embedkit.data.plain_text import inline_text
+
 SCAN_CHARS = 256 * 1024  # a long README is 50,000 characters
 TITLE_CHARS = 1000  # of a heading's Markdown, read for its text: a title is a line, not a page
 
@@ -58,7 +60,7 @@ def _title_heading(headings: list[_Heading]) -> tuple[_Heading, str] | None:
     inline_parser = MarkdownIt("commonmark")
     for heading in sorted(headings, key=lambda h: h.level):  # stable: file order within a level
         inline = inline_parser.parseInline(heading.content[:TITLE_CHARS])[0]
-        text = _plain(inline.children or [])
+        text = inline_text(inline.children or [])
         if text:
             return heading, text
     return None
@@ -76,16 +78,3 @@ def _headings(body: str) -> list[_Heading]:
         for i, token in enumerate(tokens)
         if token.type == "heading_open" and token.level == 0 and token.map is not None
     ]
-
-
-def _plain(children) -> str:
-    """The text of a heading's inline tokens: words and code spans, an image's alt text; no markup."""
-    parts = []
-    for child in children:
-        if child.type in ("text", "code_inline"):
-            parts.append(child.content)
-        elif child.type in ("softbreak", "hardbreak"):
-            parts.append(" ")
-        elif child.type == "image":
-            parts.append(_plain(child.children or []))
-    return " ".join("".join(parts).split())

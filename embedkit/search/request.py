@@ -39,7 +39,7 @@ class SearchRequest:
     alpha: float | None = None  # the dense weight of zscore / minmax and of prf's first ranking
     depth: int | None = None  # candidates each side ranks (None: k, in hybrid mode max(k, FUSION_DEPTH))
     where: str | None = None  # a metadata filter (`embedkit.index.where`), applied in each side
-    snippets: bool = False  # give every hit a snippet: matched words highlighted, else its start
+    snippets: bool = False  # give every hit a snippet: its best window (`embedkit.search.snippets`)
     passages: bool = False  # give each hit its best passage (an index of passages)
     # per query, the id of a document it must not find (BEIR's identical ids: evaluation)
     exclude: Sequence[str] | None = None
