@@ -151,14 +151,25 @@ class TokenBatcher:
     """
 
     def __init__(self, model_dir: Path, max_seq_length: int) -> None:
+        tokenizer = load_tokenizer(model_dir, max_seq_length)
+        self._open(tokenizer, max_seq_length, pad_token_id(model_dir, tokenizer))
+
+    @classmethod
+    def of(cls, tokenizer: Any, max_seq_length: int, pad_id: int) -> TokenBatcher:
+        """A batcher around an open tokenizer that already truncates at `max_seq_length`."""
+        batcher = cls.__new__(cls)
+        batcher._open(tokenizer, max_seq_length, pad_id)
+        return batcher
+
+    def _open(self, tokenizer: Any, max_seq_length: int, pad_id: int) -> None:
         self.max_seq_length = max_seq_length
-        self.tokenizer = load_tokenizer(model_dir, max_seq_length)
-        self.pad_id = pad_token_id(model_dir, self.tokenizer)
+        self.tokenizer = tokenizer
+        self.pad_id = pad_id
         self.truncated = 0  # texts cut at max_seq_length, summed over calls
         self.times = StageTimes()
         # A lone text's type ids are 0 under the usual post-processors; a tokenizer that says
         # otherwise has them read and padded like the ids.
-        self.keep_types = any(self.tokenizer.encode("embedkit").type_ids)
+        self.keep_types = any(encode_without_offsets(tokenizer, ["embedkit"])[0].type_ids)
         self._local = threading.local()  # each worker thread's own tokenizer
 
     def tokenize(self, texts: Sequence[str], positions: np.ndarray | None = None) -> Tokens:

@@ -258,6 +258,7 @@ class OnnxEncoder(EncoderBase):
             dtype=graph_int_type(self.session),
             type_ids="token_type_ids" in self.input_names,
             workers=workers,
+            warm=self.warm_up,
         )
         self.warmup: Warmup | None = None
         self.warms = (on_cuda if warmup is None else warmup) and self.shapes.fixed

@@ -17,6 +17,9 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable, Iterable, Iterator, Sequence
+from contextlib import contextmanager
+from contextvars import ContextVar
+from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
@@ -25,6 +28,38 @@ from embedkit.encode.batching import TokenBatcher, l2_normalize
 from embedkit.encode.shapes import ShapePlan
 from embedkit.encode.token_arrays import Batch, StageTimes, Tokens
 from embedkit.progress import ProgressBar
+
+
+@dataclass
+class Tally:
+    """What the `encode` calls made inside `counting()` embedded, one entry a call, in order."""
+
+    calls: list[tuple[int, int, int]] = field(default_factory=list)  # (texts, tokens, truncated)
+
+    @property
+    def tokens(self) -> int:
+        """The first call's tokens (a search's queries; a later call embeds feedback documents)."""
+        return self.calls[0][1] if self.calls else 0
+
+    @property
+    def truncated(self) -> int:
+        return self.calls[0][2] if self.calls else 0
+
+
+_tally: ContextVar[Tally | None] = ContextVar("embedkit_tally", default=None)
+
+
+@contextmanager
+def counting() -> Iterator[Tally]:
+    """Count what `encode` embeds in this thread meanwhile, from the batches it runs: a caller
+    that needs the token counts of texts it hands to a library function (the server's `/search`)
+    need not tokenize them a second time."""
+    tally = Tally()
+    token = _tally.set(tally)
+    try:
+        yield tally
+    finally:
+        _tally.reset(token)
 
 
 class EncoderStages:
@@ -45,8 +80,10 @@ class EncoderStages:
         dtype: Any = np.int64,
         type_ids: bool = True,
         workers: int = 0,
+        warm: Callable[[int, int | None], Any] | None = None,
     ) -> None:
         self.batcher = batcher
+        self._warm = warm
         self._run = run
         self.dim = dim
         self.shapes = shapes
@@ -104,6 +141,13 @@ class EncoderStages:
         self.times.add("run_s", time.perf_counter() - start)
         return vectors
 
+    def warm_up(self, rows: int, max_tokens: int | None = None) -> Any:
+        """Run every fixed shape of batches up to `rows` rows (and `max_tokens` padded tokens) once
+        (the encoder's warm-up record), or None where the encoder has no fixed shapes."""
+        if self._warm is None or self.fixed_shapes is None:
+            return None
+        return self._warm(rows, max_tokens)
+
     # --- finish ------------------------------------------------------------------------------
 
     def finish(
@@ -143,15 +187,22 @@ class EncoderStages:
         """float32 [n, dim] in the texts' order: prepare, run (`run` instead of the model's, as
         torch's per-call normalization needs), finish."""
         run = run or self.run
+        tally = _tally.get()
+        counts = [0, 0]  # tokens, truncated texts
         bar = ProgressBar(len(texts), description, enabled=progress, rate_unit="sent/s", transient=True)
         with bar:
 
             def ran() -> Iterator[tuple[np.ndarray, np.ndarray]]:
                 for batch in self.prepare(texts, batch_size, workers) if len(texts) else ():
                     yield batch.indices, run(batch)[: batch.real_rows]
+                    counts[0] += int(batch.lengths.sum()) if batch.lengths is not None else 0
+                    counts[1] += batch.truncated
                     bar.advance(batch.real_rows)
 
-            return self.finish(ran(), len(texts), normalize, dimensions)
+            out = self.finish(ran(), len(texts), normalize, dimensions)
+        if tally is not None:
+            tally.calls.append((len(texts), counts[0], counts[1]))
+        return out
 
 
-__all__ = ["EncoderStages"]
+__all__ = ["EncoderStages", "Tally", "counting"]

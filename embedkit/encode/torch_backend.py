@@ -42,6 +42,7 @@ class TorchEncoder(EncoderBase):
     """Encode texts with a Hugging Face model folder in torch (inference: no MLP head, no dropout)."""
 
     backend = "torch"
+    precision = "fp32"
 
     def __init__(
         self,
