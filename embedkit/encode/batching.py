@@ -35,11 +35,19 @@ U = TypeVar("U")
 MAX_TOKENIZER_WORKERS = 4
 
 
+WORKERS_ENV = "EMBEDKIT_TOKENIZER_WORKERS"  # every command's setting (`serve --tokenizer-workers` too)
+
+
 def tokenizer_workers_for(device: object, cores: int | None = None) -> int:
     """Threads that tokenize and pad ahead of the model on `device` ("cpu", "cuda", "cuda:1" or a
-    torch.device): none on the CPU; on CUDA one per 4 of the machine's cores, 1 to
-    MAX_TOKENIZER_WORKERS (each one's tokenizer already spreads a chunk over every core, so a few
-    keep the queue full while one is in its Python part)."""
+    torch.device): $EMBEDKIT_TOKENIZER_WORKERS where set; else none on the CPU, and on CUDA one per
+    4 of the machine's cores, 1 to MAX_TOKENIZER_WORKERS (each one's tokenizer already spreads a
+    chunk over every core, so a few keep the queue full while one is in its Python part)."""
+    asked = os.environ.get(WORKERS_ENV, "").strip()
+    if asked:
+        if not asked.isdigit():
+            raise InputError(f"${WORKERS_ENV} must be a whole number of threads, got {asked!r}")
+        return int(check_tokenizer_workers(int(asked)) or 0)
     if not str(device).startswith("cuda"):
         return 0
     cores = cores if cores is not None else len(os.sched_getaffinity(0))
@@ -134,6 +142,11 @@ def pad_token_id(model_dir: Path, tokenizer) -> int:
 # Texts tokenized at once, in batches: large enough for the tokenizer's own threads, small enough
 # that the first batch is ready soon and the next ones are tokenized while earlier ones run.
 CHUNK_TEXTS = 4096
+# With fixed shapes (CUDA), chunks of about this many texts: tokenizing the first chunk and running
+# the last one are the pipeline's fill and drain, which overlap nothing; at 4,096 texts they were
+# 2 of the 7 chunks of the 28,481 texts of benchmarks/gpu.py. Lengths are padded to 16-token
+# buckets there anyway, so a smaller window of the sort by tokens costs little padding.
+FIXED_SHAPE_CHUNK_TEXTS = 1024
 # A text is cut to max_seq_length tokens, but the tokenizer reads all of it first: 5 MB took 8 s
 # here, for 256 tokens. Real words take far fewer than this many characters a token (WordPiece
 # makes one [UNK] of any word over 100), so the first max_seq_length tokens always lie within
@@ -208,7 +221,8 @@ class TokenBatcher:
         """Batches of texts of similar token length, longest first, padded as `shapes` says.
 
         The texts are ordered by characters first (free), then tokenized in chunks of about
-        CHUNK_TEXTS and ordered by tokens within each chunk: a consumer gets its first batch after
+        CHUNK_TEXTS (FIXED_SHAPE_CHUNK_TEXTS with fixed shapes) and ordered by tokens within each
+        chunk: a consumer gets its first batch after
         one chunk's tokenization, not the whole list's, and the batches pad about as little as a
         global sort. With `workers` (`ahead`: one), that many threads tokenize and pad the next
         chunks while the consumer runs this one's batches: on an H200 the tokenizer, the padding
@@ -219,7 +233,8 @@ class TokenBatcher:
             raise InputError(f"batch size must be at least 1, got {batch_size}")
         chars = np.fromiter(map(len, texts), dtype=np.int64, count=len(texts))
         by_chars = np.argsort(-chars, kind="stable")  # longest first: a too-large batch fails at once
-        chunk = batch_size * max(1, -(-CHUNK_TEXTS // batch_size))  # whole batches per chunk
+        window = FIXED_SHAPE_CHUNK_TEXTS if shapes is not None and shapes.fixed else CHUNK_TEXTS
+        chunk = batch_size * max(1, -(-window // batch_size))  # whole batches per chunk
         parts = [by_chars[start : start + chunk] for start in range(0, len(by_chars), chunk)]
         options = {"shapes": shapes, "max_rows": batch_size, "dtype": dtype, "type_ids": type_ids}
 

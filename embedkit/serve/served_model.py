@@ -130,6 +130,8 @@ class ServedModel:
             "precision": config.precision,
             "spinning": config.ort_spinning,
             "warmup": False,  # the engine warms the server's own shapes once it knows its sizing
+            "tokenizer_workers": config.tokenizer_workers,
+            "cuda_graphs": None if config.cuda_graphs else False,
         }
         if config.index is None:
             return cls(load_encoder(config.model, **options), name=config.served_model_name)

@@ -44,11 +44,12 @@ def reference_pad(encodings, rows, pad_id, shapes=None, max_rows=None):
     return ids, mask, types
 
 
-def reference_batches(tokenizer, pad_id, texts, batch_size, shapes=None):
-    """The batching of before: by characters, chunks of CHUNK_TEXTS, by tokens within a chunk."""
+def reference_batches(tokenizer, pad_id, texts, batch_size, shapes=None, window=None):
+    """The batching of before: by characters, chunks of CHUNK_TEXTS (`window`), by tokens within a
+    chunk."""
     chars = np.array([len(t) for t in texts])
     by_chars = np.argsort(-chars, kind="stable")
-    chunk = batch_size * max(1, -(-batching.CHUNK_TEXTS // batch_size))
+    chunk = batch_size * max(1, -(-(window or batching.CHUNK_TEXTS) // batch_size))
     for start in range(0, len(by_chars), chunk):
         part = by_chars[start : start + chunk]
         encodings = tokenizer.encode_batch([texts[i] for i in part])
@@ -69,10 +70,12 @@ def mixed_texts(count: int, seed: int = 0) -> list[str]:
 @pytest.mark.parametrize("workers", [0, 2])
 def test_batches_equal_the_python_padding_of_before(tiny_bert, monkeypatch, shapes, workers):
     monkeypatch.setattr(batching, "CHUNK_TEXTS", 16)  # several chunks
+    monkeypatch.setattr(batching, "FIXED_SHAPE_CHUNK_TEXTS", 8)  # smaller ones under fixed shapes
     texts = mixed_texts(70)
     batcher = TokenBatcher(tiny_bert, 32)  # long texts are truncated
     new = list(batcher.batches(texts, 6, shapes, workers=workers))
-    old = list(reference_batches(batcher.tokenizer, batcher.pad_id, texts, 6, shapes))
+    window = 8 if shapes is not None else 16
+    old = list(reference_batches(batcher.tokenizer, batcher.pad_id, texts, 6, shapes, window))
     assert len(new) == len(old)
     for batch, (indices, ids, mask, types) in zip(new, old, strict=True):
         np.testing.assert_array_equal(batch.indices, indices)

@@ -126,11 +126,17 @@ def test_each_worker_has_a_tokenizer_of_its_own_and_the_batches_do_not_change(ti
             np.testing.assert_array_equal(getattr(one, name), getattr(other, name))
 
 
-def test_tokenizer_workers_come_from_the_cores_on_cuda_only():
+def test_tokenizer_workers_come_from_the_cores_on_cuda_only(monkeypatch):
+    monkeypatch.delenv(batching.WORKERS_ENV, raising=False)
     assert [tokenizer_workers_for(d, cores=16) for d in ("cuda", "cuda:1", "cpu")] == [4, 4, 0]
     assert [tokenizer_workers_for("cuda", cores=n) for n in (1, 2, 8, 64)] == [1, 1, 2, MAX_TOKENIZER_WORKERS]
     with pytest.raises(InputError, match="tokenizer workers must be 0"):
         check_tokenizer_workers(-1)
+    monkeypatch.setenv(batching.WORKERS_ENV, "3")  # the setting of every command
+    assert [tokenizer_workers_for(d, cores=16) for d in ("cuda", "cpu")] == [3, 3]
+    monkeypatch.setenv(batching.WORKERS_ENV, "many")
+    with pytest.raises(InputError, match="EMBEDKIT_TOKENIZER_WORKERS must be a whole number"):
+        tokenizer_workers_for("cpu")
 
 
 def test_in_order_raises_the_workers_error_and_stops_with_its_consumer():

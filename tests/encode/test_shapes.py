@@ -170,7 +170,7 @@ def test_warmup_runs_every_shape_so_encode_meets_no_new_one(tiny_onnx, monkeypat
     monkeypatch.setattr(onnx_backend, "create_session", on_cuda)
     # no CUDA buffers on this machine: the run stage's NumPy path, with the CUDA defaults
     monkeypatch.setattr(onnx_backend, "open_runner", lambda *args: None)
-    monkeypatch.setattr(batching, "CHUNK_TEXTS", 32)  # several chunks: workers tokenize the next ones
+    monkeypatch.setattr(batching, "FIXED_SHAPE_CHUNK_TEXTS", 32)  # several chunks: workers tokenize ahead
     encoder = onnx_backend.OnnxEncoder(tiny_onnx)
     assert encoder.device == "cuda" and encoder.shapes.fixed and encoder.warmup is not None
     warmed = set(recorders[-1].shapes)
