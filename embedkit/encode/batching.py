@@ -275,21 +275,30 @@ class TokenBatcher:
             raise
 
 
+# Chunks prepared ahead of the one the model runs, at most (the bounded queue): deep enough that
+# chunks of long texts (slow to tokenize) and of short ones (quick) even out against a device of
+# steady pace; with a stand-in model matched to the host on 2 cores, a queue of 2 chunks left the
+# pass at 1.29 times its slower stage (benchmarks/README.md, "The host path in arrays").
+QUEUE_CHUNKS = 8
+
+
 def in_order(
     work: Callable[[T], U], items: Sequence[T], workers: int, start: Callable[[], None] | None = None
 ) -> Iterator[U]:
     """`work(item)` of each item, in the items' order; with `workers`, that many threads work on
     the next items while the caller uses this one's (the tokenizer releases the GIL), at most
-    `workers + 1` results ahead (a bounded queue). `start` runs once in each new thread. An error
-    is raised where its result is taken; a caller that stops early waits for the work in flight."""
+    max(QUEUE_CHUNKS, workers + 1) results ahead (a bounded queue). `start` runs once in each new
+    thread. An error is raised where its result is taken; a caller that stops early waits for the
+    work in flight."""
     if workers < 1 or len(items) < 2:
         yield from map(work, items)
         return
+    depth = max(QUEUE_CHUNKS, workers + 1)
     pool = ThreadPoolExecutor(workers, thread_name_prefix="embedkit-tokenize", initializer=start)
     pending: deque = deque()
     try:
-        pending.extend(pool.submit(work, item) for item in items[: workers + 1])
-        following = iter(items[workers + 1 :])
+        pending.extend(pool.submit(work, item) for item in items[:depth])
+        following = iter(items[depth:])
         while pending:
             done = pending.popleft().result()
             for item in islice(following, 1):

@@ -87,10 +87,12 @@ def test_workers_tokenize_and_pad_the_next_chunks_while_a_batch_runs(tiny_bert, 
     for k in range(11):
         assert position(events, "padded", k + 1) < position(events, "end", k)
     # the queue is bounded: while batch k (of chunk k // 2) runs, at most the chunks up to
-    # k // 2 + workers + 1 are padded (2 batches a chunk)
+    # k // 2 + depth are padded (2 batches a chunk)
+    monkeypatch.setattr(batching, "QUEUE_CHUNKS", 2)
+    events = run_recorded(tiny_bert, monkeypatch, workers=2, patience=30)
     for k in range(12):
         padded = sum(1 for e in events[: position(events, "start", k)] if e[0] == "padded")
-        assert padded <= 2 * (k // 2 + 2 + 1)
+        assert padded <= 2 * (k // 2 + 3 + 1)
 
 
 def test_without_workers_every_chunk_waits_for_the_batch_before(tiny_bert, monkeypatch):
@@ -159,7 +161,7 @@ def test_in_order_raises_the_workers_error_and_stops_with_its_consumer():
         if item == 3:
             break
     time.sleep(0.1)
-    assert len(done) <= 4 + 3  # consumed, and the workers + 1 in flight; then nothing more
+    assert len(done) <= 4 + batching.QUEUE_CHUNKS  # consumed, and the queue's; then nothing more
     assert not any(t.name.startswith("embedkit-tokenize") for t in threading.enumerate())
 
 
