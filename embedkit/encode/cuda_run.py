@@ -96,8 +96,10 @@ class BoundRunner:
         plan: DeviceRun,
         times: StageTimes,
         reopen: Callable[[bool], Any],
+        dim: int | None = None,
     ) -> None:
         self.device_id = device_id
+        self.model_dim = dim  # `embedkit.json`'s, where the graph's output names no size
         self.output_name = output_name
         self.plan = plan
         self.times = times
@@ -110,7 +112,8 @@ class BoundRunner:
         self.input_types = {i.name: ORT_TYPES.get(i.type, np.int64) for i in session.get_inputs()}
         (output,) = [o for o in session.get_outputs() if o.name == self.output_name]
         self.output_type = ORT_TYPES.get(output.type, np.float32)
-        self.dim = int(output.shape[-1])
+        last = output.shape[-1] if output.shape else None
+        self.dim = last if isinstance(last, int) else int(self.model_dim or 0)
         self._slots: dict[tuple[int, int], _Slot] = {}
 
     def _slot(self, rows: int, length: int) -> _Slot:

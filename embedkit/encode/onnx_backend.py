@@ -356,4 +356,5 @@ def open_runner(encoder: OnnxEncoder, device_id: int, session_args: tuple, cuda_
             reason = " ".join(str(exc).split())[:160]
             print(f"CUDA graphs: not available here ({reason}); running with IO binding", file=sys.stderr)
             plan = DeviceRun("io_binding", False, reason)
-    return BoundRunner(encoder.session, device_id, OUTPUT_NAME, plan, encoder.batcher.times, reopen)
+    times = encoder.batcher.times
+    return BoundRunner(encoder.session, device_id, OUTPUT_NAME, plan, times, reopen, encoder.dim)
