@@ -7,7 +7,8 @@ Each step runs in its own process, in this order, and a failed step fails its ro
 
 1. `embedkit export --fp16 --device cuda` of the bundled model: the fp16 parity gate on CUDA;
 2. benchmarks/gpu.py on that export: encode and serve against the ONNX graph's ceiling and
-   sentence-transformers fp16, in the same run;
+   sentence-transformers fp16, in the same run; beside the encode row, each pass split into its
+   stages (tokenize, pad, copy, run: `benchmarks/host_split.py`);
 3. benchmarks/train_step.py (simcse and micse, bf16, batch 64, length 32, fixed shapes, whole steps
    timed as the trainer runs them): miCSE's step; then the same two methods' steps timed in their
    parts (views forward, momentum forward, loss, backward, optimizer), printed below the row;
@@ -102,6 +103,24 @@ def judge(goal: Goal, figures: dict[str, float], reasons: dict[str, str]) -> Ver
     return Verdict(goal, value, "PASS" if OPS[goal.op](value, goal.target) else "FAIL")
 
 
+def host_split_lines(goal: Goal, figures: dict[str, float]) -> list[str]:
+    """Beside the encode row: each measured pass split into tokenize, pad, copy and run (seconds
+    summed over the pass; the run includes the copy), against the pass's wall time."""
+    if goal.key != "encode_first_per_s":
+        return []
+    lines = []
+    for name, label in (("encode_first", "first pass"), ("encode_later", "last pass")):
+        names = ("wall_s", "tokenize_s", "pad_s", "copy_s", "run_s")
+        parts = [figures.get(f"{name}_{part}") for part in names]
+        if None not in parts:
+            wall, tokenize, pad, copy, ran = parts
+            lines.append(
+                f"      {label}: {wall:.3f} s wall; tokenize {tokenize:.3f} s, pad {pad:.3f} s, "
+                f"copy {copy:.3f} s, run {ran:.3f} s"
+            )
+    return lines
+
+
 def cuda_problem() -> str | None:
     """Why this machine cannot prove the GPU half, or None."""
     try:
@@ -171,6 +190,9 @@ def gpu_figures(report: dict) -> dict[str, float]:
         figures["encode_first_of_ceiling"] = first["ratio_to_ceiling"]
         if "sentence_transformers" in rows:
             figures["encode_first_over_st"] = first["per_s"] / rows["sentence_transformers"]["per_s"]
+    for pass_name, key in (("encode_first", "encode_first_split"), ("encode_later", "encode_split")):
+        for part, seconds in (report.get(key) or {}).items():  # the pass's host split, in seconds
+            figures[f"{pass_name}_{part}"] = seconds
     if "serve_32x64" in rows:
         figures["serve_32x64_per_s"] = rows["serve_32x64"]["per_s"]
     if rows.get("serve_32x1", {}).get("p99_ms") is not None:
@@ -346,6 +368,8 @@ def main() -> None:
                 if goal.step == name:
                     verdicts.append(judge(goal, figures, reasons))
                     print(verdicts[-1].line(), flush=True)
+                    for line in host_split_lines(goal, figures):
+                        print(line, flush=True)
     verdicts += [judge(g, figures, reasons) for g in GOALS if g.step not in names]
     failed = [v for v in verdicts if v.status == "FAIL"]
     print(
