@@ -23,8 +23,9 @@ from typing import Any
 import numpy as np
 import torch
 
-from embedkit.encode.batching import TokenBatcher, encode_in_order, l2_normalize
+from embedkit.encode.batching import TokenBatcher, l2_normalize
 from embedkit.encode.protocol import EncoderBase
+from embedkit.encode.stages import encode_in_order
 from embedkit.errors import InputError
 from embedkit.evaluation.evaluator import Evaluator, primary_score
 from embedkit.training.config import TrainConfig

@@ -344,31 +344,6 @@ def as_text_list(texts: str | Sequence[str]) -> tuple[list[str], bool]:
     return texts, False
 
 
-def encode_in_order(
-    batcher: TokenBatcher,
-    texts: Sequence[str],
-    batch_size: int,
-    dim: int,
-    run_batch: Callable[[Batch], np.ndarray],
-    progress: bool = False,
-    description: str = "embedding",
-    shapes: ShapePlan | None = None,
-    workers: int = 0,
-    **padding: Any,
-) -> np.ndarray:
-    """Run `run_batch` over length-sorted batches and return float32 [n, dim] in input order.
-
-    `workers` threads tokenize and pad the next chunks while a batch runs in this thread
-    (`tokenizer_workers_for(device)` says how many); `shapes` pads them to fixed shapes;
-    `padding`: `pad_rows`'s dtype and type_ids. `run_batch` returns one row per real text of the
-    batch, or one per padded row (dropped here).
-    """
-    from embedkit.encode.stages import EncoderStages
-
-    stages = EncoderStages(batcher, run_batch, dim, shapes=shapes, workers=workers, **padding)
-    return stages.encode(texts, batch_size, progress=progress, description=description, run=run_batch)
-
-
 def l2_normalize(vectors: np.ndarray) -> np.ndarray:
     norms = np.linalg.norm(vectors, axis=1, keepdims=True)
     return vectors / np.maximum(norms, 1e-12)

@@ -68,7 +68,8 @@ def test_search_table_and_queries_file(built, runner):
     result = runner.invoke(app, ["search", str(folder / "idx"), "--queries", str(queries), "-k", "4"])
     assert result.exit_code == 0, result.output
     assert "wing flow" in result.stdout and "guitar on the beach" in result.stdout
-    assert "wing the wing flow is high" in result.stdout  # title + text
+    row = next(line for line in result.stdout.splitlines() if "the wing flow is high" in line)
+    assert [cell.strip() for cell in row.split("│")][3] == "wing"  # its title in the title column
     result = runner.invoke(app, ["search", str(folder / "idx"), "--queries", str(queries), "--json"])
     assert [json.loads(line)["query"] for line in result.stdout.splitlines()] == [
         "wing flow",

@@ -7,8 +7,9 @@ import threading
 import numpy as np
 import pytest
 
-from embedkit.encode.batching import TokenBatcher, encode_in_order
+from embedkit.encode.batching import TokenBatcher
 from embedkit.encode.caching import CachingEncoder
+from embedkit.encode.stages import encode_in_order
 from embedkit.errors import InputError
 
 TEXTS = [

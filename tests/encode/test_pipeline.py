@@ -19,11 +19,11 @@ from embedkit.encode.batching import (
     MAX_TOKENIZER_WORKERS,
     TokenBatcher,
     check_tokenizer_workers,
-    encode_in_order,
     in_order,
     pad_encodings,
     tokenizer_workers_for,
 )
+from embedkit.encode.stages import encode_in_order
 from embedkit.errors import InputError
 
 TEXTS = [" ".join(["flow"] * (1 + i % 13) + [f"w{i}"]) for i in range(48)]
