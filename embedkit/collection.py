@@ -75,7 +75,7 @@ class Collection:
         grown by half (`embedkit index --no-calibrate` turns it off; minutes on thousands of documents)."""
         self.path = Path(path)
         self._model = model
-        self._new = {"kind": kind, "passages": passages, "lexical": lexical}
+        self._new: dict[str, Any] = {"kind": kind, "passages": passages, "lexical": lexical}  # IndexOptions
         self._calibrate = calibrate
         self._device, self._precision = device, precision
         self._encoder: Encoder | None = None
@@ -85,7 +85,8 @@ class Collection:
     def create(cls, path: str | Path, model: Model = None, **settings: Any) -> Collection:
         """A new collection at `path`, which must be absent or an empty folder (its index is made
         by the first `add`). `settings`: those of `Collection(...)`."""
-        from embedkit.index.layout import holds_no_version, is_index_folder
+        from embedkit.index.layout import is_index_folder
+        from embedkit.storage.versioned import holds_no_version
 
         folder = Path(path)
         if folder.exists() and not folder.is_dir():
@@ -158,9 +159,10 @@ class Collection:
         return build_index(documents, self.path, encoder, options)
 
     def _opened_model(self, *, exists: bool) -> Encoder:
-        """The model, opened once: for an existing index checked against it (None: its own)."""
+        """The model, opened once: for an existing index checked against it (None: its own); an open
+        encoder is taken as it is (checked against the index where it adds or searches)."""
         if self._encoder is None:
-            if exists:
+            if exists and (self._model is None or isinstance(self._model, (str, Path))):
                 from embedkit.index.folder import open_model_for, read_index_meta
 
                 meta = read_index_meta(self.path)
@@ -198,7 +200,7 @@ class Collection:
 
         fields = checked_fields(DEFAULT_FIELDS if include is None else include)
         many = not isinstance(texts, str)
-        queries = list(texts) if many else [texts]
+        queries = list(texts) if not isinstance(texts, str) else [texts]
         if not queries or any(not isinstance(q, str) or not q.strip() for q in queries):
             raise InputError("give a query text (or a list of them), none of them empty")
         if isinstance(where, dict):
@@ -241,7 +243,8 @@ class Collection:
     # --- the open index and model ----------------------------------------------------------------
 
     def _exists(self) -> bool:
-        from embedkit.index.layout import holds_no_version, is_index_folder
+        from embedkit.index.layout import is_index_folder
+        from embedkit.storage.versioned import holds_no_version
 
         return is_index_folder(self.path) and not holds_no_version(self.path)
 

@@ -192,7 +192,7 @@ def _read_html(raw: bytes, path: Path) -> tuple[str | None, str]:
         if not (title and title.strip()):
             heading = soup.find("h1")
             title = heading.get_text() if heading is not None else None
-        main = soup.find("main") or soup.find(attrs={"role": "main"}) or soup.body or soup
+        main = soup.find("main") or soup.find(None, {"role": "main"}) or soup.body or soup
         text = _visible_text(main)
     lines = (" ".join(line.split()) for line in text.split("\n"))
     return title, "\n".join(line for line in lines if line)

@@ -60,7 +60,8 @@ def _headings(body: str) -> list[_Heading]:
     for i, token in enumerate(tokens):
         if token.type == "heading_open" and token.level == 0 and token.map is not None:
             inline = inline_parser.parseInline(tokens[i + 1].content)[0]
-            found.append(_Heading(int(token.tag[1:]), _plain(inline.children or []), tuple(token.map)))
+            lines = (token.map[0], token.map[1])
+            found.append(_Heading(int(token.tag[1:]), _plain(inline.children or []), lines))
     return found
 
 
