@@ -12,7 +12,8 @@ import os
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from embedkit.encode.model_folder import ModelSpec, read_json, read_model_spec
+from embedkit.encode.json_file import read_json
+from embedkit.encode.model_folder import ModelSpec, read_model_spec
 from embedkit.errors import InputError
 from embedkit.index.kinds import FaissIndex, faiss_module
 from embedkit.index.layout import (
