@@ -99,8 +99,8 @@ def median_seconds(run: Callable[[], object], repeats: int) -> float:
 
 
 def measure_encode(model: Path, texts: list[str], args: argparse.Namespace) -> dict[str, float]:
-    """load_s, then the first and the last of `--passes` passes of `encode` (seconds), and the parts
-    of one more pass (`host_split`)."""
+    """load_s, then the first and the last of `--passes` passes of `encode`, each split into its
+    stages (`host_split`)."""
     import host_split  # benchmarks/host_split.py, beside this file
 
     from embedkit import load_encoder
@@ -108,15 +108,14 @@ def measure_encode(model: Path, texts: list[str], args: argparse.Namespace) -> d
     start = time.perf_counter()
     encoder = load_encoder(model, device=args.device, precision=args.precision)
     load_s = time.perf_counter() - start
-    passes = [median_seconds(lambda: encoder.encode(texts, batch_size=args.batch_size), 1)]
-    while len(passes) < args.passes:
-        passes.append(median_seconds(lambda: encoder.encode(texts, batch_size=args.batch_size), 1))
+    passes = [host_split.timed_pass(encoder, texts, args.batch_size) for _ in range(max(1, args.passes))]
     return {
         "load_s": load_s,
-        "first": passes[0],
-        "later": passes[-1],
+        "first": passes[0]["wall_s"],
+        "later": passes[-1]["wall_s"],
         "max_seq_length": encoder.max_seq_length,
-        "split": host_split.encode_split(encoder, texts, args.batch_size),
+        "first_split": passes[0],
+        "split": passes[-1],
     }
 
 
@@ -225,8 +224,9 @@ def run(args: argparse.Namespace, model: Path, torch_model: Path) -> dict:
 
     encode = measure_encode(model, texts, args)
     measured("encode_first", f"load_encoder({args.precision}).encode, first pass", encode["first"])
+    print(f"    its stages: {host_split.describe(encode['first_split'])}", flush=True)
     measured("encode_later", f"the same, pass {args.passes} (shapes seen)", encode["later"])
-    print(f"  one more pass: {host_split.describe(encode['split'])}", flush=True)
+    print(f"    its stages: {host_split.describe(encode['split'])}", flush=True)
     ceiling_s, mean_tokens = measure_ceiling(model, texts, args)
     measured("ceiling", f"ONNX {args.precision} graph alone, pre-tokenized batches", ceiling_s)
     dtype = "fp16" if args.device == "cuda" else "fp32"
@@ -262,6 +262,7 @@ def run(args: argparse.Namespace, model: Path, torch_model: Path) -> dict:
         "repeats": args.repeats,
         "quick": args.quick,
         "load_s": encode["load_s"],
+        "encode_first_split": encode["first_split"],
         "encode_split": encode["split"],
         "serve_error": serve_error,
         "versions": version_lines(),

@@ -34,7 +34,8 @@ import numpy as np
 
 from embedkit.data.beir import read_beir
 from embedkit.evaluation.metrics import evaluate_run
-from embedkit.index.lexical import LexicalIndex, LexicalSettings
+from embedkit.index.lexical import LexicalIndex, LexicalSettings, term_spans
+from embedkit.search.snippets import snippets
 
 DATA = Path(__file__).resolve().parents[2] / "shared" / "data"
 METRICS = ("ndcg@10", "recall@100")
@@ -162,6 +163,19 @@ def synthetic(docs: list[Doc], n: int, seed: int = 0) -> list[Doc]:
     return [Doc(rng.choice(titles), " ".join(rng.choices(pool, k=rng.choice(counts)))) for _ in range(n)]
 
 
+class IndexAnalysis:
+    """What snippets read from a store, from the lexical index alone (as `LocalStore` gives it)."""
+
+    def __init__(self, index: LexicalIndex) -> None:
+        self.index = index
+
+    def term_spans(self, text: str) -> list[tuple[str, int, int]]:
+        return term_spans(text, self.index.settings)
+
+    def term_idf(self, terms) -> dict[str, float]:
+        return self.index.term_idf(terms)
+
+
 def segments(folder: Path) -> int:
     return len(json.loads((folder / "meta.json").read_text())["segments"])
 
@@ -189,7 +203,8 @@ def scale(docs, queries, n: int, extra_n: int, depth: int, folder: Path, before:
     out["segments_after_append"] = segments(folder / "v2")
     out["query_depth100_after_append"] = latency(lambda q: holder["appended"].search([q], depth), queries)
     snippets_of = [d.text for d in corpus[:10]]
-    out["snippets_10_hits"] = latency(lambda q: index.snippets(q, snippets_of), queries)
+    analysis = IndexAnalysis(index)
+    out["snippets_10_hits"] = latency(lambda q: snippets(q, snippets_of, analysis), queries)
     if before is not None:
         path = folder / "before.sqlite"
         db_holder: dict = {}

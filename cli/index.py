@@ -244,6 +244,7 @@ def index(
             (report.blank, "blank"),
             (report.hidden_files, "hidden files or folders"),
             (report.binary_files, "binary files"),
+            (len(report.skipped_files), "files past a reader's bounds"),
         )
         if n
     ]
@@ -257,14 +258,29 @@ def index(
     else:
         what = f"{'appended' if report.appended else 'indexed'} {report.added:,} documents"
     _print_built(report, f"{what}{split}{notes} on {where}")
-    if report.recoded_files:
-        from embedkit.console import make_console
+    _print_file_notes(report)
 
+
+_SKIPPED_SHOWN = 20  # files skipped past a reader's bounds named one a line; the rest counted
+
+
+def _print_file_notes(report) -> None:
+    """On stderr, one line a file skipped past a reader's bounds (its reason), then the files read
+    from another encoding than UTF-8."""
+    from embedkit.console import make_console
+
+    lines = [f"note: skipped {reason}" for reason in report.skipped_files[:_SKIPPED_SHOWN]]
+    if len(report.skipped_files) > _SKIPPED_SHOWN:
+        hidden = len(report.skipped_files) - _SKIPPED_SHOWN
+        lines.append(f"note: skipped {hidden:,} more files past a reader's bounds")
+    if report.recoded_files:
         more = f" and {len(report.recoded_files) - 1:,} more" if len(report.recoded_files) > 1 else ""
-        line = (
+        lines.append(
             f"note: files not in UTF-8 were read in the encoding they are in: {report.recoded_files[0]}{more}"
         )
-        make_console(stderr=True).print(line, markup=False, highlight=False, soft_wrap=True)
+    console = make_console(stderr=True)
+    for line in lines:
+        console.print(line, markup=False, highlight=False, soft_wrap=True)
 
 
 def _from_vectors(

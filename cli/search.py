@@ -122,7 +122,8 @@ def search(
 ) -> None:
     """Search INDEX_DIR for QUERY (or each line of --queries): ranked ids, scores and texts.
 
-    Each hit shows a snippet: the query's words highlighted where they are in it, else its start.
+    Each hit shows its title and a snippet: the part of its text that best answers the query, as
+    one line, the query's words in bold.
 
     \b
     Examples:
@@ -225,25 +226,28 @@ def _print_tables(texts: list[str], results: list[list[Hit]], passages: bool = F
     from rich.table import Table
 
     from embedkit.console import make_console, print_table
+    from embedkit.data.plain_text import one_line
 
     console = make_console()
     for text, hits in zip(texts, results, strict=True):
         table = Table(title=f"[bold]{escape(text)}[/bold]", title_justify="left")
         table.add_column("#", justify="right")
         table.add_column("id")
+        table.add_column("title", max_width=30)  # the text, the snippet, gets the rest
         table.add_column("score", justify="right")
         table.add_column("text")
         for rank, hit in enumerate(hits, 1):
             if passages and hit.passage is not None:
-                shown = escape(hit.passage.text)  # the whole passage: what was asked to see
-            else:  # every hit has one: its matched words, else its start
+                shown = escape(one_line(hit.passage.text))  # the whole passage: what was asked to see
+            else:  # every hit has one: the window of its text that best answers the query
                 shown = _snippet_markup(hit.snippet or "")
-            table.add_row(str(rank), escape(hit.id), f"{hit.score:.4f}", shown)
+            title = one_line(hit.document.title) if hit.document is not None else ""
+            table.add_row(str(rank), escape(hit.id), escape(title), f"{hit.score:.4f}", shown)
         print_table(console, table)
 
 
 def _snippet_markup(snippet: str) -> str:
-    """tantivy's HTML snippet (matched terms in <b>, the rest HTML-escaped) as rich markup."""
+    """A snippet's HTML (the query's terms in <b>, the rest HTML-escaped) as rich markup."""
     import html
     import re
 

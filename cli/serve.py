@@ -98,6 +98,24 @@ def serve(
             help="Run every fixed batch shape once at load (default: on a GPU only).",
         ),
     ] = None,
+    tokenizer_workers: Annotated[
+        int | None,
+        typer.Option(
+            "--tokenizer-workers",
+            min=0,
+            max=64,
+            help="Threads that tokenize ahead of the model, each with a tokenizer of its own (default: "
+            "$EMBEDKIT_TOKENIZER_WORKERS, else none on a CPU and one per 4 cores, at most 4, on a GPU).",
+        ),
+    ] = None,
+    cuda_graphs: Annotated[
+        bool,
+        typer.Option(
+            "--cuda-graphs/--no-cuda-graphs",
+            help="On a GPU, capture a CUDA graph per batch shape where ONNX Runtime can "
+            "(else IO binding alone).",
+        ),
+    ] = True,
     max_texts: Annotated[
         int, typer.Option("--max-texts", min=1, help="Texts (or queries) in one request; more is a 413.")
     ] = settings.DEFAULT_MAX_TEXTS,
@@ -162,6 +180,8 @@ def serve(
         workers=workers,
         batches_in_flight=batches_in_flight,
         warmup=warmup,
+        tokenizer_workers=tokenizer_workers,
+        cuda_graphs=cuda_graphs,
         max_texts=max_texts,
         max_queue_texts=max(settings.DEFAULT_MAX_QUEUE_TEXTS, max_texts),
         max_queue_tokens=max_queue_tokens,

@@ -17,6 +17,7 @@ from typing import Any
 import numpy as np
 
 from embedkit.encode.batching import encode_without_offsets
+from embedkit.encode.token_arrays import pad_rows, tokens_of
 
 CHUNK = 16_384  # sentences tokenized at once: a few MB of encodings, enough for the tokenizer's threads
 
@@ -47,14 +48,16 @@ class TokenTable:
         type_ids = np.zeros((len(texts), width), dtype=np.int8)
         lengths = np.zeros(len(texts), dtype=np.int32)
         for start in range(0, len(texts), chunk):
-            batch = encode_without_offsets(tokenizer, list(texts[start : start + chunk]))
-            for row, enc in enumerate(batch, start):
-                n = len(enc.ids)
-                if n > width:
-                    raise ValueError(f"the tokenizer gave {n} tokens, more than the table's width {width}")
-                ids[row, :n] = enc.ids
-                type_ids[row, :n] = enc.type_ids
-                lengths[row] = n
+            # the encoder's prepare stage: one flat table of the chunk, padded by NumPy
+            tokens = tokens_of(encode_without_offsets(tokenizer, list(texts[start : start + chunk])), True)
+            longest = int(tokens.lengths.max(initial=0))
+            if longest > width:
+                raise ValueError(f"the tokenizer gave {longest} tokens, more than the table's width {width}")
+            end = start + len(tokens)
+            batch = pad_rows(tokens, np.arange(len(tokens)), pad_id, width, dtype=np.int32)
+            ids[start:end] = batch.input_ids
+            type_ids[start:end] = batch.token_type_ids
+            lengths[start:end] = tokens.lengths
         return cls(ids, type_ids, lengths, pad_id)
 
     def __len__(self) -> int:

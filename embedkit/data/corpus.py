@@ -129,7 +129,7 @@ def _jsonl_documents(path: Path, column: str | None, id_column: str | None) -> I
         doc_id = record_id(record, path, number, column=id_column, keys=_ID_KEYS, default=str(number))
         used = {text_key, "title", id_column, *_ID_KEYS}
         metadata = {k: v for k, v in record.items() if k not in used}
-        check_document(doc_id, title, text, metadata, f"{path}: line {number}")  # before any embedding
+        metadata = check_document(doc_id, title, text, metadata, f"{path}: line {number}")  # before embedding
         yield Document(doc_id, text, title, metadata)
 
 

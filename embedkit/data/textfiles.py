@@ -97,6 +97,22 @@ def csv_rows(path: Path) -> Iterator[tuple[int, list[str]]]:
 
 
 
+class _RepeatedName(Exception):
+    pass
+
+
+def _object_once_each_name(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    """A JSON object, or `_RepeatedName` when it names a field twice (RFC 8259 leaves it undefined)."""
+    obj = dict(pairs)
+    if len(obj) != len(pairs):
+        seen: set[str] = set()
+        for name, _ in pairs:  # the first name met a second time
+            if name in seen:
+                raise _RepeatedName(name)
+            seen.add(name)
+    return obj
+
+
 # without keep_blank, every item is an object (the overloads tell a type checker so)
 @overload
 def json_objects(
@@ -115,7 +131,9 @@ def json_objects(path: Path, *, keep_blank: bool = False) -> Iterator[tuple[int,
                 yield number, None
             continue
         try:
-            obj = json.loads(line)
+            obj = json.loads(line, object_pairs_hook=_object_once_each_name)
+        except _RepeatedName as exc:  # Python's reader would keep the last, the first silently lost
+            raise InputError(f"{path}: line {number} names the field {exc.args[0]!r} twice") from None
         except json.JSONDecodeError as exc:
             raise InputError(f"{path}: line {number} is not valid JSON: {exc.msg}") from None
         except RecursionError:  # the decoder's own bound on nested arrays and objects

@@ -25,12 +25,17 @@ Hidden files and folders (a name starting with `.`: `.git`, `.obsidian`; and Off
 skipped and counted in `ReadStats`; files with other extensions are not corpus files and are
 passed over.
 
-Everything a file could make slow or wrong is refused before the first document is embedded, in
+A file past a bound of its reader is skipped, its reason (one line naming the file and the bound)
+kept in `ReadStats.skipped`, and the rest of the folder read (`embedkit.data.reader_bounds`): a text
+file over `MAX_FILE_BYTES` (it would be one document, tokenized whole: split it, or give it as a
+`.txt` corpus, one document per line), a PDF, HTML or DOCX file beyond the bounds of
+`embedkit.data.converters` and `embedkit.data.html_text`. A single document file given as the
+corpus has no rest: past a bound, that reason is its one-line `InputError`.
+
+Everything else a file could make wrong is refused before the first document is embedded, in
 one `InputError` naming the file:
 - a name that is not valid UTF-8 (an id must be text that every store and client can write);
-- a text file over `MAX_FILE_BYTES` (it would be one document, tokenized whole: split it, or give
-  it as a `.txt` corpus, one document per line); a PDF, HTML or DOCX file beyond the bounds of
-  `embedkit.data.converters`, or one its library cannot read (damaged, encrypted);
+- a PDF, HTML or DOCX file its library cannot read (damaged, encrypted);
 - text that is not UTF-8 whose encoding cannot be told for sure: charset-normalizer (a well-kept
   detector, the one `requests` uses) proposes encodings; the file is read with them only where
   every best-scored one reads the same text (Cyrillic in cp1251, say), and counted in
@@ -51,6 +56,7 @@ from embedkit.data.document import MAX_DOCUMENT_BYTES, Document, ReadStats
 from embedkit.data.front_matter import split_front_matter
 from embedkit.data.input_files import check_input_file, read_input_bytes
 from embedkit.data.markdown_title import markdown_title
+from embedkit.data.reader_bounds import BeyondBounds
 from embedkit.data.values import check_document, lone_surrogate
 from embedkit.errors import InputError
 
@@ -103,13 +109,20 @@ def _root_and_files(path: Path, stats: ReadStats) -> tuple[Path, list[str]]:
 def folder_documents(folder: Path, stats: ReadStats) -> Iterator[Document]:
     """The documents of the files under `folder`, or of the single document file `folder` (see the
     module docstring)."""
+    one_file = is_document_file(folder)
     folder, files = _root_and_files(folder, stats)
     for relative in files:
-        document = _read_file(folder, relative, stats)
+        try:
+            document = _read_file(folder, relative, stats)
+        except BeyondBounds as exc:  # a large file is not an error: the rest of the folder is read
+            if one_file:  # there is no rest: the reason is the answer
+                raise
+            stats.skipped.append(str(exc))
+            continue
         if document is None:
             stats.binary += 1
         else:
-            check_document(
+            document.metadata = check_document(
                 document.id, document.title, document.text, document.metadata, str(folder / relative)
             )
             yield document
@@ -183,11 +196,11 @@ def _read_file(folder: Path, relative: str, stats: ReadStats) -> Document | None
 
 
 def _read_bounded(path: Path, limit: int, kind: str) -> bytes:
-    """The bytes of `path`, or an `InputError` when it holds over `limit` (read no further)."""
+    """The bytes of `path`, or a `BeyondBounds` when it holds over `limit` (read no further)."""
     raw = read_input_bytes(path, limit=limit + 1)  # a FIFO or device named x.txt: one line
     if len(raw) > limit:
         also = ", or index it alone as a .txt corpus (one document per line)" if kind == "text" else ""
-        raise InputError(
+        raise BeyondBounds(
             f"{path} is over {limit // 2**20} MiB, the most one {kind} file of a folder corpus may be "
             f"(it is one document): split it{also}"
         )

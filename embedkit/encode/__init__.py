@@ -1,7 +1,9 @@
 """From texts to vectors: model folders, tokenizing and batching, the encoders.
 
-`model_folder` reads a folder once into a `ModelSpec`; `batching` tokenizes and length-sorts
-(the next batches in a worker thread while one runs); `shapes` owns the fixed batch shapes;
+`model_folder` reads a folder once into a `ModelSpec`; `stages` is the one path from texts to
+vectors every caller takes (prepare, run, finish); `batching` tokenizes and length-sorts (tokenizer
+workers ahead of the model) and `token_arrays` cuts padded batches from a flat table of ids;
+`cuda_run` runs them on CUDA with IO binding and CUDA graphs; `shapes` owns the fixed batch shapes;
 `protocol` defines the `Encoder` every backend satisfies; `onnx_backend` (ONNX Runtime) and
 `torch_backend` (PyTorch, imported only when a torch folder is opened) implement it; `loading`
 picks one for a folder; `devices` names where a model runs. Embedding a whole corpus with an

@@ -8,35 +8,56 @@ No torch here: tokenization uses the `tokenizers` library directly.
 
 from __future__ import annotations
 
+import os
 import threading
-from collections.abc import Callable, Iterable, Iterator, Sequence
+import time
+from collections import deque
+from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass
-from itertools import chain
+from itertools import islice
 from pathlib import Path
-from queue import Full, Queue
 from typing import Any, TypeVar
 
 import numpy as np
 
 from embedkit.encode.model_folder import lowercases_text, read_json
 from embedkit.encode.shapes import ShapePlan
+from embedkit.encode.token_arrays import Batch, StageTimes, Tokens, pad_rows, tokens_of
 from embedkit.errors import InputError
-from embedkit.progress import ProgressBar
 
 T = TypeVar("T")
 U = TypeVar("U")
-# Batches tokenized and padded ahead of the one running (`run_ahead`), by device. On CUDA the
-# device waits for the CPU otherwise (an H200 profile: tokenize, pad and run one after the
-# other). On the CPU the model already uses every core: on 2 loaded cores, ONNX fp32 over 500
-# mixed sentences ran at 32.1 sentences/s with a worker thread against 37.9 without (36.4 for
-# the batching before it; one process, interleaved, medians of 5): no worker thread there.
-PREFETCH_BATCHES = {"cpu": 0, "cuda": 2}
+# Tokenizer worker threads by device, when none are asked for. On CUDA the device waits for the
+# CPU otherwise (an H200 profile: tokenize, pad and run one after the other). On the CPU the model
+# already uses every core: on 2 loaded cores, ONNX fp32 over 500 mixed sentences ran at 32.1
+# sentences/s with a worker thread against 37.9 without (one process, interleaved, medians of 5):
+# none there.
+MAX_TOKENIZER_WORKERS = 4
 
 
-def prefetch_for(device: object) -> int:
-    """Batches prepared ahead on `device` ("cpu", "cuda", "cuda:1" or a torch.device)."""
-    return PREFETCH_BATCHES["cuda" if str(device).startswith("cuda") else "cpu"]
+WORKERS_ENV = "EMBEDKIT_TOKENIZER_WORKERS"  # every command's setting (`serve --tokenizer-workers` too)
+
+
+def tokenizer_workers_for(device: object, cores: int | None = None) -> int:
+    """Threads that tokenize and pad ahead of the model on `device` ("cpu", "cuda", "cuda:1" or a
+    torch.device): $EMBEDKIT_TOKENIZER_WORKERS where set; else none on the CPU, and on CUDA one per
+    4 of the machine's cores, 1 to MAX_TOKENIZER_WORKERS (each one's tokenizer already spreads a
+    chunk over every core, so a few keep the queue full while one is in its Python part)."""
+    asked = os.environ.get(WORKERS_ENV, "").strip()
+    if asked:
+        if not asked.isdigit():
+            raise InputError(f"${WORKERS_ENV} must be a whole number of threads, got {asked!r}")
+        return int(check_tokenizer_workers(int(asked)) or 0)
+    if not str(device).startswith("cuda"):
+        return 0
+    cores = cores if cores is not None else len(os.sched_getaffinity(0))
+    return max(1, min(MAX_TOKENIZER_WORKERS, cores // 4))
+
+
+def check_tokenizer_workers(workers: int | None) -> int | None:
+    if workers is not None and (isinstance(workers, bool) or not 0 <= workers <= 64):
+        raise InputError(f"tokenizer workers must be 0 (none: in the caller's thread) to 64, got {workers}")
+    return workers
 
 
 def load_tokenizer(model_dir: Path, max_seq_length: int):  # -> tokenizers.Tokenizer
@@ -118,27 +139,14 @@ def pad_token_id(model_dir: Path, tokenizer) -> int:
     return int(token_id) if token_id is not None else 0
 
 
-@dataclass
-class Batch:
-    """One padded batch; `indices` are the rows' positions in the caller's list.
-
-    Under fixed shapes (`embedkit.encode.shapes`) the arrays may hold more rows than `indices`:
-    the extra rows are empty and their outputs are dropped (`real_rows`).
-    """
-
-    indices: np.ndarray  # (n,)
-    input_ids: np.ndarray  # (B, T) int64, B >= n
-    attention_mask: np.ndarray  # (B, T) int64
-    token_type_ids: np.ndarray  # (B, T) int64
-
-    @property
-    def real_rows(self) -> int:
-        return len(self.indices)
-
-
 # Texts tokenized at once, in batches: large enough for the tokenizer's own threads, small enough
 # that the first batch is ready soon and the next ones are tokenized while earlier ones run.
 CHUNK_TEXTS = 4096
+# With fixed shapes (CUDA), chunks of about this many texts: tokenizing the first chunk and running
+# the last one are the pipeline's fill and drain, which overlap nothing; at 4,096 texts they were
+# 2 of the 7 chunks of the 28,481 texts of benchmarks/gpu.py. Lengths are padded to 16-token
+# buckets there anyway, so a smaller window of the sort by tokens costs little padding.
+FIXED_SHAPE_CHUNK_TEXTS = 1024
 # A text is cut to max_seq_length tokens, but the tokenizer reads all of it first: 5 MB took 8 s
 # here, for 256 tokens. Real words take far fewer than this many characters a token (WordPiece
 # makes one [UNK] of any word over 100), so the first max_seq_length tokens always lie within
@@ -147,58 +155,119 @@ _CHARS_PER_TOKEN = 1000
 
 
 class TokenBatcher:
-    """Turns a list of texts into length-sorted, padded batches of numpy arrays."""
+    """The *prepare* stage: texts to length-sorted, padded batches of NumPy arrays.
+
+    `tokenize` gives a flat table of ids (`embedkit.encode.token_arrays.Tokens`), `pad` cuts one
+    batch of one shape from it, and `batches` does both for a whole list, in chunks, with
+    `workers` threads tokenizing chunks ahead (each with a tokenizer of its own). `times` sums
+    the seconds spent tokenizing and padding (the host split `make gpu-check` reports).
+    """
 
     def __init__(self, model_dir: Path, max_seq_length: int) -> None:
+        tokenizer = load_tokenizer(model_dir, max_seq_length)
+        self._open(tokenizer, max_seq_length, pad_token_id(model_dir, tokenizer))
+
+    @classmethod
+    def of(cls, tokenizer: Any, max_seq_length: int, pad_id: int) -> TokenBatcher:
+        """A batcher around an open tokenizer that already truncates at `max_seq_length`."""
+        batcher = cls.__new__(cls)
+        batcher._open(tokenizer, max_seq_length, pad_id)
+        return batcher
+
+    def _open(self, tokenizer: Any, max_seq_length: int, pad_id: int) -> None:
         self.max_seq_length = max_seq_length
-        self.tokenizer = load_tokenizer(model_dir, max_seq_length)
-        self.pad_id = pad_token_id(model_dir, self.tokenizer)
+        self.tokenizer = tokenizer
+        self.pad_id = pad_id
         self.truncated = 0  # texts cut at max_seq_length, summed over calls
         self.cut_positions: list[int] = []  # those of the latest `batches` call, by the caller's position
+        self.times = StageTimes()
+        # A lone text's type ids are 0 under the usual post-processors; a tokenizer that says
+        # otherwise has them read and padded like the ids.
+        self.keep_types = any(encode_without_offsets(tokenizer, ["embedkit"])[0].type_ids)
+        self._local = threading.local()  # each worker thread's own tokenizer
+
+    def tokenize(self, texts: Sequence[str], positions: np.ndarray | None = None) -> Tokens:
+        """The texts' ids in one flat table (truncated at max_seq_length; `truncated` counts them).
+
+        `positions`: the texts' places in the caller's list, for naming a text the tokenizer
+        cannot take."""
+        limit = self.max_seq_length * _CHARS_PER_TOKEN
+        positions = np.arange(len(texts)) if positions is None else positions
+        start = time.perf_counter()
+        cut = [text[:limit] if isinstance(text, str) else text for text in texts]
+        encodings = self._encode(cut, positions)
+        tokens = tokens_of(encodings, self.keep_types)
+        self.truncated += int(tokens.truncated.sum())  # one += at a time: the GIL
+        # by the caller's position: `embedkit.encode.truncation` names their documents
+        self.cut_positions += [int(i) for i in np.asarray(positions)[tokens.truncated]]
+        self.times.add("tokenize_s", time.perf_counter() - start)
+        return tokens
+
+    def pad(self, tokens: Tokens, rows: np.ndarray, **options: Any) -> Batch:
+        """One batch of the texts `rows` of `tokens` (`pad_rows`'s options), timed."""
+        start = time.perf_counter()
+        batch = pad_rows(tokens, rows, self.pad_id, **options)
+        self.times.add("pad_s", time.perf_counter() - start)
+        return batch
 
     def batches(
-        self, texts: Sequence[str], batch_size: int, shapes: ShapePlan | None = None, ahead: bool = False
+        self,
+        texts: Sequence[str],
+        batch_size: int,
+        shapes: ShapePlan | None = None,
+        ahead: bool = False,
+        *,
+        workers: int | None = None,
+        dtype: Any = np.int64,
+        type_ids: bool = True,
     ) -> Iterator[Batch]:
         """Batches of texts of similar token length, longest first, padded as `shapes` says.
 
         The texts are ordered by characters first (free), then tokenized in chunks of about
-        CHUNK_TEXTS and ordered by tokens within each chunk: a consumer gets its first batch after
+        CHUNK_TEXTS (FIXED_SHAPE_CHUNK_TEXTS with fixed shapes) and ordered by tokens within each
+        chunk: a consumer gets its first batch after
         one chunk's tokenization, not the whole list's, and the batches pad about as little as a
-        global sort. `ahead` tokenizes the next chunk in a thread of its own while this one's
-        batches are padded and run: on an H200 the tokenizer (0.26 s for 28,481 texts), the padding
-        (0.18 s) and the model (0.20 s) took 0.57 s nearly one after another, and 0.48 s with this
-        (benchmarks/README.md, "The GPU half").
+        global sort. With `workers` (`ahead`: one), that many threads tokenize and pad the next
+        chunks while the consumer runs this one's batches: on an H200 the tokenizer, the padding
+        and the model took nearly one after another otherwise (benchmarks/README.md, "The GPU
+        half"). The batches, and so the vectors, are the same whatever the worker count.
         """
         if batch_size < 1:
             raise InputError(f"batch size must be at least 1, got {batch_size}")
         chars = np.fromiter(map(len, texts), dtype=np.int64, count=len(texts))
         by_chars = np.argsort(-chars, kind="stable")  # longest first: a too-large batch fails at once
-        chunk = batch_size * max(1, -(-CHUNK_TEXTS // batch_size))  # whole batches per chunk
+        window = FIXED_SHAPE_CHUNK_TEXTS if shapes is not None and shapes.fixed else CHUNK_TEXTS
+        chunk = batch_size * max(1, -(-window // batch_size))  # whole batches per chunk
         parts = [by_chars[start : start + chunk] for start in range(0, len(by_chars), chunk)]
-        limit = self.max_seq_length * _CHARS_PER_TOKEN
+        options = {"shapes": shapes, "max_rows": batch_size, "dtype": dtype, "type_ids": type_ids}
 
-        def tokenized(part: np.ndarray) -> list[Any]:
-            return self._encode([texts[i][:limit] for i in part], part)
+        def prepared(part: np.ndarray) -> list[Batch]:
+            tokens = self.tokenize([texts[i] for i in part], part)
+            order = np.argsort(-tokens.lengths, kind="stable")
+            out = []
+            for first in range(0, len(order), batch_size):
+                batch = self.pad(tokens, order[first : first + batch_size], **options)
+                batch.indices = part[batch.indices]
+                out.append(batch)
+            return out
 
         self.cut_positions = []
-        for part, encodings in zip(parts, _in_turn(tokenized, parts, ahead), strict=True):
-            cut = [int(i) for i, e in zip(part.tolist(), encodings, strict=True) if e.overflowing]
-            self.truncated += len(cut)
-            self.cut_positions += cut  # `embedkit.encode.truncation` names their documents
-            lengths = np.fromiter(map(len, encodings), dtype=np.int64, count=len(encodings))  # tokens
-            order = np.argsort(-lengths, kind="stable")
-            for first in range(0, len(order), batch_size):
-                rows = order[first : first + batch_size]
-                batch = pad_encodings(encodings, rows, self.pad_id, shapes=shapes, max_rows=batch_size)
-                batch.indices = part[rows]
-                yield batch
+        count = (1 if ahead else 0) if workers is None else workers
+        for batches in in_order(prepared, parts, count, self._start_worker):
+            yield from batches
 
+    def _start_worker(self) -> None:
+        """In a new worker thread: a tokenizer of its own (one instance a thread, as TEI's workers)."""
+        tokenizer = self.tokenizer
+        make = getattr(type(tokenizer), "from_str", None)
+        own = make(tokenizer.to_str()) if make is not None and hasattr(tokenizer, "to_str") else None
+        self._local.tokenizer = own or tokenizer
 
     def _encode(self, texts: list[str], positions: np.ndarray) -> list[Any]:
         """The tokenizer's encodings; a text it cannot take (a lone surrogate: bytes that were not
         UTF-8, or a JSON escape) is an `InputError` naming it, never the tokenizer's TypeError."""
         try:
-            return encode_without_offsets(self.tokenizer, texts)
+            return encode_without_offsets(getattr(self._local, "tokenizer", self.tokenizer), texts)
         except TypeError:
             from embedkit.data.values import check_text
 
@@ -210,20 +279,40 @@ class TokenBatcher:
             raise
 
 
-def _in_turn(work: Callable[[T], U], items: Sequence[T], ahead: bool) -> Iterator[U]:
-    """`work(item)` of each item in order; with `ahead`, the next item's work runs in a thread of
-    its own while the caller uses this one's (the tokenizer releases the GIL). An error is raised
-    where its result is taken; a caller that stops early waits for the one piece of work in flight."""
-    if not ahead or len(items) < 2:
+# Chunks prepared ahead of the one the model runs, at most (the bounded queue): deep enough that
+# chunks of long texts (slow to tokenize) and of short ones (quick) even out against a device of
+# steady pace; with a stand-in model matched to the host on 2 cores, a queue of 2 chunks left the
+# pass at 1.29 times its slower stage (benchmarks/README.md, "The host path in arrays").
+QUEUE_CHUNKS = 8
+
+
+def in_order(
+    work: Callable[[T], U], items: Sequence[T], workers: int, start: Callable[[], None] | None = None
+) -> Iterator[U]:
+    """`work(item)` of each item, in the items' order; with `workers`, that many threads work on
+    the next items while the caller uses this one's (the tokenizer releases the GIL), at most
+    max(QUEUE_CHUNKS, workers + 1) results ahead (a bounded queue). `start` runs once in each new
+    thread. An error is raised where its result is taken; a caller that stops early waits for the
+    work in flight."""
+    if workers < 1 or len(items) < 2:
         yield from map(work, items)
         return
-    with ThreadPoolExecutor(1, thread_name_prefix="embedkit-tokenize-ahead") as pool:
-        pending = pool.submit(work, items[0])
-        for following in [*items[1:], None]:
-            done = pending.result()
-            if following is not None:
-                pending = pool.submit(work, following)
+    depth = max(QUEUE_CHUNKS, workers + 1)
+    pool = ThreadPoolExecutor(workers, thread_name_prefix="embedkit-tokenize", initializer=start)
+    pending: deque = deque()
+    try:
+        pending.extend(pool.submit(work, item) for item in items[:depth])
+        following = iter(items[depth:])
+        while pending:
+            done = pending.popleft().result()
+            for item in islice(following, 1):
+                pending.append(pool.submit(work, item))
             yield done
+    finally:
+        for future in pending:
+            future.cancel()
+        # a generator dropped without close() can be finalized on one of its own threads
+        pool.shutdown(wait=not threading.current_thread().name.startswith("embedkit-tokenize"))
 
 
 def pad_encodings(
@@ -235,85 +324,13 @@ def pad_encodings(
     shapes: ShapePlan | None = None,
     max_rows: int | None = None,
 ) -> Batch:
-    """The tokenized texts `rows` of `encodings`, padded to the longest of them (or to `width`), (B, T).
-
-    With `shapes`, the length and the row count are padded up to the plan's buckets (rows within
-    `max_rows`); extra rows attend to one pad token, so that no pooling divides by zero.
-    Vectorised: each row's ids are read once, then placed by one boolean mask.
-    """
+    """The tokenized texts `rows` of `encodings`, padded to the longest of them (or to `width`),
+    int64 (B, T) with their type ids: `pad_rows` over the table of those rows (training's batches)."""
     rows = np.asarray(rows, dtype=np.int64)
-    ids_lists = [encodings[i].ids for i in rows]
-    lengths = np.fromiter(map(len, ids_lists), dtype=np.int64, count=len(rows))
-    count = len(rows)
-    width = width or int(lengths.max(initial=1))
-    height = count
-    if shapes is not None:
-        width = shapes.length(width)
-        height = shapes.rows(count, max(max_rows or count, count))
-    real = np.arange(width) < lengths[:, None]  # (n, T): each row's tokens, left-aligned
-    ids = np.full((height, width), pad_id, dtype=np.int64)
-    types = np.zeros((height, width), dtype=np.int64)
-    mask = np.zeros((height, width), dtype=np.int64)
-    total = int(lengths.sum())
-    ids[:count][real] = np.fromiter(chain.from_iterable(ids_lists), dtype=np.int64, count=total)
-    types[:count][real] = np.fromiter(
-        chain.from_iterable(encodings[i].type_ids for i in rows), dtype=np.int64, count=total
-    )
-    mask[:count] = real
-    mask[count:, 0] = 1
-    return Batch(rows, ids, mask, types)
-
-
-def run_ahead(items: Iterable[T], depth: int) -> Iterator[T]:
-    """`items`, produced in a worker thread up to `depth` ahead of the consumer (0: in this thread).
-
-    While the consumer runs batch k on the model, the worker tokenizes and pads batches k+1 to
-    k+depth (the tokenizer, NumPy and ONNX Runtime release the GIL). The queue is bounded, so a
-    slow consumer holds at most `depth` prepared batches plus the one being prepared. An error in
-    the worker is raised in the consumer; a consumer that stops early stops the worker.
-    """
-    if depth < 1:
-        yield from items
-        return
-    queue: Queue = Queue(maxsize=depth)
-    stop = threading.Event()
-
-    def put(entry: tuple[str, Any]) -> bool:
-        while not stop.is_set():
-            try:
-                queue.put(entry, timeout=0.05)
-                return True
-            except Full:
-                continue
-        return False
-
-    def produce() -> None:
-        iterator = iter(items)
-        try:
-            for item in iterator:
-                if not put(("item", item)):
-                    return
-            put(("end", None))
-        except BaseException as exc:  # handed to the consumer, which raises it
-            put(("error", exc))
-        finally:
-            close = getattr(iterator, "close", None)
-            if close is not None:
-                close()
-
-    worker = threading.Thread(target=produce, name="embedkit-tokenize", daemon=True)
-    worker.start()
-    try:
-        while True:
-            kind, value = queue.get()
-            if kind == "end":
-                return
-            if kind == "error":
-                raise value
-            yield value
-    finally:
-        stop.set()
-        worker.join()
+    table = tokens_of([encodings[i] for i in rows], keep_types=True)
+    batch = pad_rows(table, np.arange(len(rows)), pad_id, width, shapes=shapes, max_rows=max_rows)
+    batch.indices = rows
+    return batch
 
 
 def as_text_list(texts: str | Sequence[str]) -> tuple[list[str], bool]:
@@ -336,22 +353,20 @@ def encode_in_order(
     progress: bool = False,
     description: str = "embedding",
     shapes: ShapePlan | None = None,
-    prefetch: int = 0,
+    workers: int = 0,
+    **padding: Any,
 ) -> np.ndarray:
     """Run `run_batch` over length-sorted batches and return float32 [n, dim] in input order.
 
-    The next `prefetch` batches are tokenized and padded in a worker thread while one runs
-    (`run_ahead`; `prefetch_for(device)` says how many); `shapes` pads them to fixed shapes.
-    `run_batch` returns one row per real text of the batch, or one per padded row (dropped here).
+    `workers` threads tokenize and pad the next chunks while a batch runs in this thread
+    (`tokenizer_workers_for(device)` says how many); `shapes` pads them to fixed shapes;
+    `padding`: `pad_rows`'s dtype and type_ids. `run_batch` returns one row per real text of the
+    batch, or one per padded row (dropped here).
     """
-    out = np.empty((len(texts), dim), dtype=np.float32)
-    if not len(texts):
-        return out
-    with ProgressBar(len(texts), description, enabled=progress, rate_unit="sent/s", transient=True) as bar:
-        for batch in run_ahead(batcher.batches(texts, batch_size, shapes, ahead=prefetch > 0), prefetch):
-            out[batch.indices] = run_batch(batch)[: batch.real_rows]
-            bar.advance(batch.real_rows)
-    return out
+    from embedkit.encode.stages import EncoderStages
+
+    stages = EncoderStages(batcher, run_batch, dim, shapes=shapes, workers=workers, **padding)
+    return stages.encode(texts, batch_size, progress=progress, description=description, run=run_batch)
 
 
 def l2_normalize(vectors: np.ndarray) -> np.ndarray:

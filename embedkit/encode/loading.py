@@ -30,6 +30,8 @@ def load_encoder(
     intra_op_threads: int | None = None,
     spinning: bool = True,
     warmup: bool | None = None,
+    tokenizer_workers: int | None = None,
+    cuda_graphs: bool | None = None,
 ) -> Encoder:
     """Open a model folder for embedding, whatever its kind.
 
@@ -43,7 +45,10 @@ def load_encoder(
     its own setting (`OMP_NUM_THREADS`, which Ray sets for its workers). `spinning=False`: ONNX
 Runtime's CPU threads sleep between runs (a server's setting; see `session_options`).
     `warmup`: run the fixed shapes of an ONNX session once at load (None: on CUDA only; see
-    `embedkit.encode.shapes`).
+    `embedkit.encode.shapes`). `tokenizer_workers`: threads that tokenize and pad ahead of the
+    model (None: by device, `embedkit.encode.batching.tokenizer_workers_for`; 0: none).
+    `cuda_graphs`: False runs an ONNX model on CUDA with IO binding alone, without capturing a
+    CUDA graph per shape (`embedkit.encode.cuda_run`).
 
     >>> encoder = load_encoder("runs/my-model-onnx")  # doctest: +SKIP
     >>> encoder.encode(["a sentence", "another"]).shape  # doctest: +SKIP
@@ -65,6 +70,8 @@ Runtime's CPU threads sleep between runs (a server's setting; see `session_optio
             intra_op_threads=intra_op_threads,
             spinning=spinning,
             warmup=warmup,
+            tokenizer_workers=tokenizer_workers,
+            cuda_graphs=cuda_graphs,
         )
     if precision not in (None, "fp32"):
         raise InputError(
@@ -73,7 +80,7 @@ Runtime's CPU threads sleep between runs (a server's setting; see `session_optio
         )
     from embedkit.encode.torch_backend import TorchEncoder
 
-    return TorchEncoder(spec, device=device)
+    return TorchEncoder(spec, device=device, tokenizer_workers=tokenizer_workers)
 
 
 def device_name(encoder: Encoder) -> str:

@@ -9,6 +9,7 @@ token ids; pooling and (by default) L2 normalisation happen inside the graph.
 from __future__ import annotations
 
 import logging
+import sys
 import time
 import warnings
 from dataclasses import dataclass
@@ -17,7 +18,7 @@ from typing import Any
 
 import numpy as np
 
-from embedkit.encode.batching import Batch, TokenBatcher, encode_in_order, l2_normalize, prefetch_for
+from embedkit.encode.batching import TokenBatcher, check_tokenizer_workers, tokenizer_workers_for
 from embedkit.encode.devices import check_device
 from embedkit.encode.identity import model_identity
 from embedkit.encode.model_folder import ModelSpec, read_json, read_model_spec, resolve_model_path
@@ -25,6 +26,8 @@ from embedkit.encode.ort_import import import_onnxruntime
 from embedkit.encode.precisions import PRECISION_FILES, check_precision
 from embedkit.encode.protocol import EncoderBase
 from embedkit.encode.shapes import WARMUP_ROWS, ShapePlan, fixed_shapes_default
+from embedkit.encode.stages import EncoderStages
+from embedkit.encode.token_arrays import Batch
 from embedkit.errors import InputError
 
 OUTPUT_NAME = "sentence_embedding"
@@ -119,12 +122,17 @@ def preload_cuda_libraries() -> None:
 
 
 def create_session(
-    file: Path, device: str = "auto", intra_op_threads: int | None = None, spinning: bool = True
+    file: Path,
+    device: str = "auto",
+    intra_op_threads: int | None = None,
+    spinning: bool = True,
+    cuda_options: dict[str, str] | None = None,
 ):
     """An InferenceSession on `device`, and "cuda" or "cpu" for where it really runs.
 
     onnxruntime-gpu silently falls back to CPU when the CUDA libraries are missing, so the
-    created session's own providers decide, not the list of available ones.
+    created session's own providers decide, not the list of available ones. `cuda_options`: the
+    CUDA provider's options (`embedkit.encode.cuda_run.cuda_provider_options`).
     """
     ort = import_onnxruntime()
 
@@ -138,7 +146,7 @@ def create_session(
     providers: list[Any] = ["CPUExecutionProvider"]
     if want_cuda:
         device_id = int(device.split(":", 1)[1]) if ":" in device else 0
-        providers.insert(0, ("CUDAExecutionProvider", {"device_id": device_id}))
+        providers.insert(0, ("CUDAExecutionProvider", cuda_options or {"device_id": device_id}))
         preload_cuda_libraries()
         # onnxruntime-gpu 1.31 warns on every CUDA session that no plugin EP is registered, then
         # uses its built-in CUDA provider; where the session really runs is checked below.
@@ -167,13 +175,23 @@ def create_session(
     return session, ("cuda" if on_cuda else "cpu")
 
 
+def graph_int_type(session: Any) -> Any:
+    """int32 where every integer input of the graph is int32, else int64 (what exports take)."""
+    types = {i.type for i in session.get_inputs()}
+    return np.int32 if types == {"tensor(int32)"} else np.int64
+
+
 class OnnxEncoder(EncoderBase):
     """Encode texts with an exported ONNX folder; same interface as TorchEncoder.
 
     `intra_op_threads` and `spinning` set the ONNX Runtime session (see `session_options`).
     `fixed_shapes` pads every batch to a bucket of `embedkit.encode.shapes` and `warmup` runs
-    those buckets once at load (batches up to `WARMUP_ROWS`); both None: on where the session
-    runs on CUDA, off on the CPU.
+    those buckets once at load (batches up to `warmup_rows`, and again up to a larger batch size
+    when `encode` is given one); both None: on where the session runs on CUDA, off on the CPU.
+    `tokenizer_workers`: threads that tokenize ahead of the model (None: by device,
+    `tokenizer_workers_for`). `cuda_graphs`: None or True captures a CUDA graph per shape where
+    the provider can (`embedkit.encode.cuda_run`); False: IO binding alone. The encoder's stages
+    (`stages`, `embedkit.encode.stages`) are what the server and `encode` call.
     """
 
     backend = "onnx"
@@ -187,12 +205,17 @@ class OnnxEncoder(EncoderBase):
         spinning: bool = True,
         fixed_shapes: bool | None = None,
         warmup: bool | None = None,
+        *,
+        tokenizer_workers: int | None = None,
+        cuda_graphs: bool | None = None,
+        warmup_rows: int = WARMUP_ROWS,
     ) -> None:
         spec = path if isinstance(path, ModelSpec) and path.kind == "onnx" else None
         self.path = path.path if isinstance(path, ModelSpec) else resolve_model_path(path)
         self.metadata = read_export_metadata(self.path, spec.metadata if spec else None)
         available = available_precisions(self.path, self.metadata)
         check_precision(precision)
+        check_tokenizer_workers(tokenizer_workers)
         if precision is not None and precision not in available:
             has = ", ".join(available)
             raise InputError(
@@ -213,19 +236,7 @@ class OnnxEncoder(EncoderBase):
                 self.path / files[chosen], "cpu", intra_op_threads, spinning
             )
         self.precision = chosen
-        self.input_names = {i.name for i in self.session.get_inputs()}
-        if OUTPUT_NAME not in {o.name for o in self.session.get_outputs()}:
-            raise InputError(
-                f"{self.path / files[chosen]} has no {OUTPUT_NAME!r} output: re-export the model"
-            )
-        self.dim = int(self.metadata["dim"])
-        (output,) = [o for o in self.session.get_outputs() if o.name == OUTPUT_NAME]
-        graph_dim = output.shape[-1] if output.shape else None
-        if isinstance(graph_dim, int) and graph_dim != self.dim:
-            raise InputError(
-                f"{self.path / 'embedkit.json'} says dim {self.dim}, but the graph outputs {graph_dim}-d "
-                "vectors: the folder is damaged (re-export the model)"
-            )
+        self._check_graph(self.path / files[chosen])
         self.max_seq_length = int(self.metadata["max_seq_length"])
         self.normalize_default = bool(self.metadata.get("normalize", True))
         self.pooling = str(self.metadata.get("pooling", "mean"))
@@ -235,32 +246,67 @@ class OnnxEncoder(EncoderBase):
         self.fingerprint = self.identity.fingerprint
         on_cuda = fixed_shapes_default(self.device)
         self.shapes = ShapePlan(self.max_seq_length, on_cuda if fixed_shapes is None else fixed_shapes)
+        device_id = int(device.split(":", 1)[1]) if device.startswith("cuda:") else 0
+        session_args = (self.path / files[chosen], intra_op_threads, spinning)
+        self.runner = open_runner(self, device_id, session_args, cuda_graphs)
+        workers = tokenizer_workers_for(self.device) if tokenizer_workers is None else tokenizer_workers
+        self.stages = EncoderStages(
+            self.batcher,
+            self.run_batch,
+            self.dim,
+            shapes=self.shapes,
+            dtype=graph_int_type(self.session),
+            type_ids="token_type_ids" in self.input_names,
+            workers=workers,
+            warm=self.warm_up,
+        )
         self.warmup: Warmup | None = None
-        if (on_cuda if warmup is None else warmup) and self.shapes.fixed:
-            self.warm_up(WARMUP_ROWS)
+        self.warms = (on_cuda if warmup is None else warmup) and self.shapes.fixed
+        if self.warms:
+            self.warm_up(warmup_rows)
+
+    def _check_graph(self, file: Path) -> None:
+        """The graph's inputs, and its output against `embedkit.json`'s dim."""
+        self.input_names = {i.name for i in self.session.get_inputs()}
+        if OUTPUT_NAME not in {o.name for o in self.session.get_outputs()}:
+            raise InputError(f"{file} has no {OUTPUT_NAME!r} output: re-export the model")
+        self.dim = int(self.metadata["dim"])
+        (output,) = [o for o in self.session.get_outputs() if o.name == OUTPUT_NAME]
+        graph_dim = output.shape[-1] if output.shape else None
+        if isinstance(graph_dim, int) and graph_dim != self.dim:
+            raise InputError(
+                f"{self.path / 'embedkit.json'} says dim {self.dim}, but the graph outputs {graph_dim}-d "
+                "vectors: the folder is damaged (re-export the model)"
+            )
 
     @property
     def truncated(self) -> int:
         return self.batcher.truncated
 
     def run_batch(self, batch: Batch) -> np.ndarray:
-        """Sentence vectors (float32 [n, dim]) of one padded batch's real rows, as the graph computes them."""
+        """Sentence vectors (float32 [n, dim]) of one padded batch's real rows, as the graph computes
+        them: through the CUDA runner's bound buffers, or NumPy feeds on the CPU."""
+        if self.runner is not None:
+            return self.runner.run(batch)[: batch.real_rows]
         feeds = {"input_ids": batch.input_ids, "attention_mask": batch.attention_mask}
         if "token_type_ids" in self.input_names:
-            feeds["token_type_ids"] = batch.token_type_ids
+            types = batch.token_type_ids
+            feeds["token_type_ids"] = types if types is not None else np.zeros_like(batch.input_ids)
         (vectors,) = self.session.run([OUTPUT_NAME], feeds)
         return vectors[: batch.real_rows].astype(np.float32, copy=False)
 
     def warm_up(self, rows: int, max_tokens: int | None = None) -> Warmup:
         """Run every fixed shape of batches up to `rows` rows (of at most `max_tokens` padded
         tokens) once, largest first, so that ONNX Runtime meets none of them for the first time
-        on real texts; timed and logged. Nothing to run without fixed shapes."""
+        on real texts (and a CUDA graph is captured for each); timed and logged. Nothing to run
+        without fixed shapes."""
         start = time.perf_counter()
         shapes = self.shapes.shapes(rows, max_tokens)
-        pad = self.batcher.pad_id
+        pad, dtype = self.batcher.pad_id, self.stages.dtype
         for height, width in shapes:
-            filled = np.ones((height, width), dtype=np.int64)
-            self.run_batch(Batch(np.arange(height), filled * pad, filled, filled * 0))
+            filled = np.ones((height, width), dtype=dtype)
+            types = filled * 0 if self.stages.type_ids else None
+            self.run_batch(Batch(np.arange(height), filled * pad, filled, types))
         self.warmup = Warmup(rows, len(shapes), time.perf_counter() - start)
         log.info(
             "warm-up: %d shapes (batches up to %d rows) on %s in %.2f s",
@@ -272,25 +318,43 @@ class OnnxEncoder(EncoderBase):
         self, texts: list[str], batch_size: int, normalize: bool | None, progress: bool
     ) -> np.ndarray:
         """`normalize=None` keeps the graph's own output; True L2-normalises an un-normalised graph's
-        vectors here. A graph that normalises inside cannot give raw vectors back.
+        vectors here. A graph that normalises inside cannot give raw vectors back. A batch size
+        larger than the warm-up's is warmed first (its shapes would be new to the session).
         """
-        items = texts
         if normalize is False and self.normalize_default:
             raise InputError(
                 f"{self.path} L2-normalises inside the graph; export with --no-normalize for raw vectors"
             )
+        if self.warms and self.warmup is not None and batch_size > self.warmup.rows:
+            self.warm_up(batch_size)
         extra_norm = bool(normalize) and not self.normalize_default
-        out = encode_in_order(
-            self.batcher,
-            items,
-            batch_size,
-            self.dim,
-            self.run_batch,
-            progress,
-            description=f"embedding ({self.precision})",
-            shapes=self.shapes,
-            prefetch=prefetch_for(self.device),
+        description = f"embedding ({self.precision})"
+        return self.stages.encode(
+            texts, batch_size, normalize=extra_norm, progress=progress, description=description
         )
-        if extra_norm:
-            out = l2_normalize(out).astype(np.float32, copy=False)
-        return out
+
+
+def open_runner(encoder: OnnxEncoder, device_id: int, session_args: tuple, cuda_graphs: bool | None):
+    """The CUDA run path of `encoder` (`embedkit.encode.cuda_run`), or None on the CPU. With CUDA
+    graphs, the session is made again with them on; where that fails, one line says so."""
+    from embedkit.encode.cuda_run import BoundRunner, DeviceRun, choose_device_run, cuda_provider_options
+
+    ort = import_onnxruntime()
+    plan = choose_device_run(encoder.device, encoder.shapes.fixed, cuda_graphs, ort.__version__)
+    if plan.feeds == "numpy":
+        return None
+    file, threads, spinning = session_args
+
+    def reopen(graphs: bool) -> Any:
+        options = cuda_provider_options(device_id, DeviceRun(plan.feeds, graphs, plan.reason))
+        return create_session(file, f"cuda:{device_id}", threads, spinning, options)[0]
+
+    if plan.cuda_graphs:
+        try:
+            encoder.session = reopen(True)
+        except InputError as exc:
+            reason = " ".join(str(exc).split())[:160]
+            print(f"CUDA graphs: not available here ({reason}); running with IO binding", file=sys.stderr)
+            plan = DeviceRun("io_binding", False, reason)
+    times = encoder.batcher.times
+    return BoundRunner(encoder.session, device_id, OUTPUT_NAME, plan, times, reopen, encoder.dim)

@@ -13,12 +13,14 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from embedkit.encode.batching import Batch, TokenBatcher, encode_in_order, prefetch_for
+from embedkit.encode.batching import TokenBatcher, check_tokenizer_workers, tokenizer_workers_for
 from embedkit.encode.devices import torch_device
 from embedkit.encode.identity import torch_identity
 from embedkit.encode.model_folder import ModelSpec, read_model_spec
 from embedkit.encode.protocol import EncoderBase
 from embedkit.encode.st_modules import read_st_modules
+from embedkit.encode.stages import EncoderStages
+from embedkit.encode.token_arrays import Batch
 from embedkit.encode.torch_head import SentenceHead
 from embedkit.errors import InputError
 
@@ -40,6 +42,7 @@ class TorchEncoder(EncoderBase):
     """Encode texts with a Hugging Face model folder in torch (inference: no MLP head, no dropout)."""
 
     backend = "torch"
+    precision = "fp32"
 
     def __init__(
         self,
@@ -47,7 +50,9 @@ class TorchEncoder(EncoderBase):
         device: str = "auto",
         pooling: str | None = None,
         max_seq_length: int | None = None,
+        tokenizer_workers: int | None = None,
     ) -> None:
+        check_tokenizer_workers(tokenizer_workers)
         spec: ModelSpec = read_model_spec(model)
         if spec.kind != "torch":
             raise InputError(f"{spec.path} is an ONNX folder; load it with embedkit.load_encoder")
@@ -65,6 +70,11 @@ class TorchEncoder(EncoderBase):
         self.dim = modules.dim if modules.hidden_size else int(self.model.config.hidden_size)
         self.batcher = TokenBatcher(spec.path, self.max_seq_length)
         self.uses_token_type_ids = "token_type_ids" in inspect.signature(self.model.forward).parameters
+        workers = tokenizer_workers_for(self.device) if tokenizer_workers is None else tokenizer_workers
+        self.shapes = None  # torch runs every batch at its own shape
+        self.stages = EncoderStages(
+            self.batcher, self.run_batch, self.dim, type_ids=self.uses_token_type_ids, workers=workers
+        )
         # with the pooling and length asked for: they change the vectors, so they are in the identity
         self.identity = torch_identity(spec, pooling, max_seq_length)
 
@@ -95,5 +105,4 @@ class TorchEncoder(EncoderBase):
         def run(batch: Batch) -> np.ndarray:
             return self.run_batch(batch, normalize)
 
-        prefetch = prefetch_for(self.device)
-        return encode_in_order(self.batcher, texts, batch_size, self.dim, run, progress, prefetch=prefetch)
+        return self.stages.encode(texts, batch_size, progress=progress, run=run)

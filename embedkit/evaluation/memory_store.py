@@ -34,8 +34,6 @@ Ranking = list[tuple[int, float]]
 class MemoryStore:
     """Documents (and their vectors) in memory, searched exactly (see the module docstring)."""
 
-    makes_snippets = False
-
     def __init__(
         self,
         documents: Sequence[TextSpan],
@@ -85,14 +83,17 @@ class MemoryStore:
     def search_lexical(self, texts: Sequence[str], k: int, allowed: Any) -> list[Ranking]:
         key = ("lexical", tuple(texts), k)
         if key not in self._memo:
-            if self._lexical is None:
-                from embedkit.index.lexical import LexicalIndex
-
-                self._lexical = LexicalIndex.create(None, self._settings)
-                self._lexical.add(0, self.documents)
-                self._lexical.commit()
-            self._remember(key, self._lexical.search(list(texts), k))
+            self._remember(key, self._lexical_index().search(list(texts), k))
         return self._memo[key]
+
+    def _lexical_index(self) -> Any:  # -> embedkit.index.lexical.LexicalIndex, built on first use
+        if self._lexical is None:
+            from embedkit.index.lexical import LexicalIndex
+
+            self._lexical = LexicalIndex.create(None, self._settings)
+            self._lexical.add(0, self.documents)
+            self._lexical.commit()
+        return self._lexical
 
     def _remember(self, key: tuple[Any, ...], found: list[Ranking]) -> None:
         if len(self._memo) >= MEMO:
@@ -113,8 +114,13 @@ class MemoryStore:
         by_id = dict(zip(self.ids, whole, strict=True))
         return [by_id.get(str(i)) for i in ids]
 
-    def snippets(self, query: str, texts: Sequence[str]) -> list[str | None]:
-        return [None for _ in texts]
+    def term_spans(self, text: str) -> list[tuple[str, int, int]]:
+        from embedkit.index.lexical import term_spans
+
+        return term_spans(text, self._settings)
+
+    def term_idf(self, terms: Sequence[str]) -> dict[str, float]:
+        return self._lexical_index().term_idf(terms)
 
     def close(self) -> None:
         if self._lexical is not None:

@@ -33,6 +33,7 @@ class IndexReport:
     hidden_files: int = 0  # hidden files and folders of a folder of text files, left out
     binary_files: int = 0  # binary files of such a folder, skipped
     recoded_files: tuple[str, ...] = ()  # files of such a folder read from another encoding than UTF-8
+    skipped_files: tuple[str, ...] = ()  # files of such a folder past a reader's bounds: one line each, why
     # the `--passages` that would have cut nothing, where whole documents were cut (None: none were)
     passage_advice: str | None = None
     prefixes: str = "no prefixes"  # the query and passage prefixes the index embeds with

@@ -26,6 +26,7 @@ append copies it into the new version and commits one new segment there.
 
 from __future__ import annotations
 
+import math
 import shutil
 import unicodedata
 from collections.abc import Sequence
@@ -162,6 +163,14 @@ def analyze(text: str, settings: LexicalSettings | None = None) -> list[str]:
     """The terms of one text, in order, as the index sees them."""
     settings = settings or LexicalSettings()
     return list(analyzer(settings.stopwords, settings.stemmer).analyze(prepare(text)))
+
+
+def term_spans(text: str, settings: LexicalSettings | None = None) -> list[tuple[str, int, int]]:
+    """The terms of one text already `prepare`d, in order, each with the characters it was read
+    from (start, end): what a snippet marks."""
+    settings = settings or LexicalSettings()
+    tokens = analyzer(settings.stopwords, settings.stemmer).pre_tokenize(text).tokens
+    return [(token.text, token.char_offset_from, token.char_offset_to) for token in tokens]
 
 
 @cache
@@ -354,27 +363,14 @@ class LexicalIndex:
         rows = cast("list[int]", searcher.fast_field_values("row", [address for _, address in hits]))
         return [(int(row), float(score)) for (score, _), row in zip(hits, rows, strict=True)]
 
-    def snippets(self, query_text: str, texts: Sequence[str], max_chars: int = 200) -> list[str | None]:
-        """Each text's best passage for the query, HTML with the matched terms in <b>; None if no match.
-
-        tantivy's SnippetGenerator over the text as given (the stored document), so what is shown
-        is the user's text with the terms the BM25 side matched highlighted.
-        """
-        query = self.query(query_text)
-        if query is None:
-            return [None for _ in texts]
-        _require_tantivy()
-        import tantivy
-
-        generator = tantivy.SnippetGenerator.create(self._search(), query, _schema(), "body")
-        generator.set_max_num_chars(max_chars)
-        found: list[str | None] = []
-        for text in texts:
-            record = tantivy.Document()
-            record.add_text("body", prepare(text))
-            snippet = generator.snippet_from_doc(record)
-            found.append(snippet.to_html() if snippet.highlighted() else None)
-        return found
+    def term_idf(self, terms: Sequence[str]) -> dict[str, float]:
+        """Each analysed term's IDF over the indexed rows, Lucene's as BM25 scores it here:
+        ln(1 + (N - n + 0.5) / (n + 0.5)), N rows, n rows holding the term (deleted ones counted
+        until their segment is merged, as in the scores)."""
+        searcher = self._search()
+        rows = searcher.num_docs
+        held = {term: searcher.doc_freq("body", term) for term in terms}
+        return {term: math.log(1 + (rows - n + 0.5) / (n + 0.5)) for term, n in held.items()}
 
 
 def _corrupt(exc: BaseException, folder: Path | None) -> BaseException:

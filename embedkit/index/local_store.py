@@ -36,6 +36,7 @@ from embedkit.index.folder import (
 )
 from embedkit.index.integrity import load_consistent, read_version
 from embedkit.index.kinds import HNSW_EF_SEARCH, SCORE_OVERSHOOT, FaissIndex, faiss_module
+from embedkit.index.lexical import term_spans
 from embedkit.index.quantized import (
     RESCORE,
     first_pass_queries,
@@ -86,8 +87,6 @@ def search_threads(index: FaissIndex, kind: str, queries: int) -> Iterator[None]
 
 class LocalStore:
     """One version folder's FAISS index, documents and BM25 side, searched by row."""
-
-    makes_snippets = True  # the lexical side highlights its matches in a text
 
     def __init__(
         self, meta: dict[str, Any], vectors: Any, docs: DocStore, path: Path, folder: Path | None = None
@@ -140,6 +139,14 @@ class LocalStore:
                 self._filters.pop(next(iter(self._filters)))
             self._filters[where] = rows_where(self.docs, where)
         return self._filters[where]
+
+    def rows_by_id(self, ids: Sequence[str]) -> dict[str, list[int]]:
+        """Every vector row of each document of `ids` held (its passages' rows), ascending."""
+        return self.docs.rows_by_id(ids)
+
+    def held_rows(self) -> np.ndarray:
+        """Every vector row that holds a document (or a passage), ascending: a listing's order."""
+        return np.asarray(self.docs.rows_between(0, self.docs.next_row()), dtype=np.int64)
 
     def reachable(self, allowed: np.ndarray | None) -> int:
         return len(self) if allowed is None else min(len(self), len(allowed))
@@ -227,9 +234,11 @@ class LocalStore:
     def documents_by_id(self, ids: Sequence[str]) -> list[Document | None]:
         return self.docs.by_ids(ids)
 
-    def snippets(self, query: str, texts: Sequence[str]) -> list[str | None]:
-        assert self.docs.lexical is not None, "snippets come from the lexical side"
-        return self.docs.lexical.snippets(query, texts)
+    def term_spans(self, text: str) -> list[tuple[str, int, int]]:
+        return term_spans(text, self.docs.lexical.settings if self.docs.lexical is not None else None)
+
+    def term_idf(self, terms: Sequence[str]) -> dict[str, float]:
+        return self.docs.lexical.term_idf(terms) if self.docs.lexical is not None else {}
 
 
 def check_scores(scores: np.ndarray, rows: np.ndarray, meta: dict[str, Any], path: Path) -> None:

@@ -15,7 +15,20 @@ from decimal import Decimal
 from typing import TYPE_CHECKING, cast
 
 from embedkit.data.values import INT64_MAX, INT64_MIN
-from embedkit.index.where import And, Compare, Date, Expr, Member, Not, Or, Value, check, compared_as, parse
+from embedkit.index.where import (
+    And,
+    Compare,
+    Contains,
+    Date,
+    Expr,
+    Member,
+    Not,
+    Or,
+    Value,
+    check,
+    compared_as,
+    parse,
+)
 
 if TYPE_CHECKING:
     import numpy as np
@@ -40,11 +53,14 @@ def json_path(field: str) -> str:
 
 def _sql(expr: Expr, fields: dict[str, set[str]], params: list[object]) -> str:
     if isinstance(expr, Not):
-        return f"NOT ({_sql(expr.part, fields, params)})"
+        inner = _sql(expr.part, fields, params)
+        return f"(({inner}) IS NOT 1)" if expr.untrue else f"NOT ({inner})"
     if isinstance(expr, (And, Or)):
         return _balanced([_sql(part, fields, params) for part in expr.parts], expr)
     if isinstance(expr, Member):
         return _member_sql(expr, fields[expr.field], params)
+    if isinstance(expr, Contains):
+        return _contains_sql(expr, params)
     return _compare_sql(expr, compared_as(expr.value, expr.op, fields[expr.field]), params)
 
 
@@ -101,6 +117,27 @@ def _member_sql(expr: Member, types: set[str], params: list[object]) -> str:
             params += [path, path, *values]
             parts.append(f"(CASE WHEN {_OF_TYPE['string']} THEN {_VALUE} IN ({marks}) END)")
     return parts[0] if len(parts) == 1 else "(" + " OR ".join(parts) + ")"
+
+
+def _contains_sql(expr: Contains, params: list[object]) -> str:
+    """`field contains value`: NULL (unknown) where the field is no list, else whether a member of
+    the list equals `value`, of the same kind (numbers: an integer exactly, a fraction as its
+    nearest float; a date literal as its text)."""
+    path = json_path(expr.field)
+    value = expr.value
+    operand: int | float | str
+    if isinstance(value, bool):
+        test, operand = "m.type = ?", "true" if value else "false"
+    elif isinstance(value, (int, Decimal)):
+        test, operand = (
+            "m.type IN ('integer', 'real') AND m.value = ?",
+            value if isinstance(value, int) else float(value),
+        )
+    else:
+        test, operand = "m.type = 'text' AND m.value = ?", value.text if isinstance(value, Date) else value
+    params += [path, path, operand]
+    member = f"EXISTS (SELECT 1 FROM json_each(metadata, ?) AS m WHERE {test})"
+    return f"(CASE WHEN json_type(metadata, ?) = 'array' THEN {member} END)"
 
 
 def _date_sql(path: str, test: str, values: list[Value], params: list[object]) -> str:

@@ -198,6 +198,7 @@ def build_index(
         hidden_files=filled.read.hidden,
         binary_files=filled.read.binary,
         recoded_files=tuple(filled.read.recoded),
+        skipped_files=tuple(filled.read.skipped),
         prefixes=plan.prefixes.describe(),
         passage_advice=advice.describe() if advice is not None else None,
         truncated_ids=tuple(filled.cut.names),

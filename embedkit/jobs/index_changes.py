@@ -155,6 +155,7 @@ def unchanged_report(
         hidden_files=same.read.hidden,
         binary_files=same.read.binary,
         recoded_files=tuple(same.read.recoded),
+        skipped_files=tuple(same.read.skipped),
         prefixes=prefixes,
         kept=same.kept,
         synced=True,

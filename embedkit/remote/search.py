@@ -5,8 +5,8 @@ from the server's vector search, lexical ones from its BM25, documents and store
 entities, and a `--where` becomes the collection's filter expression. Everything above is the
 local code: the pipeline's modes and fusions (`embedkit.search.pipeline`; prf included: its
 feedback vectors are read back from the server, its second search is one more dense search
-there), the CLI's printing and `hit_record`, and `eval retrieval`'s runs. Only snippets are
-local-only.
+there), the CLI's printing and `hit_record`, and `eval retrieval`'s runs. Snippets are made here with
+embedkit's own analyzer (`embedkit.search.snippets`).
 """
 
 from __future__ import annotations
@@ -19,6 +19,7 @@ import numpy as np
 
 from embedkit.encode.batching import l2_normalize
 from embedkit.errors import InputError
+from embedkit.index.lexical import term_spans
 from embedkit.index.search import SearchIndex
 from embedkit.remote.base import RemoteCollection, RemoteTarget, is_remote, open_collection
 
@@ -33,7 +34,6 @@ class MilvusStore:
 
     passages = False  # a push sends indexes of whole documents
     has_lexical = True  # every pushed collection has its BM25 field
-    makes_snippets = False  # snippets need the local analyzer's offsets
 
     def __init__(
         self, collection: RemoteCollection, count: int, dim: int, fields: dict[str, Any] | None
@@ -93,8 +93,11 @@ class MilvusStore:
         documents = self.collection.documents(list(found.values()))
         return [documents.get(found[str(i)]) if str(i) in found else None for i in ids]
 
-    def snippets(self, query: str, texts: Sequence[str]) -> list[str | None]:
-        return [None for _ in texts]
+    def term_spans(self, text: str) -> list[tuple[str, int, int]]:
+        return term_spans(text)  # embedkit's analyzer: the server's offsets do not come back
+
+    def term_idf(self, terms: Sequence[str]) -> dict[str, float]:
+        return {}  # the server's BM25 statistics are not read: snippets weigh terms within a text
 
     def close(self) -> None:
         self.collection.close()

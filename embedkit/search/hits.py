@@ -30,19 +30,18 @@ class Hit:
     document: Document | None = None  # filled by the pipeline's documents stage (`with_documents`)
     dense_score: float | None = None
     lexical_score: float | None = None
-    snippet: str | None = None  # the matched terms in <b>, HTML (`SearchRequest.snippets`)
+    snippet: str | None = None  # the best window, HTML, terms in <b> (`embedkit.search.snippets`)
     passage: Passage | None = None  # the best passage, in an index of passages (`SearchRequest.passages`)
     rerank_score: float | None = None  # the cross-encoder's score, where re-ranked (`embedkit.search.rerank`)
 
 
 # A hit's fields beyond its rank, id and score, as `include` names them (Chroma's word): the
-# document's title, text and metadata, the snippet of its matched words, its best passage, and
+# document's title, text and metadata, its snippet (the window that best answers), its best passage, and
 # each side's own score (`dense_score`, `lexical_score`)
 HIT_FIELDS = ("title", "text", "metadata", "snippet", "passage", "scores")
 # What a hit holds unless asked otherwise, on every side (`embedkit search --json`, `/search`, the
 # search page, the Python API): what a person reads in a list of results, not the whole document
 DEFAULT_FIELDS = ("title", "metadata", "snippet", "passage", "scores")
-SNIPPET_CHARS = 200  # the most characters of a snippet, as tantivy's highlighted ones
 
 
 def checked_fields(include: Iterable[str]) -> frozenset[str]:
@@ -82,20 +81,6 @@ def hit_record(rank: int, hit: Hit, include: Iterable[str] = DEFAULT_FIELDS) -> 
         document = {"title": doc.title, "text": doc.text, "metadata": doc.metadata or {}}
         record.update((name, value) for name, value in document.items() if name in fields)
     return record
-
-
-def lead_snippet(text: str) -> str:
-    """The snippet of a hit none of the query's words are in: the start of `text` (its best
-    passage, or its document), at most `SNIPPET_CHARS` characters cut at a space, HTML-escaped as
-    tantivy's highlighted snippets are, with "…" where it was cut."""
-    import html
-
-    words = " ".join(text.split())
-    if len(words) > SNIPPET_CHARS:
-        cut = words[: SNIPPET_CHARS - 1]
-        space = cut.rfind(" ")
-        words = (cut[:space] if space > SNIPPET_CHARS // 2 else cut) + "…"
-    return html.escape(words, quote=False)
 
 
 def with_documents(

@@ -12,7 +12,8 @@ Its stages, in order, each a function below:
    query must not find (`SearchRequest.exclude`: BEIR's identical ids) is dropped from each side;
 3. fusion: `embedkit.search.fusion`'s methods, or `prf` (`feedback_ranking`): the dense side
    searched again with each query moved toward its top fused documents' stored vectors;
-4. documents: ids, documents, best passages and a snippet for every hit (`with_documents`);
+4. documents: ids, documents, best passages (`with_documents`) and a snippet for every hit, the
+   window of its text that best answers the query (`embedkit.search.snippets`);
 5. re-ranking: `SearchRequest.rerank`, where a re-ranker plugs in (none by default).
 
 A query with no lexical terms (stopwords, punctuation) is searched dense only in hybrid mode and
@@ -30,8 +31,10 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from embedkit.data.document import Passage
 from embedkit.search.fusion import PRF_DOCS, feedback_query, fuse
-from embedkit.search.hits import Hit, lead_snippet, with_documents
+from embedkit.search.hits import Hit, with_documents
+from embedkit.search.snippets import snippets
 
 if TYPE_CHECKING:
     from embedkit.data.document import TextSpan
@@ -312,46 +315,39 @@ def with_store_documents(
     lexical: Side,
 ) -> list[list[Hit]]:
     """The hits with ids and documents (`with_documents`), read from the store; snippets for
-    `queries` where given. In an index of passages a hit's row becomes its document's best
-    passage's (the ranking's side first), and its snippet quotes the passage BM25 scored best,
-    else that best passage."""
-    quoted: list[list[int | None]] = [[h.row for h in hits] for hits in ranked]
+    `queries` where given (`embedkit.search.snippets`). In an index of passages a hit's row
+    becomes its document's best passage's (the ranking's side first: the model's, by meaning,
+    where it scored the document), and its snippet is the best window of that passage."""
     if store.passages:
-        quoted = [[x.get(h.row) for h in hits] for hits, x in zip(ranked, lexical.best, strict=True)]
         ranked = [
             [replace(h, row=b.get(h.row, x.get(h.row, -1))) for h in hits]
             for hits, b, x in zip(ranked, dense.best, lexical.best, strict=True)
         ]
-    rows = {h.row for hits in ranked for h in hits} | {r for q in quoted for r in q if r is not None}
-    held = store.held_at(sorted(rows))
+    held = store.held_at(sorted({h.row for hits in ranked for h in hits}))
     hits = with_documents(ranked, held, store.passages, passages)
     if queries is None:
         return hits
-    return [
-        _with_snippets(
-            store,
-            query,
-            q_hits,
-            [held.get(h.row if r is None else r) for h, r in zip(q_hits, q_rows, strict=True)],
-        )
-        for query, q_hits, q_rows in zip(queries, hits, quoted, strict=True)
-    ]
+    with_snippets = []
+    for query, q_hits in zip(queries, hits, strict=True):
+        sources = [held.get(h.row) for h in q_hits]
+        titles = [source.title if source is not None else "" for source in sources]
+        made = snippets(query, [_quoted(s) for s in sources], store, titles, [_cut(s) for s in sources])
+        with_snippets.append([replace(h, snippet=s) for h, s in zip(q_hits, made, strict=True)])
+    return with_snippets
 
 
-def _with_snippets(
-    store: SearchStore[Any], query: str, hits: list[Hit], sources: Sequence[TextSpan | None]
-) -> list[Hit]:
-    """The hits, each with a snippet of what `sources` holds for it (its document, or in an index
-    of passages the passage BM25 scored best, else its best passage): title + text with the
-    query's words highlighted where the store's BM25 side finds them there, else its start
-    (`lead_snippet`)."""
-    shown = [source.full_text if source is not None else "" for source in sources]
-    highlights = store.makes_snippets and store.has_lexical
-    marked = store.snippets(query, shown) if highlights else [None] * len(hits)
-    return [
-        replace(h, snippet=snippet or lead_snippet(text))
-        for h, text, snippet in zip(hits, shown, marked, strict=True)
-    ]
+def _quoted(source: TextSpan | None) -> str:
+    """What a hit's snippet quotes: its document's (or passage's) text, else its title."""
+    if source is None:
+        return ""
+    return source.text if source.text.strip() else source.title
+
+
+def _cut(source: TextSpan | None) -> tuple[bool, bool]:
+    """Whether a passage was cut from its document's text at its start and at its end."""
+    if not isinstance(source, Passage):
+        return False, False
+    return source.start > 0, source.end < len(source.document.text)
 
 
 @functools.cache

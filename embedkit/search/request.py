@@ -39,7 +39,7 @@ class SearchRequest:
     alpha: float | None = None  # the dense weight of zscore / minmax and of prf's first ranking
     depth: int | None = None  # candidates each side ranks (None: k, in hybrid mode max(k, FUSION_DEPTH))
     where: str | None = None  # a metadata filter (`embedkit.index.where`), applied in each side
-    snippets: bool = False  # give every hit a snippet: matched words highlighted, else its start
+    snippets: bool = False  # give every hit a snippet: its best window (`embedkit.search.snippets`)
     passages: bool = False  # give each hit its best passage (an index of passages)
     # per query, the id of a document it must not find (BEIR's identical ids: evaluation)
     exclude: Sequence[str] | None = None
@@ -49,15 +49,30 @@ class SearchRequest:
         """This request with its mode, fusion and weight filled from the index, and checked:
         a bad value, or lexical and hybrid on an index without a lexical side (`no_lexical`
         says why), is an `InputError` before any work."""
+        self.check_types()
         mode = self.mode or default_mode(meta, has_lexical, self.fusion)
         fusion, alpha = fusion_for(meta, self.fusion, self.alpha)
         check_choices(mode, fusion, alpha)
-        if self.k < 1:
-            raise InputError(f"k must be at least 1, got {self.k}")
         if mode != "dense" and not has_lexical:
             raise InputError(no_lexical or "this index has no lexical side: search it with --mode dense")
         depth = max(self.k, self.depth or FUSION_DEPTH) if mode == "hybrid" else self.k
         return replace(self, mode=mode, fusion=fusion, alpha=alpha, depth=depth)
+
+    def check_types(self) -> None:
+        """An `InputError` naming the setting of a wrong type (a Python caller's `k=2.5`,
+        `where=[...]`), before any of them is compared or computed with (`embedkit.arguments`)."""
+        from embedkit.arguments import flag, optional_text, optional_weight, whole_number
+
+        whole_number("k", self.k)
+        optional_text("mode", self.mode)
+        optional_text("fusion", self.fusion)
+        optional_weight("alpha", self.alpha)
+        if self.depth is not None:
+            whole_number("depth", self.depth)
+        if self.where is not None and not isinstance(self.where, str):
+            raise InputError(f"where must be a filter expression (a string), not {type(self.where).__name__}")
+        flag("snippets", self.snippets)
+        flag("passages", self.passages)
 
     def record(self) -> dict[str, Any]:
         """How the search ran, as `embedkit search --json` and `/search` report it: the mode, and

@@ -30,7 +30,6 @@ class SearchStore(Protocol[Allowed]):
     dim: int  # the vectors' dimension
     passages: bool  # one vector per passage: rankings of rows are collapsed to documents
     has_lexical: bool  # a BM25 side to search
-    makes_snippets: bool  # the BM25 side can highlight its matches in a text
 
     def compile_filter(self, where: str) -> Allowed:
         """The filter `where` as this store's allowed set; a bad expression is an `InputError`."""
@@ -71,8 +70,13 @@ class SearchStore(Protocol[Allowed]):
         passage of one document (the row itself in a store without passages)."""
         ...
 
-    def snippets(self, query: str, texts: Sequence[str]) -> list[str | None]:
-        """Each text with the query's matched terms in <b> (HTML), where the BM25 side matched."""
+    def term_spans(self, text: str) -> list[tuple[str, int, int]]:
+        """The terms of `text` (NFKC) as the store's BM25 side analyses it (else as embedkit's
+        default analyzer does), each with its characters' start and end: what snippets mark."""
+        ...
+
+    def term_idf(self, terms: Sequence[str]) -> dict[str, float]:
+        """Each analysed term's IDF in the store's BM25 side; none where the store cannot tell."""
         ...
 
     def close(self) -> None: ...

@@ -22,7 +22,6 @@ the same ones `/openapi.json` publishes. The handlers are module-level functions
 from __future__ import annotations
 
 import asyncio
-import base64
 import contextlib
 import hmac
 import logging
@@ -40,7 +39,7 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 from embedkit.encode.dimensions import truncate_vectors
 from embedkit.errors import InputError
 from embedkit.search.hits import DEFAULT_FIELDS, checked_fields, hit_record
-from embedkit.serve.dimensions import cut, dimensions_problem
+from embedkit.serve.dimensions import base64_rows, cut, dimensions_problem
 from embedkit.serve.dynamic_batcher import BatcherClosed, QueueFull, TooLarge
 from embedkit.serve.engine import Embedded, Engine
 from embedkit.serve.metrics import CONTENT_TYPE
@@ -193,12 +192,8 @@ async def embeddings(request: Request) -> Response:
     size = cut(dimensions, model.dim)  # OpenAI's shortened vectors are unit length: renormalized
     vectors = result.vectors if size is None else truncate_vectors(result.vectors, size)
     if encoding == "base64":
-        # OpenAI's encoding: the little-endian float32 bytes of each vector, base64.
-        little = vectors.astype("<f4", copy=False)
-        data = [
-            {"object": "embedding", "index": i, "embedding": base64.b64encode(row.tobytes()).decode()}
-            for i, row in enumerate(little)
-        ]
+        rows = base64_rows(vectors)
+        data = [{"object": "embedding", "index": i, "embedding": text} for i, text in enumerate(rows)]
     else:
         data = [{"object": "embedding", "index": i, "embedding": row} for i, row in enumerate(vectors)]
     usage = {

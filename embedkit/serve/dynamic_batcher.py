@@ -5,11 +5,12 @@ with their token counts; a scheduler forms a batch whenever a worker thread is f
 in arrival order while the batch's tokens stay within `max_batch_tokens`. A free worker starts a
 batch that is not full only once its oldest text has waited `max_wait_ms` and the last batch
 ended `max_wait_ms` ago, so that requests arriving together, and the clients just answered, share
-a batch. The batch runs in a worker thread (ONNX Runtime and torch release
-the GIL, so the event loop keeps answering), and its vectors are scattered back to their requests
-in each request's order.
+a batch; with `wait_when_idle=False` (CUDA's) it waits so only while another batch runs, and
+starts at once when nothing does: the device never idles for a fixed wait. The batch runs in a
+worker thread (ONNX Runtime and torch release the GIL, so the event loop keeps answering), and its
+vectors are scattered back to their requests in each request's order.
 
-Inside a batch, texts are sorted by length and cut into groups that pad little
+Inside a batch on a CPU, texts are sorted by length and cut into groups that pad little
 (`embedkit.serve.served_model.length_groups`): a padded model computes every position of the longest text,
 and on 32 random Wikipedia sentences one padded call ran at half the rate of the same texts in
 length groups (all-MiniLM-L6-v2, ONNX, 2 CPU cores; benchmarks/README.md).
@@ -123,6 +124,7 @@ class DynamicBatcher:
         *,
         max_batch_tokens: int,
         max_wait_ms: float = 0.0,
+        wait_when_idle: bool = True,
         workers: int = 1,
         max_queue_texts: int = 1 << 30,
         max_queue_tokens: int = 1 << 62,
@@ -140,6 +142,7 @@ class DynamicBatcher:
         self.in_flight = max(in_flight or workers, workers)  # each worker needs a batch of its own
         self.max_batch_tokens = max_batch_tokens
         self.max_wait = max_wait_ms / 1000.0
+        self.wait_when_idle = wait_when_idle
         self.workers = workers
         self.max_queue_texts = max_queue_texts
         self.max_queue_tokens = max_queue_tokens
@@ -298,7 +301,8 @@ class DynamicBatcher:
             oldest = min(lane[0].arrived for lane in (self._small, self._large) if lane)
             since = max(oldest, self._finished)
             left = since + self.max_wait - time.perf_counter()
-            if full or left <= 0 or self._closing:
+            idle = self._running == 0 and not self.wait_when_idle  # the device waits for nothing
+            if full or left <= 0 or idle or self._closing:
                 break
             self._arrived.clear()
             with contextlib.suppress(asyncio.TimeoutError):

@@ -6,8 +6,10 @@ own, which opens it and runs every search (SQLite connections stay on the thread
 them) through the search pipeline, which embeds a request's queries in one call of the served
 encoder, as `embedkit search` does, so that both rank alike to the last bit.
 
-Each request's texts are tokenized once: the token counts size the batches and bound the queue,
-and the same encodings are padded and run (`encoder.run_batch`), not tokenized again. How large
+Each request's texts are tokenized once, by the encoder's prepare stage (`embedkit.encode.stages`):
+the token counts size the batches and bound the queue, and the same ids are padded and run by the
+encoder's stages, not tokenized again; `/search` counts its queries' tokens from the batches that
+embed them (`stages.counting`), so they too are tokenized once. How large
 the batches are, how many are in flight, where tokenization runs and whether the fixed shapes are
 run at load depend on the device (`embedkit.serve.sizing`); `/info` reports what was chosen.
 
@@ -111,11 +113,11 @@ class Engine:
             before = resident_bytes()  # the others' memory is theirs: this model's warm-up from here
             sizing = self.sizing = Sizing.resolve(self.config, model.device, model.max_seq_length)
             model.max_rows = sizing.max_rows
-            warm_up = getattr(model.encoder, "warm_up", None)
-            if sizing.warmup and warm_up is not None and model.shapes is not None and model.shapes.fixed:
+            model.grouped = sizing.length_groups
+            if sizing.warmup:
                 # the shapes this server's batches take: up to max_rows rows, twice the budget
                 self.warmup = await loop.run_in_executor(
-                    self._index_thread, warm_up, sizing.max_rows, 2 * sizing.max_batch_tokens
+                    self._index_thread, model.warm_up, sizing.max_rows, 2 * sizing.max_batch_tokens
                 )
             ahead = sizing.prepares_ahead
             self.batcher = DynamicBatcher(
@@ -124,14 +126,15 @@ class Engine:
                 in_flight=sizing.batches_in_flight,
                 max_batch_tokens=sizing.max_batch_tokens,
                 max_wait_ms=self.config.max_wait_ms,
+                wait_when_idle=sizing.wait_when_idle,
                 workers=sizing.workers,
                 max_queue_texts=self.config.max_queue_texts,
                 max_queue_tokens=sizing.max_queue_tokens,
                 on_batch=self.metrics.observe_batch,
             )
             await self.batcher.start()
-            encodings, lengths, _ = self.model.tokenize(["warm-up"])
-            await self.batcher.embed(encodings, lengths)
+            warm = self.model.tokenize(["warm-up"])
+            await self.batcher.embed(warm.rows, warm.lengths)
             self._grew(before)
             self.metrics.memory = {  # /metrics: each served model's memory, by name
                 n: e.memory_bytes
@@ -218,14 +221,15 @@ class Engine:
         """The texts' vectors through the batcher, with their token counts."""
         assert self.model is not None and self.batcher is not None, "embed before the model is ready"
         texts = list(texts)
-        encodings, lengths, truncated = await self.off_loop(self.model.tokenize, texts)
-        vectors = await self.batcher.embed(encodings, lengths)
-        self.metrics.count_texts(len(texts), sum(lengths), truncated)
-        return Embedded(vectors, sum(lengths), truncated)
+        tokenized = await self.off_loop(self.model.tokenize, texts)
+        vectors = await self.batcher.embed(tokenized.rows, tokenized.lengths)
+        tokens = sum(tokenized.lengths)
+        self.metrics.count_texts(len(texts), tokens, tokenized.truncated)
+        return Embedded(vectors, tokens, tokenized.truncated)
 
     async def off_loop(self, tokenize: Callable[[list[str]], Any], texts: list[str]) -> Any:
         """`tokenize(texts)`, in a thread unless the request is small enough for the event loop on
-        this device (`Sizing.inline_tokenize_chars`: none on CUDA)."""
+        this device (`Sizing.inline_tokenize_chars`)."""
         inline = self.sizing.inline_tokenize_chars if self.sizing else INLINE_TOKENIZE_CHARS["cpu"]
         if sum(map(len, texts)) > inline:
             return await asyncio.to_thread(tokenize, texts)
@@ -311,6 +315,7 @@ class Engine:
         model = self.model
 
         def run() -> Answer:
+            from embedkit.encode.stages import counting
             from embedkit.index.folder import fit_encoder
             from embedkit.search import pipeline
 
@@ -318,14 +323,13 @@ class Engine:
             request = index.request(k, **settings)
             if rerank_depth is not None:
                 request = self._reranking(request, rerank_depth)
-            truncated = 0
-            if request.mode != "lexical":
-                _, lengths, truncated = model.tokenize(index.prefixes.queries(queries))
-                self.metrics.count_texts(len(queries), sum(lengths), truncated)
             # an index of fewer dimensions than the model's (`index --dim`) gets its prefix
             encoder = fit_encoder(index.meta, model.encoder) if request.mode != "lexical" else None
-            hits = pipeline.search(index.store, queries, encoder, request, index.prefixes)
-            return Answer(hits, truncated, request, index.version)
+            with counting() as tally:  # the queries' tokens, from the batches that embed them
+                hits = pipeline.search(index.store, queries, encoder, request, index.prefixes)
+            if request.mode != "lexical":
+                self.metrics.count_texts(len(queries), tally.tokens, tally.truncated)
+            return Answer(hits, tally.truncated, request, index.version)
 
         return await asyncio.get_running_loop().run_in_executor(self._index_thread, run)
 

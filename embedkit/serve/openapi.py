@@ -93,7 +93,7 @@ RESPONSES: dict[str, dict[str, Any]] = {
             "score": {"type": "number"},
             "dense_score": NULLABLE_NUMBER,
             "lexical_score": NULLABLE_NUMBER,
-            "snippet": {"type": ["string", "null"], "description": "HTML: the matched terms in <b>"},
+            "snippet": {"type": ["string", "null"], "description": "HTML: the best window, terms in <b>"},
             "title": {"type": "string"},
             "text": {"type": "string"},
             "metadata": {"type": "object"},

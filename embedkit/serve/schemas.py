@@ -255,8 +255,8 @@ SEARCH = Body(
         Field(
             "snippets",
             BOOLEAN,
-            "give each hit a snippet: its text with the query's words highlighted where they are in "
-            "it, else its start (false: none)",
+            "give each hit a snippet: the part of its text that best answers the query, one line, "
+            "the query's words highlighted (false: none)",
             True,
         ),
         Field(

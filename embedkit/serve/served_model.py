@@ -1,6 +1,13 @@
-"""A served model: its open encoder (and index), how its texts are tokenized, grouped by length and
-padded for a run, and what the server says about it. `Engine` (`embedkit.serve.engine`) holds one
-per model and feeds it through its batcher.
+"""A served model: its open encoder (and index), how a batch of its texts is cut into runs, and
+what the server says about it. `Engine` (`embedkit.serve.engine`) holds one per model and feeds it
+through its batcher.
+
+Every step from text to vector is the encoder's own (`embedkit.encode.stages`): the server
+tokenizes a request with the encoder's prepare stage, pads a batch with it, runs the encoder's
+run stage and places the vectors with its finish stage, as `encode` does, so both give the same
+arrays at every stage. What is the server's own is the grouping: on a CPU a batch is cut into
+groups of similar length (`length_groups`); on CUDA a batch is one bucket of the fixed shapes
+(longest first, as `encode` sorts), at most `max_rows` rows a run.
 """
 
 from __future__ import annotations
@@ -12,8 +19,8 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from embedkit.encode.batching import Batch, encode_without_offsets, pad_encodings
-from embedkit.errors import InputError
+from embedkit.encode.stages import EncoderStages
+from embedkit.encode.token_arrays import Batch, Tokens
 from embedkit.serve.settings import ServeConfig
 from embedkit.serve.sizing import MAX_ROWS
 
@@ -47,11 +54,21 @@ def length_groups(tokens: Sequence[int], max_padding: float = MAX_PADDING) -> li
 
 
 @dataclass(frozen=True)
+class Tokenized:
+    """A request's texts through the prepare stage: each text's ids, token counts, truncations."""
+
+    rows: list[np.ndarray]  # each text's token ids (int32), the items the batcher queues
+    lengths: list[int]
+    truncated: int
+
+
+@dataclass(frozen=True)
 class Prepared:
-    """A batch padded for the model: its texts' positions and padded arrays, per model run."""
+    """A batch padded for the model: its padded arrays, a `Batch` per model run (its `indices`
+    are the texts' places in the batch)."""
 
     size: int  # texts in the batch
-    runs: list[tuple[np.ndarray, Batch]]
+    runs: list[Batch]
 
 
 class ServedModel:
@@ -62,19 +79,18 @@ class ServedModel:
 
         self.encoder = encoder
         self.index = index
-        tokenizer = getattr(getattr(encoder, "batcher", None), "tokenizer", None)
-        if tokenizer is None:
-            raise InputError(f"{encoder.path} has no tokenizer to count tokens with")
-        self.tokenizer = tokenizer
+        self.stages: EncoderStages = encoder.stages
         self.name = model_name(encoder.path, name)  # the card's name, not a cache key or "onnx"
         self.backend = str(encoder.backend)
         self.device = str(encoder.device)
-        self.precision = str(getattr(encoder, "precision", "fp32"))
+        self.precision = str(encoder.precision)
+        self.pooling = str(encoder.pooling)
+        self.normalize_default = bool(encoder.normalize_default)  # the model L2-normalises its vectors
         self.dim = int(encoder.dim)
         self.max_seq_length = int(encoder.max_seq_length)
-        self.shapes = getattr(encoder, "shapes", None)  # an ONNX encoder's ShapePlan; torch: None
+        self.shapes = self.stages.shapes  # an ONNX encoder's ShapePlan; torch: None
         self.max_rows = MAX_ROWS  # rows in one model run under fixed shapes
-
+        self.grouped = True  # cut batches into length groups (a CPU's); False: one bucket (CUDA's)
     @staticmethod
     def check(config: ServeConfig) -> None:
         """Read the model's (and the index's) folder, not the weights: quick, so that a wrong path is
@@ -114,6 +130,8 @@ class ServedModel:
             "precision": config.precision,
             "spinning": config.ort_spinning,
             "warmup": False,  # the engine warms the server's own shapes once it knows its sizing
+            "tokenizer_workers": config.tokenizer_workers,
+            "cuda_graphs": None if config.cuda_graphs else False,
         }
         if config.index is None:
             return cls(load_encoder(config.model, **options), name=config.served_model_name)
@@ -125,36 +143,41 @@ class ServedModel:
             index.close()
             raise
 
-    def tokenize(self, texts: Sequence[str]) -> tuple[list[Any], list[int], int]:
-        """The texts' encodings (truncated at the model's length), their token counts, and how many
-        texts were truncated."""
-        encodings = encode_without_offsets(self.tokenizer, list(texts))
-        return encodings, [len(e.ids) for e in encodings], sum(1 for e in encodings if e.overflowing)
+    def tokenize(self, texts: Sequence[str]) -> Tokenized:
+        """The texts through the encoder's prepare stage (truncated at the model's length)."""
+        tokens = self.stages.tokenize(list(texts))
+        rows = [tokens.row(i) for i in range(len(tokens))]
+        return Tokenized(rows, tokens.lengths.tolist(), int(tokens.truncated.sum()))
 
-    def prepare(self, encodings: list[Any], tokens: list[int]) -> Prepared:
-        """One batch of tokenized texts padded for the model: a run per group of similar length,
-        each padded to its fixed shape when the encoder has them (at most `max_rows` rows)."""
-        pad_id = self.encoder.batcher.pad_id
-        fixed = self.shapes if self.shapes is not None and self.shapes.fixed else None
-        runs = []
-        for group in length_groups(tokens):
-            step = self.max_rows if fixed else len(group)
-            for first in range(0, len(group), step):
-                rows = np.asarray(group[first : first + step])
-                runs.append((rows, pad_encodings(encodings, rows, pad_id, shapes=fixed, max_rows=step)))
-        return Prepared(len(encodings), runs)
+    def prepare(self, items: list[np.ndarray], tokens: list[int]) -> Prepared:
+        """One batch of tokenized texts padded for the model: on a CPU a run per group of similar
+        length; on CUDA one bucket, longest first, at most `max_rows` rows a run."""
+        table = Tokens.from_rows(items)
+        if self.grouped:
+            groups = [np.asarray(group) for group in length_groups(tokens)]
+        else:
+            groups = [np.argsort(-table.lengths, kind="stable")]
+        step = self.max_rows if self.stages.fixed_shapes is not None else len(items)
+        runs = [
+            self.stages.pad(table, group[first : first + step], self.max_rows)
+            for group in groups
+            for first in range(0, len(group), step)
+        ]
+        return Prepared(len(items), runs)
 
     def run_prepared(self, prepared: Prepared, tokens: list[int] | None = None) -> np.ndarray:
         """The vectors of a prepared batch, as `encoder.encode` computes them (the model's own
-        normalization)."""
-        out = np.empty((prepared.size, self.dim), dtype=np.float32)
-        for rows, batch in prepared.runs:
-            out[rows] = self.encoder.run_batch(batch)[: len(rows)]
-        return out
+        normalization), in the batch's order: the run and finish stages."""
+        ran = ((batch.indices, self.stages.run(batch)) for batch in prepared.runs)
+        return self.stages.finish(ran, prepared.size)
 
-    def run_batch(self, encodings: list[Any], tokens: list[int]) -> np.ndarray:
+    def run_batch(self, items: list[np.ndarray], tokens: list[int]) -> np.ndarray:
         """One batch of tokenized texts through the model: `prepare`, then `run_prepared`."""
-        return self.run_prepared(self.prepare(encodings, tokens))
+        return self.run_prepared(self.prepare(items, tokens))
+
+    def warm_up(self, rows: int, max_tokens: int) -> Any:
+        """The encoder's warm-up of the fixed shapes this server's batches take, or None."""
+        return self.stages.warm_up(rows, max_tokens)
 
     @property
     def index_version(self) -> str | None:

@@ -26,6 +26,10 @@ Defaults and where they come from:
 - `batches_in_flight` None, by device: the workers' count on a CPU; 2 on CUDA (one batch padded
   to its fixed shapes while another runs).
 - `warmup` None, by device: on CUDA, the fixed shapes run once at load (`embedkit.encode.shapes`).
+- `tokenizer_workers` None, by device (`embedkit.encode.batching.tokenizer_workers_for`): threads
+  that tokenize ahead of the model in the encoder's own `encode` calls (an index's queries).
+- `cuda_graphs` True: capture a CUDA graph per batch shape where the provider can
+  (`embedkit.encode.cuda_run`); False runs with IO binding alone.
 """
 
 from __future__ import annotations
@@ -33,6 +37,7 @@ from __future__ import annotations
 import ipaddress
 from dataclasses import dataclass, replace
 
+from embedkit.encode.batching import check_tokenizer_workers
 from embedkit.encode.loading import check_encoding_options
 from embedkit.errors import InputError
 
@@ -67,6 +72,8 @@ class ServeConfig:
     workers: int = 1
     batches_in_flight: int | None = None  # None: by device (sizing.DEFAULT_IN_FLIGHT)
     warmup: bool | None = None  # None: on CUDA only
+    tokenizer_workers: int | None = None  # None: by device
+    cuda_graphs: bool = True
     max_texts: int = DEFAULT_MAX_TEXTS  # texts (or queries) in one request
     max_body_bytes: int = DEFAULT_MAX_BODY_BYTES
     max_queue_texts: int = DEFAULT_MAX_QUEUE_TEXTS
@@ -87,6 +94,7 @@ class ServeConfig:
         if not 0 <= self.port <= 65535:
             raise InputError(f"--port must be 0 to 65535, got {self.port}")
         check_encoding_options(self.device, self.precision)
+        check_tokenizer_workers(self.tokenizer_workers)
         if self.api_key is not None and (not self.api_key.strip() or self.api_key != self.api_key.strip()):
             raise InputError("the API key is empty or has surrounding spaces")
         if self.api_key is not None and not _header_safe(self.api_key):

@@ -12,9 +12,15 @@ are estimates until `benchmarks/gpu.py` measures them:
   one batch is padded while the other runs (the GPU is handed the next one when it finishes).
 - fixed shapes and the warm-up: on CUDA only (`embedkit.encode.shapes`): shapes of up to
   MAX_ROWS rows and twice the batch budget in padded tokens are run once at load.
-- tokenization: on the event loop for requests under INLINE_TOKENIZE_CHARS on a CPU (a thread
-  hop costs more than a few sentences' tokenization there); always in a thread on CUDA, where the
-  loop must keep feeding a device that answers in milliseconds.
+- tokenization: on the event loop for requests under INLINE_TOKENIZE_CHARS (a thread hop costs
+  more than a few sentences' tokenization); on CUDA the bound is a few sentences, so the loop
+  stays free to feed a device that answers in milliseconds.
+- batch shape: on a CPU a batch is cut into groups of similar length (padding is computed like
+  any token there); on CUDA a batch is one bucket of the fixed shapes, one run
+  (`ServedModel.prepare`).
+- waiting: on a CPU a batch that is not full waits up to `max_wait_ms` (the clients just answered
+  come back into one batch); on CUDA a batch starts at once while the device is idle, and texts
+  gather only while a batch runs (`DynamicBatcher`'s `wait_when_idle`).
 """
 
 from __future__ import annotations
@@ -27,8 +33,9 @@ from embedkit.serve.settings import DEFAULT_MAX_BATCH_TOKENS as CPU_BATCH_TOKENS
 DEFAULT_MAX_BATCH_TOKENS = {"cpu": CPU_BATCH_TOKENS, "cuda": 32_768}
 DEFAULT_IN_FLIGHT = {"cuda": 2}  # the CPU's: as many as the inference workers
 # Requests with more characters than this are tokenized in a thread, not in the event loop
-# (about 5 ms of tokenization on one core); 0 on CUDA: every request.
-INLINE_TOKENIZE_CHARS = {"cpu": 50_000, "cuda": 0}
+# (about 5 ms of tokenization on one core); on CUDA a few sentences (under 0.2 ms, an estimate:
+# not measured on a GPU machine), so single queries skip the thread hop.
+INLINE_TOKENIZE_CHARS = {"cpu": 50_000, "cuda": 2_000}
 # The queue's token bound when none is given, as estimates from reported rates (not measured
 # here): on a CPU about 10 s of all-MiniLM-L6-v2 work on 2 cores (a 512k-token request was
 # reported at 77 s); on a GPU about 5 s at the ~24k sentences/s of 38 tokens reported on an H100.
@@ -52,6 +59,8 @@ class Sizing:
     batches_in_flight: int  # batches formed and not finished: being padded, waiting or running
     warmup: bool
     inline_tokenize_chars: int
+    length_groups: bool  # cut a batch into length groups (CPU), else one bucket a batch (CUDA)
+    wait_when_idle: bool  # a batch not full waits max_wait_ms even while nothing runs (CPU)
     max_queue_tokens: int
     max_rows: int
 
@@ -67,6 +76,8 @@ class Sizing:
             batches_in_flight=max(in_flight, config.workers),
             warmup=kind == "cuda" if config.warmup is None else config.warmup,
             inline_tokenize_chars=INLINE_TOKENIZE_CHARS[kind],
+            length_groups=kind == "cpu",
+            wait_when_idle=kind == "cpu",
             max_queue_tokens=max(config.max_queue_tokens or AUTO_QUEUE_TOKENS[kind], max_seq_length),
             max_rows=MAX_ROWS,
         )

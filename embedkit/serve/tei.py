@@ -35,7 +35,7 @@ from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import Route
 
-from embedkit.encode.batching import encode_without_offsets, l2_normalize
+from embedkit.encode.batching import l2_normalize
 from embedkit.serve.dimensions import cut, dimensions_problem
 from embedkit.serve.engine import Engine
 from embedkit.serve.schemas import TEI_EMBED, TEI_RERANK, Body, BodyError
@@ -74,10 +74,8 @@ def from_api_error(exc: Any, engine: Engine) -> TeiError:
 
 def over_long(model: ServedModel, texts: list[str]) -> int | None:
     """The position of the first text that the model's tokenizer truncates, or None."""
-    for i, encoding in enumerate(encode_without_offsets(model.tokenizer, texts)):
-        if encoding.overflowing:
-            return i
-    return None
+    truncated = np.flatnonzero(model.stages.tokenize(texts).truncated)
+    return int(truncated[0]) if len(truncated) else None
 
 
 def _check_direction(values: dict[str, Any]) -> None:
@@ -154,7 +152,7 @@ class TeiRoutes:
         assert model is not None  # every engine is ready once the first one is
         values = await self.checked_body(request, TEI_EMBED, "inputs")
         texts = _prompted(model, values)
-        if not values["normalize"] and getattr(model.encoder, "normalize_default", False):
+        if not values["normalize"] and model.normalize_default:
             message = f"{model.name} L2-normalizes its vectors itself: normalize=false cannot give raw ones"
             raise TeiError(422, "Validation", message)
         if not values["truncate"]:
@@ -211,7 +209,7 @@ class TeiRoutes:
             "model_id": model.name,
             "model_sha": None,
             "model_dtype": DTYPES.get(model.precision, model.precision),
-            "model_type": {"embedding": {"pooling": str(getattr(model.encoder, "pooling", "mean"))}},
+            "model_type": {"embedding": {"pooling": model.pooling}},
             # texts the queue holds (embedkit bounds texts waiting, not requests)
             "max_concurrent_requests": self.config.max_queue_texts,
             "max_input_length": model.max_seq_length,

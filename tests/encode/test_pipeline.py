@@ -15,13 +15,22 @@ import numpy as np
 import pytest
 
 from embedkit.encode import batching
-from embedkit.encode.batching import TokenBatcher, encode_in_order, pad_encodings, prefetch_for, run_ahead
+from embedkit.encode.batching import (
+    MAX_TOKENIZER_WORKERS,
+    TokenBatcher,
+    check_tokenizer_workers,
+    encode_in_order,
+    in_order,
+    pad_encodings,
+    tokenizer_workers_for,
+)
+from embedkit.errors import InputError
 
 TEXTS = [" ".join(["flow"] * (1 + i % 13) + [f"w{i}"]) for i in range(48)]
 
 
 class RecordingBatcher(TokenBatcher):
-    """A TokenBatcher that logs each tokenization call and each batch it hands out, with its thread."""
+    """A TokenBatcher that logs each tokenization call and each batch it pads, with its thread."""
 
     def __init__(self, model_dir, events: list) -> None:
         super().__init__(model_dir, 64)
@@ -35,13 +44,14 @@ class RecordingBatcher(TokenBatcher):
 
         self.tokenizer = Tokenizer()
 
-    def batches(self, texts, batch_size, shapes=None, ahead=False):
-        for k, batch in enumerate(super().batches(texts, batch_size, shapes, ahead)):
-            self.events.append(("ready", k, threading.current_thread().name))
-            yield batch
+    def pad(self, tokens, rows, **options):
+        batch = super().pad(tokens, rows, **options)
+        count = sum(e[0] == "padded" for e in self.events)  # batches padded so far, on any thread
+        self.events.append(("padded", count, threading.current_thread().name))
+        return batch
 
 
-def run_recorded(tiny_bert, monkeypatch, prefetch: int, patience: float) -> list:
+def run_recorded(tiny_bert, monkeypatch, workers: int, patience: float) -> list:
     monkeypatch.setattr(batching, "CHUNK_TEXTS", 8)  # 48 texts in 6 chunks of 2 batches of 4
     events: list = []
     batcher = RecordingBatcher(tiny_bert, events)
@@ -50,13 +60,13 @@ def run_recorded(tiny_bert, monkeypatch, prefetch: int, patience: float) -> list
     def sleepy_model(batch):
         k = next(runs)
         events.append(("start", k))
-        deadline = time.monotonic() + patience  # the device, busy
-        while k + 1 < 12 and time.monotonic() < deadline and ("ready", k + 1) not in [e[:2] for e in events]:
+        deadline = time.monotonic() + patience  # the device, busy until batch k+1 is padded
+        while k + 1 < 12 and time.monotonic() < deadline and ("padded", k + 1) not in [e[:2] for e in events]:
             time.sleep(0.002)
         events.append(("end", k))
         return np.stack([batch.attention_mask.sum(1), batch.input_ids[:, 1]], 1).astype(np.float32)
 
-    out = encode_in_order(batcher, TEXTS, 4, 2, sleepy_model, prefetch=prefetch)
+    out = encode_in_order(batcher, TEXTS, 4, 2, sleepy_model, workers=workers)
     # the vectors are in the caller's order: each text's own length and first token, tokenized alone
     reference = TokenBatcher(tiny_bert, 64).tokenizer
     expected = [[len(ids), ids[1]] for ids in (reference.encode(t).ids for t in TEXTS)]
@@ -68,62 +78,91 @@ def position(events: list, *key) -> int:
     return next(i for i, event in enumerate(events) if event[: len(key)] == key)
 
 
-def test_the_next_batches_are_tokenized_and_padded_while_one_runs(tiny_bert, monkeypatch):
-    events = run_recorded(tiny_bert, monkeypatch, prefetch=2, patience=30)
-    batches = sum(1 for e in events if e[0] == "start")
-    assert batches == 12
-    # batches are padded on the worker; chunks tokenized there, or (the next one) on its own thread
-    assert all(thread == "embedkit-tokenize" for kind, *_, thread in events if kind == "ready")
-    tokenizing = [thread for kind, *_, thread in events if kind == "tokenize"]
-    assert all(thread.startswith("embedkit-tokenize") for thread in tokenizing)
-    assert any(thread.startswith("embedkit-tokenize-ahead") for thread in tokenizing)
-    for k in range(batches - 1):
-        assert position(events, "ready", k + 1) < position(events, "end", k)
-    # each chunk after the first is tokenized before the last batch of the chunk before it ends
-    tokenized = [i for i, e in enumerate(events) if e[0] == "tokenize"]
-    assert len(tokenized) == 6
-    for chunk in range(1, 6):
-        assert tokenized[chunk] < position(events, "end", 2 * chunk - 1)
-    # the queue is bounded: while batch k runs, at most batches k+1..k+3 are ready
-    # (2 queued, 1 waiting to be queued)
-    for k in range(batches):
-        ready = [e[1] for e in events[: position(events, "start", k)] if e[0] == "ready"]
-        assert max(ready) <= k + 3
-
-
-def test_without_prefetch_every_step_waits_for_the_one_before(tiny_bert, monkeypatch):
-    # the same recording can fail: in one thread, batch k+1 is ready only after batch k has run
-    events = run_recorded(tiny_bert, monkeypatch, prefetch=0, patience=0.05)
-    assert all(thread == threading.current_thread().name for kind, *_, thread in events if kind == "ready")
+def test_workers_tokenize_and_pad_the_next_chunks_while_a_batch_runs(tiny_bert, monkeypatch):
+    events = run_recorded(tiny_bert, monkeypatch, workers=2, patience=30)
+    assert sum(1 for e in events if e[0] == "start") == 12
+    assert len([e for e in events if e[0] == "tokenize"]) == 6
+    # every chunk is tokenized and padded on a worker thread, never on the model's
+    assert all(e[-1].startswith("embedkit-tokenize") for e in events if e[0] in ("tokenize", "padded"))
     for k in range(11):
-        assert position(events, "end", k) < position(events, "ready", k + 1)
+        assert position(events, "padded", k + 1) < position(events, "end", k)
+    # the queue is bounded: while batch k (of chunk k // 2) runs, at most the chunks up to
+    # k // 2 + depth are padded (2 batches a chunk)
+    monkeypatch.setattr(batching, "QUEUE_CHUNKS", 2)
+    events = run_recorded(tiny_bert, monkeypatch, workers=2, patience=30)
+    for k in range(12):
+        padded = sum(1 for e in events[: position(events, "start", k)] if e[0] == "padded")
+        assert padded <= 2 * (k // 2 + 3 + 1)
 
 
-def test_batches_run_ahead_on_cuda_only():
-    assert [prefetch_for(d) for d in ("cuda", "cuda:1", "cpu")] == [2, 2, 0]
+def test_without_workers_every_chunk_waits_for_the_batch_before(tiny_bert, monkeypatch):
+    # the same recording can fail: in one thread, the next chunk is padded only after the last
+    # batch of this one has run
+    events = run_recorded(tiny_bert, monkeypatch, workers=0, patience=0.05)
+    assert all(e[-1] == threading.current_thread().name for e in events if e[0] in ("tokenize", "padded"))
+    for k in range(1, 11, 2):  # the last batch of each chunk
+        assert position(events, "end", k) < position(events, "padded", k + 1)
 
 
-def test_run_ahead_raises_the_workers_error_and_stops_with_its_consumer():
-    def failing():
-        yield 1
-        raise ValueError("bad input in the worker")
+def test_each_worker_has_a_tokenizer_of_its_own_and_the_batches_do_not_change(tiny_bert, monkeypatch):
+    monkeypatch.setattr(batching, "CHUNK_TEXTS", 4)
+    used: dict[str, set[int]] = {}
+    real = batching.encode_without_offsets
+
+    def recording(tokenizer, texts):
+        used.setdefault(threading.current_thread().name, set()).add(id(tokenizer))
+        return real(tokenizer, texts)
+
+    monkeypatch.setattr(batching, "encode_without_offsets", recording)
+    batcher = TokenBatcher(tiny_bert, 64)
+    inline = list(batcher.batches(TEXTS, 4, workers=0))
+    assert used == {threading.current_thread().name: {id(batcher.tokenizer)}}
+    used.clear()
+    ahead = list(batcher.batches(TEXTS, 4, workers=3))
+    assert len(used) >= 2 and all(len(ids) == 1 for ids in used.values())  # one tokenizer a thread
+    own = [next(iter(ids)) for ids in used.values()]
+    assert len(set(own)) == len(own) and id(batcher.tokenizer) not in own
+    assert len(inline) == len(ahead) == 12
+    for one, other in zip(inline, ahead, strict=True):
+        for name in ("indices", "input_ids", "attention_mask", "token_type_ids", "lengths"):
+            np.testing.assert_array_equal(getattr(one, name), getattr(other, name))
+
+
+def test_tokenizer_workers_come_from_the_cores_on_cuda_only(monkeypatch):
+    monkeypatch.delenv(batching.WORKERS_ENV, raising=False)
+    assert [tokenizer_workers_for(d, cores=16) for d in ("cuda", "cuda:1", "cpu")] == [4, 4, 0]
+    assert [tokenizer_workers_for("cuda", cores=n) for n in (1, 2, 8, 64)] == [1, 1, 2, MAX_TOKENIZER_WORKERS]
+    with pytest.raises(InputError, match="tokenizer workers must be 0"):
+        check_tokenizer_workers(-1)
+    monkeypatch.setenv(batching.WORKERS_ENV, "3")  # the setting of every command
+    assert [tokenizer_workers_for(d, cores=16) for d in ("cuda", "cpu")] == [3, 3]
+    monkeypatch.setenv(batching.WORKERS_ENV, "many")
+    with pytest.raises(InputError, match="EMBEDKIT_TOKENIZER_WORKERS must be a whole number"):
+        tokenizer_workers_for("cpu")
+
+
+def test_in_order_raises_the_workers_error_and_stops_with_its_consumer():
+    def work(item):
+        if item == 1:
+            raise ValueError("bad input in the worker")
+        return item
 
     with pytest.raises(ValueError, match="bad input in the worker"):
-        list(run_ahead(failing(), 2))
+        list(in_order(work, list(range(5)), 2))
 
-    produced = []
+    done = []
 
-    def endless():
-        for i in range(10**6):
-            produced.append(i)
-            yield i
+    def slow(item):
+        time.sleep(0.01)
+        done.append(item)
+        return item
 
-    for item in run_ahead(endless(), 2):
+    for item in in_order(slow, list(range(1000)), 2):
         if item == 3:
             break
     time.sleep(0.1)
-    assert len(produced) <= 3 + 2 + 2  # consumed, queued, one in hand; then the worker stopped
-    assert not any(t.name == "embedkit-tokenize" for t in threading.enumerate())
+    assert len(done) <= 4 + batching.QUEUE_CHUNKS  # consumed, and the queue's; then nothing more
+    assert not any(t.name.startswith("embedkit-tokenize") for t in threading.enumerate())
 
 
 def test_vectorised_padding_matches_a_row_by_row_reference(tiny_bert):

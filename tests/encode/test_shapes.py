@@ -80,7 +80,7 @@ class ShapeRecorder:
 
     def run(self, outputs, feeds):
         self.shapes.append(tuple(feeds["input_ids"].shape))
-        self.ahead.append(any(t.name == "embedkit-tokenize" for t in threading.enumerate()))
+        self.ahead.append(any(t.name.startswith("embedkit-tokenize") for t in threading.enumerate()))
         return self.session.run(outputs, feeds)
 
     def __getattr__(self, name):
@@ -155,19 +155,22 @@ def test_a_session_meets_few_shapes_over_a_varied_workload(tiny_onnx):
 
 
 def test_warmup_runs_every_shape_so_encode_meets_no_new_one(tiny_onnx, monkeypatch):
-    from embedkit.encode import onnx_backend
+    from embedkit.encode import batching, onnx_backend
     from embedkit.encode.shapes import WARMUP_ROWS
 
     real = onnx_backend.create_session
     recorders = []
 
-    def on_cuda(file, device="auto", intra_op_threads=None, spinning=True):
+    def on_cuda(file, device="auto", intra_op_threads=None, spinning=True, cuda_options=None):
         # The CPU session, reported as running on CUDA: the device check decides the defaults.
         session, _ = real(file, "cpu", intra_op_threads, spinning)
         recorders.append(ShapeRecorder(session))
         return recorders[-1], "cuda"
 
     monkeypatch.setattr(onnx_backend, "create_session", on_cuda)
+    # no CUDA buffers on this machine: the run stage's NumPy path, with the CUDA defaults
+    monkeypatch.setattr(onnx_backend, "open_runner", lambda *args: None)
+    monkeypatch.setattr(batching, "FIXED_SHAPE_CHUNK_TEXTS", 32)  # several chunks: workers tokenize ahead
     encoder = onnx_backend.OnnxEncoder(tiny_onnx)
     assert encoder.device == "cuda" and encoder.shapes.fixed and encoder.warmup is not None
     warmed = set(recorders[-1].shapes)

@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from embedkit.errors import InputError
-from embedkit.index.lexical import LexicalIndex, LexicalSettings, analyze
+from embedkit.index.lexical import LexicalIndex, LexicalSettings, analyze, term_spans
 
 
 @dataclass(frozen=True)
@@ -255,13 +255,18 @@ def test_empty_index_returns_no_hits() -> None:
     assert index.search(["flow", ""], k=5) == [[], []]
 
 
-def test_snippets_highlight_the_matched_terms() -> None:
+def test_term_spans_and_idf_are_the_index_s_own() -> None:
+    """What snippets read: each term with the characters it came from, and Lucene's IDF."""
     index = built()
-    text = "Flow over the wing is a turbulent flow."
-    snippet, none = index.snippets("wings flowing", [text, "jet thrust"])
-    assert snippet == "<b>Flow</b> over the <b>wing</b> is a turbulent <b>flow</b>"
-    assert none is None
-    assert index.snippets("the of", [text]) == [None]
+    text = "Flow over the wing is a turbulent flow. 边界"
+    spans = term_spans(text)
+    assert [(term, text[start:end]) for term, start, end in spans] == [
+        ("flow", "Flow"), ("over", "over"), ("wing", "wing"), ("turbul", "turbulent"), ("flow", "flow"),
+        ("边", "边"), ("界", "界"),
+    ]  # fmt: skip
+    held = {"flow": 3, "wing": 1, "jet": 1, "absent": 0}  # documents holding each term, by hand (TERMS)
+    expected = {t: math.log(1 + (len(DOCS) - n + 0.5) / (n + 0.5)) for t, n in held.items()}
+    assert index.term_idf(list(held)) == pytest.approx(expected, rel=1e-6)
 
 
 HOSTILE = [

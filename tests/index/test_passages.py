@@ -203,6 +203,24 @@ def test_snippet_and_passage_come_from_the_best_passage(tmp_path, tiny_bert):
     assert record["text"][record["passage"]["start"] : record["passage"]["end"]] == hit.passage.text
 
 
+@pytest.mark.parametrize("mode", ["dense", "hybrid"])
+def test_the_snippet_is_a_window_of_the_passage_the_ranking_chose(tmp_path, tiny_bert, mode: str):
+    """In dense and hybrid search the hit's passage is the model's best (by meaning), and the
+    snippet is a window of that passage's text, "…" where the passage was cut."""
+    words = ["flow", "air", "pressure", "guitar", "beach", "wave", "cat", "dog"]
+    text = " ".join(words[(i * 3) % 8] for i in range(60)) + "."
+    corpus = tmp_path / "c.jsonl"
+    corpus.write_text(json.dumps({"_id": "long", "text": text}) + "\n", encoding="utf-8")
+    build_index(corpus, tmp_path / "idx", tiny_bert, IndexOptions(passages="8:2", device="cpu"))
+    with SearchIndex.load(tmp_path / "idx") as index:
+        (hits,) = index.search_text("guitar beach", k=1, mode=mode, snippets=True, passages=True)
+    (hit,) = hits
+    shown = hit.snippet.replace("<b>", "").replace("</b>", "")
+    assert shown.strip("…") in " ".join(hit.passage.text.split())
+    assert shown.startswith("…") == (hit.passage.start > 0)  # each passage starts lower case
+    assert shown.endswith("…") == (hit.passage.end < len(text))
+
+
 def test_every_row_of_a_document_is_known_to_the_store(built, corpus, tiny_bert):
     out, _ = built
     _, docs = corpus

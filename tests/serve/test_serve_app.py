@@ -41,10 +41,14 @@ class FakeEncoder:
     """Each text's vector is [its token count, 1]: what the server sends is checkable by hand."""
 
     backend, device, precision, dim, max_seq_length = "fake", "cpu", "fp32", 2, 8
+    pooling, normalize_default = "mean", False
 
     def __init__(self) -> None:
+        from embedkit.encode.batching import TokenBatcher
+        from embedkit.encode.stages import EncoderStages
+
         self.path = Path("/models/fake-model")
-        self.batcher = SimpleNamespace(tokenizer=FakeTokenizer(), pad_id=0)
+        self.stages = EncoderStages(TokenBatcher.of(FakeTokenizer(), 8, 0), self.run_batch, self.dim)
 
     def run_batch(self, batch):
         if (batch.input_ids == BOOM).any():

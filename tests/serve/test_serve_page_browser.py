@@ -167,7 +167,7 @@ def test_the_docs_page_lists_every_route(browser, server, tmp_path: Path):
 
 
 def test_a_snippet_shows_its_matched_terms_and_nothing_else_as_markup(browser, server):
-    """tantivy's snippets are HTML with the terms in <b>; the page keeps only those as <mark>s."""
+    """A snippet is HTML with the query's terms in <b>; the page keeps only those as <mark>s."""
     hostile = "the <b>shock</b> wave &lt;i&gt;x&lt;/i&gt; "
     hostile += '<img src=x onerror="window.hit=1"><script>window.hit=2</script>'
     answer = {
@@ -233,4 +233,39 @@ def test_at_1280_px_every_hit_shows_a_snippet_inside_its_column(browser, server,
     column_right, snippet_right, scroll_width, client_width = widths
     assert snippet_right <= column_right + 0.5 and scroll_width <= client_width, widths
     page.screenshot(path=str(tmp_path / "search-1280.png"), full_page=True)
+    context.close()
+
+
+def test_the_address_holds_the_search_so_a_result_can_be_linked(browser, server, tmp_path: Path):
+    """`/?q=...&mode=...` searches on load; a search writes its query into the address, and back
+    brings the earlier search again. The reference is /search's own answer for each query."""
+    from urllib.parse import parse_qs, urlsplit
+
+    context = browser.new_context(viewport={"width": 1280, "height": 900})
+    page = context.new_page()
+    page.goto(f"{server.url}/?q={QUERY.replace(' ', '+')}&mode=lexical")
+    enter_key(page, KEY)  # a new tab holds no key: the search runs once it is given
+    page.wait_for_selector("#results[data-done]")
+    assert page.input_value("#query") == QUERY and page.input_value("#mode") == "lexical"
+    assert page.eval_on_selector_all(".column", "cs => cs.map(c => c.dataset.mode)") == ["lexical"]
+    assert column_ids(page, "lexical") == search_ids(server.url, "lexical")
+
+    page.fill("#query", "heat transfer")
+    page.select_option("#mode", "dense")
+    run_search(page)
+    assert parse_qs(urlsplit(page.url).query) == {"q": ["heat transfer"], "mode": ["dense"]}
+    dense = httpx.post(
+        f"{server.url}/search",
+        json={"query": "heat transfer", "k": 10, "mode": "dense", "snippets": True},
+        headers={"Authorization": f"Bearer {KEY}"},
+        timeout=30,
+    ).json()["results"][0]["hits"]
+    assert column_ids(page, "dense") == [hit["id"] for hit in dense]
+
+    page.evaluate("delete document.getElementById('results').dataset.done")
+    page.go_back()
+    page.wait_for_selector("#results[data-done]")
+    assert page.input_value("#query") == QUERY
+    assert column_ids(page, "lexical") == search_ids(server.url, "lexical")
+    page.screenshot(path=str(tmp_path / "linked-search.png"), full_page=True)
     context.close()

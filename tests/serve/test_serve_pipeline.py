@@ -94,7 +94,8 @@ def test_sizing_by_device():
     cuda = Sizing.resolve(ServeConfig(), "cuda:0", 256)
     assert (cuda.device, cuda.max_batch_tokens, cuda.batches_in_flight) == ("cuda", 32_768, 2)
     assert cuda.warmup
-    assert cuda.prepares_ahead and cuda.inline_tokenize_chars == 0
+    assert cuda.prepares_ahead and cuda.inline_tokenize_chars == 2_000
+    assert cpu.length_groups and cpu.wait_when_idle and not cuda.length_groups and not cuda.wait_when_idle
     asked = ServeConfig(max_batch_tokens=1000, workers=3, batches_in_flight=2, warmup=False)
     chosen = Sizing.resolve(asked, "cuda", 256)
     assert (chosen.max_batch_tokens, chosen.workers, chosen.batches_in_flight) == (1000, 3, 3)
@@ -127,11 +128,18 @@ class FakeEncoder:
 
     backend, precision, dim, max_seq_length = "fake", "fp16", 2, 8
 
+    pooling, normalize_default = "mean", True
+
     def __init__(self, device: str) -> None:
+        from embedkit.encode.batching import TokenBatcher
+        from embedkit.encode.stages import EncoderStages
+
         self.device = device
         self.path = Path("/models/fake-model")
-        self.batcher = SimpleNamespace(tokenizer=FakeTokenizer(), pad_id=0)
+        self.tokenizer = FakeTokenizer()
         self.shapes = ShapePlan(8, fixed=device == "cuda")
+        batcher = TokenBatcher.of(self.tokenizer, 8, 0)
+        self.stages = EncoderStages(batcher, self.run_batch, self.dim, shapes=self.shapes, warm=self.warm_up)
         self.seen: list[tuple[int, int]] = []
         self.warmed: list[tuple[int, int | None]] = []
 
@@ -163,7 +171,7 @@ def test_info_reports_the_sizing_and_vectors_are_unchanged(monkeypatch, device):
                 break
             time.sleep(0.02)
         info = client.get("/info").json()
-        encoder.batcher.tokenizer.on_loop.clear()
+        encoder.tokenizer.on_loop.clear()
         encoder.seen.clear()
         texts = ["one", "two words", "a b c d e f g h i", "x y z", "p q"]
         answer = client.post("/v1/embeddings", json={"input": texts})
@@ -172,7 +180,7 @@ def test_info_reports_the_sizing_and_vectors_are_unchanged(monkeypatch, device):
     assert vectors == [[min(len(t.split()) + 2, 8), 1.0] for t in texts]  # padded rows dropped
     runtime = info["embedkit"]
     assert runtime["device"] == device and info["max_batch_tokens"] == runtime["max_batch_tokens"]
-    on_loop = encoder.batcher.tokenizer.on_loop
+    on_loop = encoder.tokenizer.on_loop
     if device == "cpu":
         assert runtime["max_batch_tokens"] == 4096 and runtime["batches_in_flight"] == 1
         assert runtime["shapes"] == {"fixed": False, "lengths": None, "rows": None}
@@ -182,9 +190,50 @@ def test_info_reports_the_sizing_and_vectors_are_unchanged(monkeypatch, device):
         assert sorted(encoder.seen) == [(1, 8), (4, 5)]
     else:
         assert runtime["max_batch_tokens"] == 32_768 and runtime["batches_in_flight"] == 2
-        assert runtime["prepares_ahead"] and runtime["tokenization"] == "thread"
+        assert runtime["prepares_ahead"]
+        assert runtime["tokenization"] == "event loop up to 2000 characters a request, else a thread"
         assert runtime["shapes"] == {"fixed": True, "lengths": [8], "rows": list(row_buckets(MAX_ROWS))}
         assert encoder.warmed == [(MAX_ROWS, 2 * 32_768)]
         assert runtime["warmup"]["enabled"] and runtime["warmup"]["shapes"] > 0
-        assert on_loop == [False]  # off the loop
-        assert sorted(encoder.seen) == [(1, 8), (4, 8)]  # the same runs, padded to the one length bucket
+        assert on_loop == [True]  # a small request: on the loop on CUDA too
+        # one run of the whole batch: 5 rows padded to the row bucket 6, the one length bucket
+        assert encoder.seen == [(6, 8)]
+
+
+def test_on_cuda_a_batch_starts_at_once_while_nothing_runs_and_gathers_while_one_does():
+    batches: list[list[str]] = []
+    gate = threading.Event()
+
+    def run(texts: list[str], tokens: list[int]) -> np.ndarray:
+        batches.append(list(texts))
+        if texts[0] == "a":
+            assert gate.wait(30)  # the device, busy with the first batch
+        return np.ones((len(texts), 2), dtype=np.float32)
+
+    async def main(wait_when_idle: bool, polls: int) -> tuple[bool, list]:
+        batcher = DynamicBatcher(
+            run, max_batch_tokens=100, max_wait_ms=60_000, wait_when_idle=wait_when_idle, in_flight=2,
+            prepare=lambda texts, tokens: texts,
+        )
+        await batcher.start()
+        first = asyncio.ensure_future(batcher.embed(["a"], [1]))
+        for _ in range(polls):  # an idle device: the batch starts without the minute's wait
+            await asyncio.sleep(0.01)
+            if batches:
+                break
+        started = bool(batches)
+        later = [asyncio.ensure_future(batcher.embed([t], [1])) for t in "bc"]
+        await asyncio.sleep(0.05)
+        pending = [b for b in batches if b != ["a"]]
+        gate.set()
+        await batcher.close()  # runs what is queued without waiting
+        await asyncio.gather(first, *later)
+        return started, pending
+
+    started, pending = asyncio.run(asyncio.wait_for(main(False, 500), 60))
+    assert started and not pending  # b and c gathered while a ran ...
+    assert batches == [["a"], ["b", "c"]]  # ... into one batch
+    batches.clear()
+    gate.clear()
+    started, _ = asyncio.run(asyncio.wait_for(main(True, 20), 60))
+    assert not started  # a CPU's batch waits for others even while nothing runs

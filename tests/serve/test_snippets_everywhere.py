@@ -1,31 +1,27 @@
 """Every hit on every side has a snippet, and the whole document only when asked for.
 
 `embedkit search --json`, `/search` and the Python collection give the same records (one
-`hit_record`, `embedkit.search.hits`): a snippet on every hit, in every mode (the query's words
-highlighted where they are in the document, else its start), no `text` unless `include` asks.
-The references: the corpus itself (which words a document holds, its text escaped by hand).
+`hit_record`, `embedkit.search.hits`): a snippet on every hit, in every mode (the window of its
+text that best answers the query, `embedkit.search.snippets`), no `text` unless `include` asks.
+The references: the corpus itself (which words a document holds), and a long document whose
+answer sentence is written out by hand.
 """
 
 from __future__ import annotations
 
-import html
 import json
 from pathlib import Path
 
 import pytest
+from fixture_text import ESPRESSO_ANSWER, espresso_manual
 from serve_helpers import CORPUS
 from typer.testing import CliRunner
 
 import embedkit
 from embedkit.cli.app import app
-from embedkit.search.hits import SNIPPET_CHARS, lead_snippet
 
 BY_ID = {r["_id"]: r for r in CORPUS}
 QUERY = "shock wave on a wing"
-
-
-def full_text(record: dict) -> str:
-    return f"{record['title']} {record['text']}".strip()
 
 
 def cli_hits(index: Path, *args: str) -> list[dict]:
@@ -35,10 +31,10 @@ def cli_hits(index: Path, *args: str) -> list[dict]:
 
 
 def expected_snippet(record: dict) -> str:
-    """The reference: a document holding a word of the query shows it in <b>; another one its start."""
-    words = set(QUERY.split()) - {"on", "a"}  # stopwords: BM25 does not match them
-    held = [w for w in full_text(record).split() if w in words]
-    return f"<b>{held[0]}</b>" if held else html.escape(full_text(record), quote=False)
+    """The reference: each text is one short sentence, shown whole (the title apart), the query's
+    words in <b> (its stopwords "on" and "a" are no terms)."""
+    words = set(QUERY.split()) - {"on", "a"}
+    return " ".join(f"<b>{w}</b>" if w in words else w for w in record["text"].split())
 
 
 @pytest.mark.parametrize("mode", ["dense", "lexical", "hybrid"])
@@ -53,8 +49,7 @@ def test_every_side_gives_every_hit_a_snippet_and_no_text(tiny_index: Path, app_
     ]
     for hit in by_cli:
         assert "text" not in hit
-        want = expected_snippet(BY_ID[hit["id"]])
-        assert want in hit["snippet"] if want.startswith("<b>") else hit["snippet"] == want
+        assert hit["snippet"] == expected_snippet(BY_ID[hit["id"]])
 
 
 def test_the_whole_text_comes_when_asked(tiny_index: Path, app_client) -> None:
@@ -71,11 +66,47 @@ def test_the_whole_text_comes_when_asked(tiny_index: Path, app_client) -> None:
     assert result.exit_code == 2 and "unknown hit field 'body'" in result.output
 
 
-def test_a_lead_snippet_is_the_start_cut_at_a_word() -> None:
-    assert lead_snippet("  a <b>  tag\n & more ") == "a &lt;b&gt; tag &amp; more"
-    words = " ".join(f"word{n:03d}" for n in range(100))  # 8 characters a word, with its space
-    cut = lead_snippet(words)
-    assert len(cut) <= SNIPPET_CHARS and cut.endswith("…")
-    # 199 characters hold 24 whole words and the next one up to its end, which may go on: cut before it
-    assert cut == " ".join(f"word{n:03d}" for n in range(24)) + "…"
-    assert lead_snippet("x" * 300) == "x" * (SNIPPET_CHARS - 1) + "…"
+MANUAL = {"_id": "manual", "title": "Aurora Duo Espresso Machine - User Manual", "text": espresso_manual()}
+
+
+@pytest.fixture(scope="module")
+def manual_index(tiny_onnx: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    from embedkit import build_index
+    from embedkit.jobs.index_build import IndexOptions
+
+    folder = tmp_path_factory.mktemp("manual-index")
+    corpus = folder / "corpus.jsonl"
+    corpus.write_text("".join(json.dumps(r) + "\n" for r in [MANUAL, *CORPUS]), encoding="utf-8")
+    return build_index(corpus, folder / "index", model=tiny_onnx, options=IndexOptions(device="cpu")).path
+
+
+@pytest.mark.parametrize("mode", ["lexical", "hybrid"])
+def test_the_answer_deep_in_a_long_document_is_the_snippet_on_every_side(
+    manual_index: Path, tiny_onnx: Path, mode: str
+) -> None:
+    from serve_helpers import in_process
+
+    from embedkit.serve.settings import ServeConfig
+
+    query = "how often should I descale the espresso machine"
+    assert MANUAL["text"].index(ESPRESSO_ANSWER) > 2700  # the 49th of 80 sentences
+    # by hand: the answer opens the window, and the two sentences after it fit in 198 characters
+    # (76 + 1 + 52 + 1 + 55 = 185; a third would make 234)
+    expected = (
+        "<b>Descale</b> the <b>machine</b> every three months, or monthly where the water is hard. "
+        "A finer grind slows the shot and deepens its taste. "
+        "The Aurora Duo heats its boiler in about forty seconds."
+    )
+    args = ["search", str(manual_index), query, "--json", "--mode", mode, "-k", "3"]
+    result = CliRunner().invoke(app, args)
+    assert result.exit_code == 0, result.output
+    by_cli = json.loads(result.stdout)["hits"]
+    with in_process(ServeConfig(model=str(tiny_onnx), index=str(manual_index), max_wait_ms=0)) as client:
+        by_http = client.post("/search", json={"query": query, "k": 3, "mode": mode}).json()["results"][0][
+            "hits"
+        ]
+    by_python = embedkit.open_collection(manual_index, device="cpu").query(query, k=3, mode=mode)
+    (manual,) = [h for h in by_cli if h["id"] == "manual"]
+    assert manual["snippet"] == expected
+    for hits in (by_http, by_python):
+        assert [(h["id"], h["snippet"]) for h in hits] == [(h["id"], h["snippet"]) for h in by_cli]

@@ -19,9 +19,34 @@
     $("search").hidden = !card.index;
     $("similarity").hidden = card.index;
     (card.index ? $("query") : $("text-a")).focus();
+    if (card.index) searchFromAddress();
   }
 
-  // A tantivy snippet is HTML with the matched terms in <b>: rebuilt as text nodes and <mark>s, so
+  // The address holds the search (`/?q=...&mode=...&k=...`), so a result can be linked: the page
+  // reads it on load and on back/forward, and writes it when the user searches.
+  const LINKED = { q: "query", mode: "mode", k: "k", fusion: "fusion", alpha: "alpha" };
+
+  function searchFromAddress() {
+    const params = new URLSearchParams(window.location.search);
+    if (!params.get("q")) return;
+    for (const [name, id] of Object.entries(LINKED)) {
+      if (params.has(name)) $(id).value = params.get(name);
+    }
+    if (!$("mode").value) $("mode").value = "all";  // a mode the page does not offer
+    runSearch();
+  }
+
+  function addressOfSearch() {
+    const params = new URLSearchParams();
+    for (const [name, id] of Object.entries(LINKED)) {
+      const value = $(id).value;
+      const usual = { mode: "all", k: "10" }[name] ?? "";
+      if (name === "q" || value !== usual) params.set(name, value);
+    }
+    return `${window.location.pathname}?${params}`;
+  }
+
+  // A snippet is HTML with the query's terms in <b>: rebuilt as text nodes and <mark>s, so
   // that nothing else in it can become markup.
   function snippetNode(html) {
     const out = element("p", "snippet");
@@ -93,8 +118,16 @@
     }
   }
 
-  async function search(event) {
+  function search(event) {
     event.preventDefault();
+    const address = addressOfSearch();
+    if (address !== `${window.location.pathname}${window.location.search}`) {
+      window.history.pushState(null, "", address);
+    }
+    runSearch();
+  }
+
+  async function runSearch() {
     showError("");
     const request = {
       query: $("query").value,
@@ -145,6 +178,9 @@
 
   document.addEventListener("DOMContentLoaded", () => {
     $("search-form").addEventListener("submit", search);
+    window.addEventListener("popstate", () => {
+      if (!$("search").hidden) searchFromAddress();
+    });
     $("similarity-form").addEventListener("submit", compare);
     setup(start);
   });
