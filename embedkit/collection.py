@@ -201,13 +201,13 @@ class Collection:
         no_where_document(where_document)
         keys = None if ids is None else id_list("ids", ids)
         expression = where_expression(where)
-        if keys is None and expression is None:
-            raise InputError("delete: give ids, or a where filter, of the documents to delete")
         if expression is not None:
             passing = {d.id for d in self._opened().documents_held(expression)}
             keys = [d for d in (keys or passing) if d in passing]
             if not keys:
                 return None
+        elif keys is None:
+            raise InputError("delete: give ids, or a where filter, of the documents to delete")
         self._release()
         return delete_documents(self.path, keys)
 
