@@ -30,7 +30,7 @@ PYTEST_ARGS ?=
 GPU_PYTHON ?= $(if $(wildcard $(BIN)/python),$(BIN)/python,$(PYTHON))
 GPU_CHECK_ARGS ?=
 
-.PHONY: setup test-setup demo tour test test-newest lint lock wheel-smoke gpu-check clean
+.PHONY: setup test-setup demo tour test test-newest lint typecheck lock wheel-smoke gpu-check clean
 
 $(STAMP): pyproject.toml $(LOCK)
 	$(PYTHON) -m venv $(VENV)
@@ -63,6 +63,12 @@ test-newest:
 
 lint: $(TEST_STAMP)
 	$(BIN)/ruff check .
+	$(BIN)/python -m mypy
+
+# mypy over embedkit/ as pyproject.toml's [tool.mypy] sets it: strict on search and index, the
+# default level elsewhere (docs/code-layout.md)
+typecheck: $(TEST_STAMP)
+	$(BIN)/python -m mypy
 
 # constraints.txt from the test environment (run `make test` on it first): every package but
 # embedkit and torch (TORCH picks that build)
@@ -82,4 +88,4 @@ gpu-check:
 	$(GPU_PYTHON) benchmarks/gpu_check.py $(GPU_CHECK_ARGS)
 
 clean:
-	rm -rf $(DEMO) $(TOUR) build dist *.egg-info .pytest_cache
+	rm -rf $(DEMO) $(TOUR) build dist *.egg-info .pytest_cache .mypy_cache

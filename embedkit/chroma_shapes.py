@@ -131,8 +131,12 @@ def chroma_search(
     encoder = encoder_for(index) if request.mode != "lexical" else None
     results = index.search_text(queries or [], n_results, encoder, **settings)
     dense = request.mode == "dense"
-    found = [[(h.document, 1.0 - h.score if dense else None) for h in hits] for hits in results]
-    return query_result(found, fields, _vectors(index, found, fields))  # type: ignore[arg-type]
+    # search_text's hits hold their documents (the pipeline's documents stage)
+    held = [
+        [(h.document, 1.0 - h.score if dense else None) for h in hits if h.document is not None]
+        for hits in results
+    ]
+    return query_result(held, fields, _vectors(index, held, fields))
 
 
 def _by_id(index: SearchIndex, ids: list[str | None], scores: Any) -> list[tuple[Document, float | None]]:

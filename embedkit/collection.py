@@ -106,7 +106,7 @@ class Collection:
         refuse_unknown("Collection", unknown, SETTINGS)
         self.path = folder("path", path)
         self._model = encoder_or_folder("model", model)
-        self._new = {
+        self._new: dict[str, Any] = {  # IndexOptions' fields for a new index
             "kind": text("kind", kind),
             "passages": optional_text("passages", passages),
             "lexical": flag("lexical", lexical),
@@ -120,7 +120,8 @@ class Collection:
     def create(cls, path: str | Path, model: Model = None, **settings: Any) -> Collection:
         """A new collection at `path`, which must be absent or an empty folder (its index is made
         by the first `add`). `settings`: those of `Collection(...)`."""
-        from embedkit.index.layout import holds_no_version, is_index_folder
+        from embedkit.index.layout import is_index_folder
+        from embedkit.storage.versioned import holds_no_version
 
         made = cls(path, model, **settings)  # every argument checked before the disk is asked
         target = made.path
@@ -200,13 +201,13 @@ class Collection:
         no_where_document(where_document)
         keys = None if ids is None else id_list("ids", ids)
         expression = where_expression(where)
-        if keys is None and expression is None:
-            raise InputError("delete: give ids, or a where filter, of the documents to delete")
         if expression is not None:
             passing = {d.id for d in self._opened().documents_held(expression)}
             keys = [d for d in (keys or passing) if d in passing]
             if not keys:
                 return None
+        elif keys is None:
+            raise InputError("delete: give ids, or a where filter, of the documents to delete")
         self._release()
         return delete_documents(self.path, keys)
 
@@ -234,9 +235,10 @@ class Collection:
         return build_index(documents, self.path, encoder, options)
 
     def _opened_model(self, *, exists: bool) -> Encoder:
-        """The model, opened once: for an existing index checked against it (None: its own)."""
+        """The model, opened once: for an existing index checked against it (None: its own); an open
+        encoder is taken as it is (checked against the index where it adds or searches)."""
         if self._encoder is None:
-            if exists:
+            if exists and (self._model is None or isinstance(self._model, (str, Path))):
                 from embedkit.index.folder import open_model_for, read_index_meta
 
                 meta = read_index_meta(self.path)
@@ -389,7 +391,8 @@ class Collection:
     # --- the open index and model ----------------------------------------------------------------
 
     def _exists(self) -> bool:
-        from embedkit.index.layout import holds_no_version, is_index_folder
+        from embedkit.index.layout import is_index_folder
+        from embedkit.storage.versioned import holds_no_version
 
         return is_index_folder(self.path) and not holds_no_version(self.path)
 

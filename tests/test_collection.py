@@ -238,3 +238,18 @@ def test_a_chroma_filter_reads_as_the_expression_it_becomes() -> None:
     ]:
         with pytest.raises(embedkit.InputError, match=message):
             expression_of(bad)
+
+
+def test_an_open_encoder_opens_an_existing_collection(tiny_onnx: Path, tmp_path: Path) -> None:
+    """An open encoder given to `Collection.open` is the model it adds and searches with (checked
+    against the index there), as for a new collection; the reference: cosines computed here."""
+    encoder = embedkit.load_encoder(tiny_onnx, device="cpu")
+    with embedkit.create_collection(tmp_path / "idx", encoder, device="cpu", calibrate=False) as notes:
+        notes.add(**add_args(records(0, 3)))
+    added = records(3, 1)
+    with embedkit.Collection.open(tmp_path / "idx", encoder, device="cpu", calibrate=False) as notes:
+        notes.add(**add_args(added))
+        hit = notes.query(QUERIES[0], k=4, mode="dense", include=["scores"])
+        assert notes.count() == 4
+    document, query = encoder.encode([f"{added[0]['title']} {added[0]['text']}", QUERIES[0]], normalize=True)
+    assert {h["id"]: h["score"] for h in hit}["d3"] == pytest.approx(float(document @ query), abs=1e-5)

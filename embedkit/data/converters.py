@@ -225,7 +225,10 @@ def _check_docx_parts(raw: bytes, path: Path) -> None:
             WorkBudget(path, MAX_DOCX_PARAGRAPHS, "DOCX paragraphs (a table cell's included)"),
         )
         for info in xml:
-            parser = etree.XMLParser(target=counter, resolve_entities=False, no_network=True)
+            # lxml calls the target's methods that exist; types-lxml's ParserTarget wrongly demands all
+            parser = etree.XMLParser(  # type: ignore[call-overload]
+                target=counter, resolve_entities=False, no_network=True
+            )
             with archive.open(info) as part:
                 while chunk := part.read(2**20):
                     parser.feed(chunk)

@@ -45,6 +45,7 @@ class CorpusFingerprint:
 
 def combined(*fingerprints: str | None) -> str | None:
     """The fingerprint of the union of disjoint corpora; None if one is unknown (an older index)."""
-    if any(f is None for f in fingerprints):
+    known = [f for f in fingerprints if f is not None]
+    if len(known) < len(fingerprints):
         return None
-    return f"{sum(int(f, 16) for f in fingerprints) % _MOD:032x}"  # type: ignore[arg-type]
+    return f"{sum(int(f, 16) for f in known) % _MOD:032x}"

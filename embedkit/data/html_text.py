@@ -84,7 +84,7 @@ def read_html(raw: bytes, path: Path) -> tuple[str | None, str]:
         if not (title and title.strip()):
             heading = soup.find("h1")
             title = heading.get_text() if heading is not None else None
-        main = soup.find("main") or soup.find(attrs={"role": "main"}) or soup.body or soup
+        main = soup.find("main") or soup.find(None, {"role": "main"}) or soup.body or soup
         text = _visible_text(main)
     lines = (" ".join(line.split()) for line in text.split("\n"))
     return title, "\n".join(line for line in lines if line)
@@ -117,7 +117,8 @@ def _count_nodes(markup: str, path: Path) -> None:
     from lxml import etree
 
     budget = WorkBudget(path, MAX_HTML_NODES, "HTML nodes (elements, attributes, texts, comments)")
-    parser = etree.HTMLParser(target=_NodeCounter(budget))
+    # lxml calls the target's methods that exist; types-lxml's ParserTarget wrongly demands them all
+    parser = etree.HTMLParser(target=_NodeCounter(budget))  # type: ignore[call-overload]
     parser.feed(markup)
     parser.close()
 

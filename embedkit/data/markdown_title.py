@@ -74,7 +74,7 @@ def _headings(body: str) -> list[_Heading]:
         body = body[: body.rfind("\n", 0, SCAN_CHARS) + 1]  # whole lines: a cut heading is no heading
     tokens = MarkdownIt("commonmark").disable(["inline", "text_join"]).parse(body)  # blocks only
     return [
-        _Heading(int(token.tag[1:]), tokens[i + 1].content, tuple(token.map))
+        _Heading(int(token.tag[1:]), tokens[i + 1].content, (token.map[0], token.map[1]))
         for i, token in enumerate(tokens)
         if token.type == "heading_open" and token.level == 0 and token.map is not None
     ]

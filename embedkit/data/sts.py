@@ -59,6 +59,7 @@ def read_sts(path: str | Path) -> StsData:
 
 
 def _delimited_pairs(path: Path, fmt: str) -> Iterator[tuple[int, str, str, str]]:
+    records: Iterator[tuple[int, list[str]]]
     if fmt == ".tsv":
         records = ((n, line.split("\t")) for n, line in text_lines(path) if line.strip())
     else:

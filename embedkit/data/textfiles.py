@@ -13,7 +13,7 @@ import os
 import zlib
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal, overload
 
 from embedkit.data.input_files import open_input
 from embedkit.errors import InputError
@@ -106,10 +106,20 @@ def _object_once_each_name(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
     obj = dict(pairs)
     if len(obj) != len(pairs):
         seen: set[str] = set()
-        raise _RepeatedName(next(name for name, _ in pairs if name in seen or seen.add(name)))
+        for name, _ in pairs:  # the first name met a second time
+            if name in seen:
+                raise _RepeatedName(name)
+            seen.add(name)
     return obj
 
 
+# without keep_blank, every item is an object (the overloads tell a type checker so)
+@overload
+def json_objects(
+    path: Path, *, keep_blank: Literal[False] = False
+) -> Iterator[tuple[int, dict[str, Any]]]: ...
+@overload
+def json_objects(path: Path, *, keep_blank: bool) -> Iterator[tuple[int, dict[str, Any] | None]]: ...
 def json_objects(path: Path, *, keep_blank: bool = False) -> Iterator[tuple[int, dict[str, Any] | None]]:
     """The JSON object on each line of a JSONL file with its line number; a bad line is an `InputError`.
 

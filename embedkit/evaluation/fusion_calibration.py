@@ -263,9 +263,9 @@ def calibrate(
     count = len(rows)
     documents, sample, split = sampled(store, rows, encoder, config, prefixes, passages)
     try:
-        task = pseudo_task(documents, config)  # type: ignore[arg-type]
+        task = pseudo_task(documents, config)
     except InputError:  # no document gives any pseudo query
-        task = PseudoTask([], documents, [])  # type: ignore[arg-type]
+        task = PseudoTask([], documents, [])
     if len(task.queries) < config.min_queries:
         method, alpha, reason = too_few(len(task.queries), config)
         seconds = round(time.perf_counter() - start, 2)

@@ -25,6 +25,7 @@ from embedkit.search import pipeline
 from embedkit.search.fusion import DEFAULT_ALPHA
 from embedkit.search.request import SearchRequest, check_choices
 from embedkit.search.rerank import DEFAULT_RERANK_DEPTH, PairScorer, Rerank
+from embedkit.search.store import SearchStore
 
 
 @dataclass(frozen=True)
@@ -108,6 +109,7 @@ class RetrievalEvaluator:
         query_ids = list(self.data.queries)
         texts = [self.data.queries[q] for q in query_ids]
         exclude = query_ids if self.ignore_identical_ids else None
+        store: SearchStore[Any]
         if self.index is None:
             store, prefixes = self._memory_store(encoder), self.prefixes or Prefixes()
             index, where = None, "exact"

@@ -50,14 +50,15 @@ def sts_retrieval_task(source: str | Path | Any) -> StsRetrievalTask:
     """The task of an STS file (read with `read_sts`), of `StsData`, or of (s1, s2, score) triples."""
     if isinstance(source, StsRetrievalTask):
         return source
+    pairs: Any = source  # `StsData` (or anything with its three fields), or (s1, s2, score) triples
     if isinstance(source, (str, Path)):
         from embedkit.data.sts import read_sts
 
-        source = read_sts(source)
-    if all(hasattr(source, name) for name in ("sentences1", "sentences2", "scores")):
-        first, second, scores = list(source.sentences1), list(source.sentences2), list(source.scores)
+        pairs = read_sts(source)
+    if all(hasattr(pairs, name) for name in ("sentences1", "sentences2", "scores")):
+        first, second, scores = list(pairs.sentences1), list(pairs.sentences2), list(pairs.scores)
     else:
-        triples = list(source)
+        triples = list(pairs)
         if any(len(triple) != 3 for triple in triples):
             raise InputError("STS pairs must be (sentence1, sentence2, score) triples")
         first, second, scores = ([t[i] for t in triples] for i in range(3))

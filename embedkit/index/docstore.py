@@ -38,6 +38,7 @@ import sqlite3
 from collections import Counter
 from collections.abc import Iterator, Sequence
 from pathlib import Path
+from typing import Any, cast
 
 from embedkit.data.document import Document, Passage, TextSpan
 from embedkit.errors import InputError
@@ -176,7 +177,7 @@ class DocStore:
         query = f"SELECT row FROM {self._vectors} WHERE row >= ? AND row < ? ORDER BY row"
         return [int(r) for (r,) in self._db.execute(query, (first, stop))]
 
-    def _one(self, query: str):  # -> the first column of the first row
+    def _one(self, query: str) -> Any:  # the first column of the first row
         try:
             return self._db.execute(query).fetchone()[0]
         except sqlite3.DatabaseError as exc:
@@ -202,9 +203,10 @@ class DocStore:
         (`number` 0) stores the document, every passage its own row.
         """
         if self.has_passages:
-            first_document, whole, spans = self._passage_records(first_row, documents)  # type: ignore[arg-type]
+            passages = cast("Sequence[Passage]", documents)  # a store of passages is given passages
+            first_document, whole, spans = self._passage_records(first_row, passages)
         else:
-            first_document, whole, spans = first_row, list(documents), []
+            first_document, whole, spans = first_row, list(cast("Sequence[Document]", documents)), []
         if self._first_added is None:
             self._first_added = first_document
         try:
@@ -328,7 +330,7 @@ class DocStore:
         for (title,) in self._db.execute("SELECT title FROM documents ORDER BY row"):
             yield title
 
-    def iter_documents(self, batch: int = READ_BATCH):  # -> Iterator[Document]
+    def iter_documents(self, batch: int = READ_BATCH) -> Iterator[Document]:
         """Every document once, in the order they were added (whatever the rows of their passages)."""
         first = 0
         last = self._max_row("documents")
@@ -354,10 +356,10 @@ class DocStore:
             sql = "SELECT row, id FROM documents WHERE row IN ({})"
         return {int(row): doc_id for row, doc_id in self._query_in(sql, [int(r) for r in rows])}
 
-    def _query_in(self, sql: str, values: Sequence[int] | Sequence[str]) -> list[tuple]:
+    def _query_in(self, sql: str, values: Sequence[int] | Sequence[str]) -> list[tuple[Any, ...]]:
         """`sql` with its `IN ({})` filled for `values`, in slices SQLite's parameter cap allows."""
         unique = list(dict.fromkeys(values))
-        found: list[tuple] = []
+        found: list[tuple[Any, ...]] = []
         for start in range(0, len(unique), MAX_PARAMS):
             part = unique[start : start + MAX_PARAMS]
             try:
@@ -369,7 +371,7 @@ class DocStore:
     def held_at(self, rows: Sequence[int]) -> dict[int, TextSpan]:
         """Row -> what the index holds there: the `Document`, or in a store of passages the `Passage`."""
         if not self.has_passages:
-            return self._select("row", [int(r) for r in rows])
+            return dict(self._select("row", [int(r) for r in rows]))
         sql = "SELECT row, document, start, end FROM passages WHERE row IN ({})"
         spans = self._query_in(sql, [int(r) for r in rows])
         documents = self._select("row", sorted({doc for _, doc, _, _ in spans}))
@@ -416,7 +418,7 @@ def _add_hash_column(db: sqlite3.Connection) -> None:
         db.execute("ALTER TABLE documents ADD COLUMN content_hash TEXT")
 
 
-def _records(first_row: int, documents: Sequence[Document]) -> list[tuple]:
+def _records(first_row: int, documents: Sequence[Document]) -> list[tuple[Any, ...]]:
     """`documents` table records of `documents` at rows first_row, first_row + 1, ..."""
     records = []
     for i, doc in enumerate(documents):

@@ -30,6 +30,7 @@ from embedkit.data.fingerprint import CorpusFingerprint
 from embedkit.errors import InputError
 from embedkit.index.docstore import DocStore
 from embedkit.index.folder import DOCS_FILE, INDEX_FILE, META_FILE, index_files_dir, read_index_meta
+from embedkit.index.kinds import FaissIndex
 from embedkit.index.lexical import lexical_settings
 from embedkit.index.lexical_rebuild import fill_lexical
 from embedkit.index.meta import IndexMeta
@@ -67,7 +68,9 @@ def rows_to_delete(store: DocStore, ids: Sequence[str], place: object) -> np.nda
     return np.asarray(sorted(row for rows in found.values() for row in rows), dtype=np.int64)
 
 
-def remove_documents(index, store: DocStore, kind: str, rows: np.ndarray, fingerprint: str | None):
+def remove_documents(
+    index: FaissIndex, store: DocStore, kind: str, rows: np.ndarray, fingerprint: str | None
+) -> tuple[FaissIndex, str | None]:
     """Remove `rows` from the FAISS index and the store (with its lexical side), in a staging copy.
 
     Returns the index to save and the corpus fingerprint without those documents (the fingerprint
@@ -153,7 +156,9 @@ def _store_without_lexical(out: Path, tmp: Path) -> DocStore:
     return DocStore.open(tmp / DOCS_FILE, writable=True)
 
 
-def _recorded(old: dict[str, Any], index, tmp: Path, source: dict[str, Any], **changes: Any) -> IndexMeta:
+def _recorded(
+    old: dict[str, Any], index: FaissIndex, tmp: Path, source: dict[str, Any], **changes: Any
+) -> IndexMeta:
     """Save `index` in `tmp` and write the metadata of the new version."""
     meta = IndexMeta.from_json(old, tmp / META_FILE).updated_now(
         count=int(index.ntotal),

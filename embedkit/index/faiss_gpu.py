@@ -15,7 +15,7 @@ from __future__ import annotations
 
 from embedkit.encode.devices import check_device
 from embedkit.errors import InputError
-from embedkit.index.kinds import faiss_module
+from embedkit.index.kinds import FaissIndex, faiss_module
 from embedkit.versions import LIBRARIES, installed_version
 
 GPU_EXTRA = "pip install 'embedkit[gpu]'"
@@ -59,7 +59,7 @@ def faiss_gpu_for(device: str = "cpu", gpu: bool = False) -> int | None:
     return number
 
 
-def needs_float16_tables(index) -> bool:
+def needs_float16_tables(index: FaissIndex) -> bool:
     """Whether an IVF-PQ index's float32 lookup table overflows a block's shared memory on the GPU."""
     pq = getattr(index, "pq", None)
     return pq is not None and int(pq.M) * (1 << int(pq.nbits)) * 4 > SHARED_MEMORY_BYTES
@@ -77,7 +77,7 @@ class GpuPlacement:
     def name(self) -> str:
         return f"cuda:{self.gpu}"
 
-    def to_gpu(self, index, kind: str):  # -> a faiss GPU index
+    def to_gpu(self, index: FaissIndex, kind: str) -> FaissIndex:  # a faiss GPU index
         if kind == "hnsw":
             raise InputError(
                 f"faiss has no GPU HNSW index: {self.asked} builds and searches flat and ivf-pq indexes; "
@@ -91,7 +91,7 @@ class GpuPlacement:
         return faiss.index_cpu_to_gpu(self.resources, self.gpu, index, options)
 
     @staticmethod
-    def to_cpu(index):  # -> a faiss CPU index, the form that is saved
+    def to_cpu(index: FaissIndex) -> FaissIndex:  # a faiss CPU index, the form that is saved
         return faiss_module().index_gpu_to_cpu(index)
 
 

@@ -12,9 +12,10 @@ import os
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from embedkit.encode.model_folder import ModelSpec, read_json, read_model_spec
+from embedkit.encode.json_file import read_json
+from embedkit.encode.model_folder import ModelSpec, read_model_spec
 from embedkit.errors import InputError
-from embedkit.index.kinds import faiss_module
+from embedkit.index.kinds import FaissIndex, faiss_module
 from embedkit.index.layout import (
     DOCS_FILE,
     INDEX_FILE,
@@ -90,7 +91,7 @@ def locate_model(meta: dict[str, Any], index_root: Path) -> Path:
     recorded = Path(meta["model"])
     if recorded.exists():
         return recorded
-    relative = meta.get("model_relative")
+    relative: str | None = meta.get("model_relative")
     if relative and (index_root / relative).is_dir():
         return (index_root / relative).resolve()
     if recorded.parts[-2:] == _BUNDLED_TAIL:
@@ -114,7 +115,7 @@ def check_index_file(path: Path, meta: dict[str, Any]) -> None:
     verify_checksums(path.parent, (path.name,))
 
 
-def read_faiss(path: Path, meta: dict[str, Any]):  # -> faiss.Index
+def read_faiss(path: Path, meta: dict[str, Any]) -> FaissIndex:
     """Read `index.faiss`, checked against the metadata: a truncated or corrupt file is an `InputError`."""
     check_index_file(path, meta)
     try:
@@ -193,4 +194,5 @@ def fit_encoder(meta: dict[str, Any], encoder: Encoder) -> Encoder:
     index keeps fewer than the model gives (`index --dim`); else `encoder` itself."""
     from embedkit.encode.dimensions import keep_dimensions
 
-    return keep_dimensions(encoder, int(meta["dim"]))
+    fitted: Encoder = keep_dimensions(encoder, int(meta["dim"]))  # typed Any where it is defined
+    return fitted

@@ -9,7 +9,8 @@ from __future__ import annotations
 
 import math
 import os
-from typing import Any
+from types import ModuleType
+from typing import Any, TypeAlias
 
 import numpy as np
 
@@ -34,7 +35,12 @@ IVF_NPROBE = 16  # lists scanned per query: faiss wiki's usual starting point fo
 PQ_DIMS_PER_BYTE = 8  # 384-d float32 (1536 B) -> 48 B per vector, 32x smaller
 
 
-def faiss_module():  # -> the faiss module, imported on first use
+# A faiss index of any kind: float or binary (faiss.IndexBinary is no faiss.Index), on the CPU or a GPU,
+# its class known only at run time. faiss's stubs declare no base with the calls made across kinds.
+FaissIndex: TypeAlias = Any
+
+
+def faiss_module() -> ModuleType:  # imported on first use
     try:
         import faiss
     except ImportError:
@@ -95,7 +101,7 @@ def index_params(kind: str, count: int, dim: int) -> dict[str, Any]:
     raise InputError(f"unknown index kind {kind!r}: use {', '.join(KINDS[1:])}")
 
 
-def new_faiss_index(kind: str, dim: int, params: dict[str, Any]):  # -> faiss.Index
+def new_faiss_index(kind: str, dim: int, params: dict[str, Any]) -> FaissIndex:
     """An empty CPU index of `kind` for inner product over `dim`-d vectors."""
     faiss = faiss_module()
     if kind == "flat":
@@ -125,7 +131,7 @@ def ivf_training_rows(n: int, nlist: int) -> np.ndarray | slice:
     return np.sort(np.random.default_rng(0).choice(n, size, replace=False)) if size < n else slice(None)
 
 
-def train_ivf(index, vectors: np.ndarray, chunk_size: int) -> None:
+def train_ivf(index: FaissIndex, vectors: np.ndarray, chunk_size: int) -> None:
     """Train an IVF-PQ index on a fixed-seed sample of `vectors` (a memory map), then add them all."""
     n = len(vectors)
     index.train(np.ascontiguousarray(vectors[ivf_training_rows(n, index.nlist)]))

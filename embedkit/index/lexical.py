@@ -33,11 +33,14 @@ from collections.abc import Sequence
 from dataclasses import asdict, dataclass
 from functools import cache
 from pathlib import Path
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol, cast
 
 import numpy as np
 
 from embedkit.errors import InputError
+
+if TYPE_CHECKING:
+    import tantivy
 
 ENGINE = "tantivy"
 FORMAT_VERSION = 2  # 1: embedkit's own postings in SQLite (read no more: `--reindex-lexical`)
@@ -58,9 +61,12 @@ _WRITER_HEAP = 64 * 1024 * 1024  # tantivy's indexing buffer; flushed into a seg
 _FILTER_FETCH = 1000  # hits fetched first under a metadata filter (then 4x more while too few pass)
 
 
-class TextDocument(Protocol):
-    title: str
-    text: str
+class TextDocument(Protocol):  # read only: a `Document`, or a `Passage` (whose fields are properties)
+    @property
+    def title(self) -> str: ...
+
+    @property
+    def text(self) -> str: ...
 
 
 @dataclass(frozen=True)
@@ -120,18 +126,20 @@ def lexical_settings(recorded: Any) -> LexicalSettings | None:
     return LexicalSettings.from_json(recorded) if is_current_format(recorded) else None
 
 
-def _tantivy():
+def _require_tantivy() -> None:
+    """An `InputError` where tantivy cannot be imported; each caller then imports it (typed)."""
     try:
-        import tantivy
+        import tantivy  # noqa: F401
     except ImportError:  # a core dependency; missing only in a broken environment
         raise InputError("the lexical index needs tantivy: pip install 'tantivy>=0.27'") from None
-    return tantivy
 
 
 @cache
-def analyzer(stopwords: str = "lucene-english", stemmer: str = "english"):  # -> tantivy.TextAnalyzer
+def analyzer(stopwords: str = "lucene-english", stemmer: str = "english") -> tantivy.TextAnalyzer:
     """The tantivy analyzer of the module docstring (documents and queries alike)."""
-    tantivy = _tantivy()
+    _require_tantivy()
+    import tantivy
+
     builder = tantivy.TextAnalyzerBuilder(tantivy.Tokenizer.regex(WORD_PATTERN))
     builder = builder.filter(tantivy.Filter.lowercase())
     if STOPWORD_LISTS[stopwords]:
@@ -166,8 +174,10 @@ def term_spans(text: str, settings: LexicalSettings | None = None) -> list[tuple
 
 
 @cache
-def _schema():
-    tantivy = _tantivy()
+def _schema() -> tantivy.Schema:
+    _require_tantivy()
+    import tantivy
+
     builder = tantivy.SchemaBuilder()
     builder.add_unsigned_field("row", stored=False, indexed=False, fast=True)
     builder.add_text_field("body", stored=False, tokenizer_name=_TOKENIZER, index_option="freq")
@@ -177,26 +187,29 @@ def _schema():
 class LexicalIndex:
     """A tantivy index of documents' title + text, keyed by row; in a folder, or in memory (None)."""
 
-    def __init__(self, index, folder: Path | None, settings: LexicalSettings) -> None:
+    def __init__(self, index: tantivy.Index, folder: Path | None, settings: LexicalSettings) -> None:
         self._index = index
         self.folder = folder
         self.settings = settings
-        self._writer = None
+        self._writer: tantivy.IndexWriter | None = None
         self._pending = 0  # documents added since the last commit
-        self._searcher = None
+        self._searcher: tantivy.Searcher | None = None
         index.register_tokenizer(_TOKENIZER, analyzer(settings.stopwords, settings.stemmer))
 
     @classmethod
     def create(cls, folder: str | Path | None, settings: LexicalSettings | None = None) -> LexicalIndex:
         """A new, empty index in `folder` (which must not exist), or in memory when `folder` is None."""
         settings = settings or LexicalSettings()
+        _require_tantivy()
+        import tantivy
+
         if folder is None:
-            return cls(_tantivy().Index(_schema()), None, settings)
+            return cls(tantivy.Index(_schema()), None, settings)
         folder = Path(folder)
         if folder.exists():
             raise InputError(f"{folder} already exists")
         folder.mkdir()
-        return cls(_tantivy().Index(_schema(), path=str(folder)), folder, settings)
+        return cls(tantivy.Index(_schema(), path=str(folder)), folder, settings)
 
     @classmethod
     def open(cls, folder: str | Path, settings: LexicalSettings) -> LexicalIndex:
@@ -204,8 +217,11 @@ class LexicalIndex:
         folder = Path(folder)
         if not (folder / "meta.json").is_file():
             raise InputError(f"lexical index missing: {folder} (rebuild it with `--reindex-lexical`)")
+        _require_tantivy()
+        import tantivy
+
         try:
-            return cls(_tantivy().Index.open(str(folder)), folder, settings)
+            return cls(tantivy.Index.open(str(folder)), folder, settings)
         except ValueError as exc:  # tantivy's errors arrive as ValueError
             raise InputError(f"corrupt lexical index {folder}: {exc}") from None
         except BaseException as exc:
@@ -245,7 +261,9 @@ class LexicalIndex:
 
     def add_rows(self, rows: Sequence[int], documents: Sequence[TextDocument]) -> None:
         """Index `documents` at the given rows (the document store's, which own them). Not committed."""
-        tantivy = _tantivy()
+        _require_tantivy()
+        import tantivy
+
         writer = self._writing()
         for row, doc in zip(rows, documents, strict=True):
             record = tantivy.Document()
@@ -258,13 +276,15 @@ class LexicalIndex:
         """Delete the documents at `rows` (at the commit). Like Lucene, tantivy keeps counting them in
         BM25's statistics (N, document frequencies, average length) until their segment is merged:
         `embedkit compact` rebuilds the lexical side, and the scores are then a fresh index's."""
-        tantivy = _tantivy()
+        _require_tantivy()
+        import tantivy
+
         writer = self._writing()
         for first, last in _runs(rows):  # a fast-field range query per run of consecutive rows
             query = tantivy.Query.range_query(_schema(), "row", tantivy.FieldType.Unsigned, first, last)
             writer.delete_documents_by_query(query)
 
-    def _writing(self):  # -> tantivy.IndexWriter, opened on first use
+    def _writing(self) -> tantivy.IndexWriter:  # opened on first use
         if self._writer is None:
             self._writer = self._index.writer(heap_size=_WRITER_HEAP, num_threads=1)
         return self._writer
@@ -282,14 +302,16 @@ class LexicalIndex:
 
     # --- searching -------------------------------------------------------------------------------
 
-    def _search(self):  # -> tantivy.Searcher, opened once per committed state
+    def _search(self) -> tantivy.Searcher:  # opened once per committed state
         if self._searcher is None:
             self._searcher = self._index.searcher()
         return self._searcher
 
-    def query(self, text: str):  # -> tantivy.Query | None
+    def query(self, text: str) -> tantivy.Query | None:
         """The query of `text`: one SHOULD term clause per analysed term occurrence; None if none."""
-        tantivy = _tantivy()
+        _require_tantivy()
+        import tantivy
+
         terms = analyze(text, self.settings)
         if not terms:
             return None
@@ -312,7 +334,7 @@ class LexicalIndex:
             raise InputError(f"k must be at least 1, got {k}")
         try:
             searcher = self._search()
-            results = []
+            results: list[list[tuple[int, float]]] = []
             for text in queries:
                 query = self.query(text)
                 if query is None or not searcher.num_docs or (allowed is not None and not len(allowed)):
@@ -335,9 +357,10 @@ class LexicalIndex:
             raise _corrupt(exc, self.folder) from None
 
     @staticmethod
-    def _hits(searcher, query, limit: int) -> list[tuple[int, float]]:
+    def _hits(searcher: tantivy.Searcher, query: tantivy.Query, limit: int) -> list[tuple[int, float]]:
         hits = searcher.search(query, limit).hits
-        rows = searcher.fast_field_values("row", [address for _, address in hits])
+        # "row" is the unsigned field every document is given: never a float, a bool or missing
+        rows = cast("list[int]", searcher.fast_field_values("row", [address for _, address in hits]))
         return [(int(row), float(score)) for (score, _), row in zip(hits, rows, strict=True)]
 
     def term_idf(self, terms: Sequence[str]) -> dict[str, float]:

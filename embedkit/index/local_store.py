@@ -20,7 +20,7 @@ index file, and is an `InputError`, not a result (`check_scores`).
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
@@ -35,7 +35,7 @@ from embedkit.index.folder import (
     index_files_dir,
 )
 from embedkit.index.integrity import load_consistent, read_version
-from embedkit.index.kinds import HNSW_EF_SEARCH, SCORE_OVERSHOOT, faiss_module
+from embedkit.index.kinds import HNSW_EF_SEARCH, SCORE_OVERSHOOT, FaissIndex, faiss_module
 from embedkit.index.lexical import term_spans
 from embedkit.index.quantized import (
     RESCORE,
@@ -62,8 +62,12 @@ SERIAL_QUERIES = 20  # faiss's own small-batch threshold (`distance_compute_blas
 SERIAL_SCAN_BYTES = 64 * 2**20  # codes one core scans in a few milliseconds; above, the threads pay
 
 
+# (query rows, k, allowed rows) -> (scores, rows): an exact search of those queries among those rows
+ExactFallback = Callable[[np.ndarray, int, np.ndarray], tuple[np.ndarray, np.ndarray]]
+
+
 @contextmanager
-def search_threads(index, kind: str, queries: int) -> Iterator[None]:
+def search_threads(index: FaissIndex, kind: str, queries: int) -> Iterator[None]:
     """Search `queries` on one OpenMP thread where that is faster (`SERIAL_QUERIES`): graph and
     inverted-list searches, and exact scans of at most `SERIAL_SCAN_BYTES`. The setting is the
     calling thread's own (OpenMP's), so concurrent searches of a server do not share it."""
@@ -252,21 +256,22 @@ def check_scores(scores: np.ndarray, rows: np.ndarray, meta: dict[str, Any], pat
 
 
 def search_rows(
-    index,
+    index: FaissIndex,
     kind: str,
     queries: np.ndarray,
     k: int,
     allowed: np.ndarray | None,
     masked: np.ndarray,
     params: dict[str, Any],
-    exact=None,  # (query rows, k, allowed rows) -> (scores, rows): HNSW's fallback; None: `_exact`
+    exact: ExactFallback | None = None,  # HNSW's fallback; None: `_exact`
 ) -> tuple[np.ndarray, np.ndarray]:
     """faiss's (scores, rows) [q, k] of normalised `queries`, among the `allowed` rows (sorted; None:
     all) and never the `masked` ones; padded with row -1 only where fewer than `k` rows are allowed.
     A binary index's `queries` are their codes, its scores Hamming distances."""
     selector = None  # every row
     available = int(index.ntotal)
-    plain = None  # an unfiltered IVF search as the index is set (on a GPU too), before any widening
+    # an unfiltered IVF search as the index is set (on a GPU too), before any widening
+    plain: tuple[np.ndarray, np.ndarray] | None = None
     if allowed is None and not len(masked) and kind != "hnsw":
         plain = index.search(queries, k)
         if kind == "flat" or ((plain[1] >= 0).sum(axis=1) >= min(k, available)).all():
@@ -302,7 +307,7 @@ def search_rows(
     return scores, rows
 
 
-def _parameters(kind: str, selector, width: int, k: int):  # -> faiss.SearchParameters
+def _parameters(kind: str, selector: Any, width: int, k: int) -> Any:  # faiss.IDSelector -> SearchParameters
     """The search's parameters: HNSW's efSearch at least k (its candidate list is where the k
     results come from: 64 candidates cannot give 1,000 hits), IVF's nprobe; `selector` None: all."""
     faiss = faiss_module()
@@ -314,7 +319,7 @@ def _parameters(kind: str, selector, width: int, k: int):  # -> faiss.SearchPara
     return faiss.SearchParameters(**chosen)
 
 
-def _full_exact(full: np.ndarray, queries: np.ndarray):
+def _full_exact(full: np.ndarray, queries: np.ndarray) -> ExactFallback:
     """HNSW's exact fallback for a quantized index: cosines against its float vectors by row."""
 
     def exact(which: np.ndarray, k: int, rows: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -323,7 +328,7 @@ def _full_exact(full: np.ndarray, queries: np.ndarray):
     return exact
 
 
-def _exact(index, queries: np.ndarray, k: int, rows: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+def _exact(index: FaissIndex, queries: np.ndarray, k: int, rows: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """Exact inner-product top-k over the stored vectors of `rows` (HNSW stores them unencoded)."""
     vectors = np.asarray(index.reconstruct_batch(np.ascontiguousarray(rows, dtype=np.int64)), np.float32)
     return _top(queries, vectors, rows, k)

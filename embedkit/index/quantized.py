@@ -22,7 +22,7 @@ from typing import Any
 import numpy as np
 
 from embedkit.errors import InputError
-from embedkit.index.kinds import choose_kind, faiss_module, index_params, new_faiss_index
+from embedkit.index.kinds import FaissIndex, choose_kind, faiss_module, index_params, new_faiss_index
 
 QUANTIZE = ("int8", "binary")
 FULL_VECTORS = "vectors.npy"  # float32 [rows, dim], row-indexed, in each version folder
@@ -65,7 +65,7 @@ def check_quantize(quantize: str | None, kind: str, dim: int) -> None:
         )
 
 
-def new_quantized_index(kind: str, dim: int, params: dict[str, Any]):  # -> faiss.Index or IndexBinary
+def new_quantized_index(kind: str, dim: int, params: dict[str, Any]) -> FaissIndex:
     """An empty quantized index of `kind` (flat or hnsw); int8 wants `train_quantized` before adding."""
     faiss = faiss_module()
     if params["quantize"] == "binary":
@@ -82,11 +82,11 @@ def new_quantized_index(kind: str, dim: int, params: dict[str, Any]):  # -> fais
     return index
 
 
-def is_binary(index) -> bool:
+def is_binary(index: FaissIndex) -> bool:
     return isinstance(index, faiss_module().IndexBinary)
 
 
-def is_quantized(index) -> bool:
+def is_quantized(index: FaissIndex) -> bool:
     """Whether `index` holds codes rather than the vectors (its removals mask, `embedkit.index.rows`)."""
     faiss = faiss_module()
     inner = index.index if isinstance(index, (faiss.IndexIDMap, faiss.IndexIDMap2)) else index
@@ -98,7 +98,7 @@ def codes(vectors: np.ndarray) -> np.ndarray:
     return np.packbits(np.asarray(vectors) > 0, axis=1)
 
 
-def first_pass_queries(index, queries: np.ndarray) -> np.ndarray:
+def first_pass_queries(index: FaissIndex, queries: np.ndarray) -> np.ndarray:
     """What `index` is searched with: the queries, or for a binary index their codes."""
     return codes(queries) if is_binary(index) else queries
 
@@ -122,7 +122,7 @@ def open_full_vectors(folder: Path, dim: int, rows: int) -> np.ndarray:
     if not path.is_file():
         raise InputError(f"{path} is missing: a quantized index rescores with it; rebuild the index")
     try:
-        full = np.load(path, mmap_mode="r", allow_pickle=False)
+        full: np.ndarray = np.load(path, mmap_mode="r", allow_pickle=False)
     except (ValueError, OSError) as exc:
         raise InputError(f"{path} is not a readable .npy file ({exc}): rebuild the index") from None
     if full.dtype != np.float32 or full.ndim != 2 or full.shape[1] != dim or len(full) < rows:
@@ -152,7 +152,7 @@ def rescored(
     return out_scores, out_rows
 
 
-def new_index(kind: str, dim: int, params: dict[str, Any]):  # -> faiss.Index or IndexBinary
+def new_index(kind: str, dim: int, params: dict[str, Any]) -> FaissIndex:
     """An empty index of `kind` as `params` describe it: quantized where they say so."""
     return (
         new_quantized_index(kind, dim, params) if quantization(params) else new_faiss_index(kind, dim, params)
@@ -165,7 +165,7 @@ def int8_training_rows(n: int) -> np.ndarray:
     return np.sort(np.random.default_rng(0).choice(n, min(n, TRAIN_SAMPLE), replace=False))
 
 
-def train_quantized(index, vectors: np.ndarray) -> None:
+def train_quantized(index: FaissIndex, vectors: np.ndarray) -> None:
     """Train an int8 quantizer (each dimension's range) on a fixed-seed sample of `vectors`."""
     sample = int8_training_rows(len(vectors))
     index.train(np.ascontiguousarray(vectors[sample], dtype=np.float32))

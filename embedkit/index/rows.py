@@ -23,18 +23,18 @@ from typing import Any
 import numpy as np
 
 from embedkit.errors import InputError
-from embedkit.index.kinds import faiss_module
+from embedkit.index.kinds import FaissIndex, faiss_module
 from embedkit.index.quantized import codes, is_binary, is_quantized, new_index
 
 
-def _idmapped(index) -> bool:
+def _idmapped(index: FaissIndex) -> bool:
     faiss = faiss_module()
     return isinstance(
         index, (faiss.IndexIDMap, faiss.IndexIDMap2, faiss.IndexBinaryIDMap, faiss.IndexBinaryIDMap2)
     )
 
 
-def add_rows(index, vectors: np.ndarray, first_row: int) -> None:
+def add_rows(index: FaissIndex, vectors: np.ndarray, first_row: int) -> None:
     """Add `vectors` under rows first_row, first_row + 1, ... (positionally where they are the
     positions, else with their rows as labels)."""
     if is_binary(index):
@@ -51,7 +51,7 @@ def add_rows(index, vectors: np.ndarray, first_row: int) -> None:
         ) from None
 
 
-def remove_rows(index, kind: str, rows: np.ndarray):  # -> (faiss.Index, masked: bool)
+def remove_rows(index: FaissIndex, kind: str, rows: np.ndarray) -> tuple[FaissIndex, bool]:
     """Remove the vectors of `rows` (sorted int64): the index to save, and whether they are only
     masked (HNSW) rather than gone."""
     faiss = faiss_module()
@@ -65,16 +65,17 @@ def remove_rows(index, kind: str, rows: np.ndarray):  # -> (faiss.Index, masked:
     return index, False
 
 
-def labels(index) -> np.ndarray:
+def labels(index: FaissIndex) -> np.ndarray:
     """Each stored vector's row, in the index's order."""
     if _idmapped(index):
-        return faiss_module().vector_to_array(index.id_map).astype(np.int64)
+        rows: np.ndarray = faiss_module().vector_to_array(index.id_map)
+        return rows.astype(np.int64)
     return np.arange(index.ntotal, dtype=np.int64)
 
 
 def compacted(
-    index, kind: str, params: dict[str, Any], masked: np.ndarray, full: np.ndarray | None = None
-):  # -> faiss.Index
+    index: FaissIndex, kind: str, params: dict[str, Any], masked: np.ndarray, full: np.ndarray | None = None
+) -> FaissIndex:
     """A new index of the live vectors of `index` (every label but `masked`), under their rows; a
     quantized index is made again from its float vectors `full` (`embedkit.index.quantized`)."""
     faiss = faiss_module()
@@ -93,7 +94,7 @@ def compacted(
     return fresh
 
 
-def _labelled_copy(index, labels: np.ndarray):  # -> faiss.IndexIDMap2 of the same vectors
+def _labelled_copy(index: FaissIndex, labels: np.ndarray) -> FaissIndex:  # an IndexIDMap2, same vectors
     copy = faiss_module().IndexIDMap2(faiss_module().IndexFlatIP(index.d))
     if index.ntotal:
         copy.add_with_ids(index.reconstruct_n(0, index.ntotal), labels)

@@ -12,13 +12,13 @@ from typing import Any
 
 from embedkit.index.docstore import DocStore
 from embedkit.index.folder import DOCS_FILE, INDEX_FILE, index_files_dir, read_faiss
-from embedkit.index.kinds import faiss_module
+from embedkit.index.kinds import FaissIndex, faiss_module
 from embedkit.index.lexical import LEXICAL_DIR, LexicalIndex, LexicalSettings, is_current_format
 from embedkit.index.lexical_rebuild import fill_lexical
 from embedkit.index.quantized import FULL_VECTORS, is_binary
 
 
-def read_faiss_copy(out: Path, tmp: Path, meta: dict[str, Any]):  # -> faiss.Index
+def read_faiss_copy(out: Path, tmp: Path, meta: dict[str, Any]) -> FaissIndex:
     """The live version's FAISS index (and a quantized index's float vectors), copied into the
     staging folder `tmp` and read from there."""
     shutil.copy2(index_files_dir(out) / INDEX_FILE, tmp / INDEX_FILE)
@@ -47,7 +47,7 @@ def copy_store(out: Path, tmp: Path, meta: dict[str, Any]) -> DocStore:
     return DocStore.open(tmp / DOCS_FILE, writable=True, lexical=settings)
 
 
-def write_faiss(index, path: Path) -> int:
+def write_faiss(index: FaissIndex, path: Path) -> int:
     """Write a CPU index to `path`; its size in bytes (recorded, and checked on load)."""
     faiss = faiss_module()
     (faiss.write_index_binary if is_binary(index) else faiss.write_index)(index, str(path))

@@ -47,13 +47,18 @@ from __future__ import annotations
 import functools
 import math
 import re
+from collections.abc import Iterator
 from dataclasses import dataclass
 from datetime import datetime
 from decimal import Decimal, InvalidOperation
-from typing import Union
+from typing import TYPE_CHECKING, Union
 
 from embedkit.data.values import INT64_MAX, INT64_MIN, check_text, in_int64
 from embedkit.errors import InputError
+
+if TYPE_CHECKING:
+    from lark import Lark, Token, Transformer_NonRecursive, Tree
+    from lark.exceptions import UnexpectedInput
 
 DATE_PATTERN = r"\d{4}-\d{2}-\d{2}(T\d{2}:\d{2}(:\d{2}(\.\d+)?)?(Z|[+-]\d{2}:\d{2})?)?"
 GRAMMAR = r"""
@@ -179,7 +184,7 @@ Expr = Union[Compare, Member, Contains, Not, And, Or]  # noqa: UP007 (a runtime 
 
 
 @functools.cache
-def _parser():  # -> lark.Lark, built once per process
+def _parser() -> Lark:  # built once per process
     from lark import Lark
 
     return Lark(GRAMMAR, parser="lalr", propagate_positions=True, maybe_placeholders=False)
@@ -199,7 +204,7 @@ def parse(text: str) -> Expr:
         )
     tree = _syntax_tree(text)
     try:
-        expr = _builder()().transform(tree)
+        expr: Expr = _builder()().transform(tree)
     except VisitError as exc:  # a bad date or number, raised inside the transformer
         if isinstance(exc.orig_exc, InputError):
             raise exc.orig_exc from None
@@ -208,7 +213,7 @@ def parse(text: str) -> Expr:
     return expr
 
 
-def _syntax_tree(text: str):  # -> lark.Tree
+def _syntax_tree(text: str) -> Tree[Token]:
     """lark's parse of `text`; its errors as one line naming the position."""
     from lark.exceptions import UnexpectedCharacters, UnexpectedEOF, UnexpectedInput, UnexpectedToken
 
@@ -219,9 +224,10 @@ def _syntax_tree(text: str):  # -> lark.Tree
             f"where: the expression ends early, at position {len(text) + 1}{_expected(exc)}"
         ) from None
     except UnexpectedCharacters as exc:
-        shown = text[exc.pos_in_stream : exc.pos_in_stream + 10]
+        at = exc.pos_in_stream or 0  # set for unexpected characters; lark's type allows None
+        shown = text[at : at + 10]
         raise InputError(
-            f"where: unexpected {shown!r} at position {exc.pos_in_stream + 1}{_expected(exc)}"
+            f"where: unexpected {shown!r} at position {at + 1}{_expected(exc)}"
         ) from None
     except UnexpectedToken as exc:
         if exc.token.type == "$END":
@@ -237,23 +243,24 @@ def _syntax_tree(text: str):  # -> lark.Tree
 
 
 @functools.cache
-def _builder():  # -> the lark Transformer class that turns a syntax tree into an `Expr`
+def _builder() -> type[Transformer_NonRecursive[Token, Expr]]:  # syntax tree -> `Expr`
     from lark import Token, Transformer_NonRecursive, v_args
 
     @v_args(inline=True)
-    class Build(Transformer_NonRecursive):  # a loop, not recursion: any depth reaches `check_size`
+    # Transformer_NonRecursive: a loop, not recursion: any depth reaches `check_size`
+    class Build(Transformer_NonRecursive[Token, Expr]):
         def field(self, token: Token) -> tuple[str, int]:
             name = token[1:-1] if token.type == "QUOTED_NAME" else str(token)
-            return name, token.start_pos + 1
+            return name, (token.start_pos or 0) + 1
 
         def number(self, token: Token) -> int | Decimal:
-            return exact_number(str(token), token.start_pos + 1)
+            return exact_number(str(token), (token.start_pos or 0) + 1)
 
         def string(self, token: Token) -> str:
             return re.sub(r"\\(.)", r"\1", token[1:-1])
 
         def date(self, token: Token) -> Date:
-            _check_date(str(token), token.start_pos + 1)
+            _check_date(str(token), (token.start_pos or 0) + 1)
             return Date(str(token))
 
         def true(self) -> bool:
@@ -338,7 +345,7 @@ def check_size(expr: Expr) -> None:
             stack.extend((part, depth + 1) for part in node.parts)
 
 
-def _expected(exc) -> str:
+def _expected(exc: UnexpectedInput) -> str:
     names = sorted({_FRIENDLY.get(name, name.lower()) for name in getattr(exc, "expected", None) or ()})
     return f" (expected {' or '.join(names)})" if names else ""
 
@@ -422,7 +429,7 @@ def compared_as(value: Value, op: str, types: set[str]) -> str:
     return kind
 
 
-def _comparisons(expr: Expr):  # -> Iterator[(field, op, value, position)]
+def _comparisons(expr: Expr) -> Iterator[tuple[str, str, Value, int]]:  # (field, op, value, position)
     if isinstance(expr, Compare):
         yield expr.field, expr.op, expr.value, expr.position
     elif isinstance(expr, Member):

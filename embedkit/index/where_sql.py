@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import math
 from decimal import Decimal
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, cast
 
 from embedkit.data.values import INT64_MAX, INT64_MIN
 from embedkit.index.where import (
@@ -125,6 +125,7 @@ def _contains_sql(expr: Contains, params: list[object]) -> str:
     nearest float; a date literal as its text)."""
     path = json_path(expr.field)
     value = expr.value
+    operand: int | float | str
     if isinstance(value, bool):
         test, operand = "m.type = ?", "true" if value else "false"
     elif isinstance(value, (int, Decimal)):
@@ -158,7 +159,8 @@ def _number_sql(path: str, op: str, values: list[Value], params: list[object]) -
         params += [path, path, *values]
         test = f"IN ({marks})" if op == "IN" else f"{op} ?"
         return f"(CASE WHEN json_type(metadata, ?) IN ('integer', 'real') THEN {_VALUE} {test} END)"
-    floats = [v if isinstance(v, int) else float(v) for v in values]  # integers stay exact
+    numbers = cast("list[int | Decimal]", values)  # `compared_as` said number: ints and Decimals
+    floats = [v if isinstance(v, int) else float(v) for v in numbers]  # integers stay exact
     params.append(path)  # the CASE's json_type, then each branch's own
     if op == "IN":
         whole = [v for v in values if isinstance(v, int)]
@@ -166,7 +168,7 @@ def _number_sql(path: str, op: str, values: list[Value], params: list[object]) -
         params += [path, *whole] if whole else []
         real = f"{_VALUE} IN ({', '.join('?' * len(floats))})"
     else:
-        integer = _integer_bound(path, op, Decimal(values[0]), params)
+        integer = _integer_bound(path, op, Decimal(numbers[0]), params)
         real = f"{_VALUE} {op} ?"
     params += [path, *floats]
     return f"(CASE json_type(metadata, ?) WHEN 'integer' THEN {integer} WHEN 'real' THEN {real} END)"

@@ -157,7 +157,7 @@ def _kept_dim(dim: int | None, parts_dim: int) -> int:
     return dim
 
 
-def _full_vectors(tmp: Path, total: int, dim: int) -> np.ndarray:
+def _full_vectors(tmp: Path, total: int, dim: int) -> np.memmap:
     """The quantized index's `FULL_VECTORS`, [total, dim] float32, memory-mapped to be filled."""
     return np.lib.format.open_memmap(tmp / FULL_VECTORS, mode="w+", dtype=np.float32, shape=(total, dim))
 
@@ -199,7 +199,7 @@ def _fill(
     options: CorpusOptions,
     progress: bool,
     dim: int,
-    full: np.ndarray | None,
+    full: np.memmap | None,
 ) -> None:
     """Add each part's vectors, a chunk at a time, and the matching documents to the store (and
     a quantized index's float vectors to `full`)."""

@@ -80,6 +80,7 @@ def token_refusal(exc: BaseException) -> str | None:
         chain.append(seen)
         code = seen.code() if isinstance(seen, grpc.RpcError) and hasattr(seen, "code") else None
         if code == grpc.StatusCode.UNAUTHENTICATED:
-            return " ".join(str(seen.details() or code.name).split())
+            details = seen.details() if hasattr(seen, "details") else None
+            return " ".join(str(details or code.name).split())
         seen = seen.__cause__
     return None

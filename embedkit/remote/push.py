@@ -86,8 +86,10 @@ def push_index(
 
         stop = index.docs.next_row()
         rows = index.docs.rows_between(0, stop)
-        where = {"rows": rows, "stop": stop, "prefix": prefix}
-        return _push(record, target, batches, append, dense_index, batch_size, progress, **where)
+        return _push(
+            record, target, batches, append, dense_index, batch_size, progress,
+            rows=rows, stop=stop, prefix=prefix,
+        )
     finally:
         index.close()
 
@@ -223,9 +225,11 @@ def _push(
                         sent += len(rows)
                         bar.advance(len(rows))
         collection.flush()
-        held = collection.count()
-        if held != record.count:
-            raise RunFailure(f"{target} holds {held:,} rows after the push, not {record.count:,}: push again")
+        held_now = collection.count()
+        if held_now != record.count:
+            raise RunFailure(
+                f"{target} holds {held_now:,} rows after the push, not {record.count:,}: push again"
+            )
         collection.write_record(record)
     finally:
         collection.close()

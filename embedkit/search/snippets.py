@@ -175,7 +175,8 @@ def _ends_unit(text: str, found: re.Match[str]) -> bool:
         if not line or not following or _BLOCK_START.match(following):
             return True
         return len(line) < HEADING_CHARS and (following[0].isupper() or following[0].isdigit())
-    word = _LAST_WORD.search(text, max(found.start() - 12, 0), found.start() + 1).group().lower()
+    last = _LAST_WORD.search(text, max(found.start() - 12, 0), found.start() + 1)  # `\S*$` always matches
+    word = last.group().lower() if last is not None else ""
     if word in ABBREVIATIONS or _INITIAL.fullmatch(word):  # "Dr." and "J." end no sentence
         return False
     opens = found.start() + 1 - len(word)
@@ -193,7 +194,8 @@ def _pieces(text: str, start: int, end: int, budget: int) -> list[Unit]:
         end -= 1
     if end - start <= budget:
         return [Unit(start, end)] if end > start else []
-    pieces, size = [], max(budget // 2, 1)
+    pieces: list[Unit] = []
+    size = max(budget // 2, 1)
     while end - start > size:
         space = text.rfind(" ", start + 1, start + size + 1)
         cut = space if space > start else start + size
