@@ -45,6 +45,11 @@ def split_front_matter(text: str, path: Path) -> tuple[dict[str, Any], str]:
     if not isinstance(data, dict):
         kind = type(data).__name__
         raise InputError(f"{path}: the front matter must be `key: value` lines, got a YAML {kind}")
+    from embedkit.data.values import Unheld, number_problem
+
+    for key in data:
+        if isinstance(key, (int, float, Unheld)) and number_problem(key) is not None:
+            raise InputError(f"{path}: a key of the front matter {number_problem(key)}")
     return {str(key): value for key, value in data.items()}, text[4 + end.end() :].lstrip("\n")
 
 
@@ -97,6 +102,18 @@ def _bounded_loader():  # -> a SafeLoader subclass counting how deep nodes are c
             finally:
                 self.depth -= 1
 
+        def construct_yaml_int(self, node):
+            """A decimal integer through `number_from_text` (PyYAML's `int()` raises a ValueError
+            past 4,300 digits); YAML's other forms (0x.., 0o.., 1_000, 1:30) as PyYAML reads them,
+            their size checked with every stored value (`check_value`)."""
+            from embedkit.data.values import number_from_text
+
+            text = self.construct_scalar(node).replace("_", "")
+            if re.fullmatch(r"[-+]?[1-9][0-9]*", text):
+                return number_from_text(text)
+            return super().construct_yaml_int(node)
+
+    BoundedLoader.add_constructor("tag:yaml.org,2002:int", BoundedLoader.construct_yaml_int)
     return BoundedLoader
 
 

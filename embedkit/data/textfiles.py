@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from embedkit.data.input_files import open_input
+from embedkit.data.values import Unheld, json_value, number_problem
 from embedkit.errors import InputError
 
 
@@ -108,7 +109,7 @@ def json_objects(path: Path, *, keep_blank: bool = False) -> Iterator[tuple[int,
                 yield number, None
             continue
         try:
-            obj = json.loads(line)
+            obj = json_value(line)  # its numbers as the stores hold them (values.number_from_text)
         except json.JSONDecodeError as exc:
             raise InputError(f"{path}: line {number} is not valid JSON: {exc.msg}") from None
         except RecursionError:  # the decoder's own bound on nested arrays and objects
@@ -144,15 +145,30 @@ def record_id(
     if column is not None:
         if column not in record:
             raise InputError(f"{path}: line {number} has no {column!r} field")
-        return str(record[column])
+        return _id_text(record[column], column, path, number)
     for key in keys:
         if key in record:
-            return str(record[key])
+            return _id_text(record[key], key, path, number)
     if default is not None:
         return default
     found = ", ".join(repr(k) for k in record) or "none"
     wanted = " or ".join(repr(k) for k in keys)
     raise InputError(f"{path}: line {number} has no {wanted} (keys found: {found})")
+
+
+def _id_text(value: Any, key: str, path: Path, number: int) -> str:
+    """A record's id as text: a string as it is, a number as JSON writes it (a number no store
+    holds, NaN included, is refused as in any other field); anything else is an `InputError`."""
+    if isinstance(value, str):
+        return value
+    if isinstance(value, (int, float, Unheld)) and not isinstance(value, bool):
+        problem = number_problem(value)
+        if problem is not None:
+            raise InputError(f"{path}: line {number}: the id {key!r} {problem}")
+        return str(value)
+    kind = {bool: "a boolean", type(None): "null", list: "an array", dict: "an object"}.get(type(value))
+    kind = kind or type(value).__name__
+    raise InputError(f"{path}: line {number}: the id {key!r} is {kind}: write a string")
 
 
 def string_field(record: dict[str, Any], key: str, path: Path, number: int) -> str:
