@@ -39,6 +39,7 @@ from embedkit.errors import InputError
 from embedkit.index.deletions import Deletions
 from embedkit.index.fields import MetadataFilters
 from embedkit.index.lexical import LEXICAL_DIR, LexicalIndex, LexicalSettings
+from embedkit.index.store_errors import store_error
 
 _SCHEMA = """
 CREATE TABLE documents (
@@ -77,7 +78,7 @@ class DocStore:
             query = f"SELECT COUNT(*) FROM sqlite_master WHERE type = 'table' AND name IN ({marks})"
             self.legacy_lexical = connection.execute(query, LEGACY_LEXICAL_TABLES).fetchone()[0] > 0
         except sqlite3.DatabaseError as exc:
-            raise InputError(f"corrupt document store {path}: {exc}") from None
+            raise store_error(exc, path) from None
         if lexical is not None:
             self.lexical = LexicalIndex.open(self.lexical_dir, lexical)
         query = "SELECT COUNT(*) FROM sqlite_master WHERE type = 'table' AND name = 'passages'"
@@ -119,7 +120,7 @@ class DocStore:
             )
             db.execute("SELECT row, id, title, text, metadata FROM documents LIMIT 1").fetchall()
         except sqlite3.DatabaseError as exc:
-            raise InputError(f"corrupt document store {path}: {exc}") from None
+            raise store_error(exc, path) from None
         try:
             return cls(db, path, lexical)
         except BaseException:
@@ -170,13 +171,13 @@ class DocStore:
         try:
             return self._db.execute(query).fetchone()[0]
         except sqlite3.DatabaseError as exc:
-            raise InputError(f"corrupt document store {self.path}: {exc}") from None
+            raise store_error(exc, self.path) from None
 
     def _max_row(self, table: str) -> int:
         try:
             (last,) = self._db.execute(f"SELECT MAX(row) FROM {table}").fetchone()
         except sqlite3.DatabaseError as exc:
-            raise InputError(f"corrupt document store {self.path}: {exc}") from None
+            raise store_error(exc, self.path) from None
         return -1 if last is None else int(last)
 
     def largest_number_id(self) -> int:
@@ -336,7 +337,7 @@ class DocStore:
             try:
                 found.extend(self._db.execute(sql.format(",".join("?" * len(part))), part).fetchall())
             except sqlite3.DatabaseError as exc:
-                raise InputError(f"corrupt document store {self.path}: {exc}") from None
+                raise store_error(exc, self.path) from None
         return found
 
     def held_at(self, rows: Sequence[int]) -> dict[int, TextSpan]:
