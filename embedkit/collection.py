@@ -272,12 +272,9 @@ class Collection:
 
 
 def _ids(ids: Sequence[str]) -> list[str]:
-    if isinstance(ids, str):
-        raise InputError("ids is a list of ids, not one string")
-    listed = list(ids)
-    if any(not isinstance(i, str) or not i for i in listed):
-        raise InputError("every id must be a non-empty string")
-    return listed
+    from embedkit.data.values import check_ids  # the one check of an id, on every path
+
+    return check_ids(ids, "an id")
 
 
 def _documents(texts: Texts, ids: Texts, metadatas: Metas, titles: Texts | None) -> list[Document]:

@@ -35,6 +35,7 @@ from collections.abc import Iterator, Sequence
 from pathlib import Path
 
 from embedkit.data.document import Document, Passage, TextSpan
+from embedkit.data.values import check_ids
 from embedkit.errors import InputError
 from embedkit.index.deletions import Deletions
 from embedkit.index.fields import MetadataFilters
@@ -293,7 +294,7 @@ class DocStore:
         else:
             sql = "SELECT id, row FROM documents WHERE id IN ({})"
         found: dict[str, list[int]] = {}
-        for doc_id, row in sorted(self._query_in(sql, [str(i) for i in ids]), key=lambda pair: pair[1]):
+        for doc_id, row in sorted(self._query_in(sql, check_ids(ids)), key=lambda pair: pair[1]):
             found.setdefault(doc_id, []).append(int(row))
         return found
 
@@ -313,9 +314,10 @@ class DocStore:
 
     def by_ids(self, ids: Sequence[str]) -> list[Document | None]:
         """Documents with ids `ids` (None where unknown), in the order asked."""
-        found = self._select("id", [str(i) for i in ids])
+        wanted = check_ids(ids)  # SQLite cannot even encode an id with a lone surrogate
+        found = self._select("id", wanted)
         by_id = {doc.id: doc for doc in found.values()}
-        return [by_id.get(str(i)) for i in ids]
+        return [by_id.get(i) for i in wanted]
 
     def ids_of_rows(self, rows: Sequence[int]) -> dict[int, str]:
         """Row -> document id for the given rows; lighter than `by_rows` (no texts are read)."""

@@ -89,9 +89,12 @@ class MilvusStore:
         return {row: row for row in self.collection.documents([int(r) for r in rows])}
 
     def documents_by_id(self, ids: Sequence[str]) -> list[Document | None]:
-        found = self.collection.rows_of_ids([str(i) for i in ids])
+        from embedkit.data.values import check_ids
+
+        wanted = check_ids(ids)
+        found = self.collection.rows_of_ids(wanted)
         documents = self.collection.documents(list(found.values()))
-        return [documents.get(found[str(i)]) if str(i) in found else None for i in ids]
+        return [documents.get(found[i]) if i in found else None for i in wanted]
 
     def snippets(self, query: str, texts: Sequence[str]) -> list[str | None]:
         return [None for _ in texts]
