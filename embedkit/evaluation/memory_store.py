@@ -24,6 +24,7 @@ import numpy as np
 
 from embedkit.data.document import Document, Passage, TextSpan
 from embedkit.errors import InputError
+from embedkit.search.fusion import bounded_k
 
 SEARCH_CHUNK = 16384  # documents scored at once; a 1024 x 16384 float32 block is 64 MiB
 QUERY_BLOCK = 1024  # queries scored at once
@@ -138,8 +139,7 @@ def exact_top_k(
     (-1: none)."""
     if queries.shape[1] != docs.shape[1]:
         raise InputError(f"query vectors have dim {queries.shape[1]}, document vectors {docs.shape[1]}")
-    if k < 1:
-        raise InputError(f"k must be at least 1, got {k}")
+    k = bounded_k(k, len(docs))
     excluded = exclude if exclude is not None else np.full(len(queries), -1)
     out_scores, out_rows = [], []
     for q0 in range(0, len(queries), QUERY_BLOCK):

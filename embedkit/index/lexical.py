@@ -37,6 +37,7 @@ from typing import Any, Protocol
 import numpy as np
 
 from embedkit.errors import InputError
+from embedkit.search.fusion import bounded_k
 
 ENGINE = "tantivy"
 FORMAT_VERSION = 2  # 1: embedkit's own postings in SQLite (read no more: `--reindex-lexical`)
@@ -299,10 +300,10 @@ class LexicalIndex:
         growing batches, best first, until `k` allowed ones are found or the hits run out, so the
         answer is exact; a filter that leaves few rows costs up to every hit of the query.
         """
-        if k < 1:
-            raise InputError(f"k must be at least 1, got {k}")
+        k = bounded_k(k)
         try:
             searcher = self._search()
+            k = bounded_k(k, searcher.num_docs)  # tantivy reserves k places: never more than it holds
             results = []
             for text in queries:
                 query = self.query(text)

@@ -22,6 +22,7 @@ from embedkit.index.faiss_gpu import placement_for
 from embedkit.index.folder import check_encoder_for, fit_encoder, index_files_dir, open_model_for
 from embedkit.index.local_store import LocalStore
 from embedkit.search import pipeline
+from embedkit.search.fusion import bounded_k
 from embedkit.search.hits import Hit
 from embedkit.search.request import SearchRequest, default_mode, fusion_for
 
@@ -167,8 +168,7 @@ class SearchIndex:
         `embedkit.index.where`) or an approximate index found fewer. An index of passages gives
         each document once, scored by its best passage.
         """
-        if k < 1:
-            raise InputError(f"k must be at least 1, got {k}")
+        k = bounded_k(k, self.document_count)
         queries = np.asarray(query_vectors, dtype=np.float32)
         queries = queries[None, :] if queries.ndim == 1 else queries
         allowed = self.store.compile_filter(where) if where is not None else None

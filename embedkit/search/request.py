@@ -13,7 +13,7 @@ from dataclasses import asdict, dataclass, field, replace
 from typing import TYPE_CHECKING, Any
 
 from embedkit.errors import InputError
-from embedkit.search.fusion import DEFAULT_ALPHA, DEFAULT_FUSION, FUSION_METHODS, check_fusion
+from embedkit.search.fusion import DEFAULT_ALPHA, DEFAULT_FUSION, FUSION_METHODS, bounded_k, check_fusion
 
 if TYPE_CHECKING:
     from embedkit.search.hits import Hit
@@ -51,8 +51,7 @@ class SearchRequest:
         fusion, alpha = fusion_for(meta, self.fusion, self.alpha)
         if mode not in SEARCH_MODES:
             raise InputError(f"unknown search mode {mode!r}: use {', '.join(SEARCH_MODES)}")
-        if self.k < 1:
-            raise InputError(f"k must be at least 1, got {self.k}")
+        bounded_k(self.k)
         check_fusion(fusion, alpha)
         if mode != "dense" and not has_lexical:
             raise InputError(no_lexical or "this index has no lexical side: search it with --mode dense")
