@@ -64,14 +64,22 @@ def default_onnx_spec(spec: ModelSpec) -> ModelSpec | None:
         except ImportError as exc:
             return _torch_instead(f"cannot export it to ONNX here ({exc})", "install the `cpu` extra")
         except OSError as exc:
-            where = exc.filename or folder.parent
             return _torch_instead(
-                f"the cache folder cannot hold its ONNX form ({where}: {exc.strerror or exc})",
+                f"the cache folder cannot hold its ONNX form ({_obstacle(folder.parent, exc)})",
                 f"set {CACHE_ENV} to a writable folder",
             )
         except EmbedkitError as exc:
             return _torch_instead(f"cannot export it to ONNX ({str(exc).splitlines()[0]})", "")
     return read_model_spec(folder)
+
+
+def _obstacle(wanted: Path, exc: OSError) -> str:
+    """What stands in the way of the folder `wanted`, named by a path that exists: the nearest
+    one above it that is no folder (`/dev/null` under `/dev/null/cache`), else the OS's reason."""
+    for path in (wanted, *wanted.parents):
+        if os.path.lexists(path):
+            return f"{path}: {exc.strerror or exc}" if path.is_dir() else f"{path} is not a folder"
+    return f"{wanted}: {exc.strerror or exc}"  # pragma: no cover - "/" always exists
 
 
 def _torch_instead(cause: str, fix: str) -> None:
