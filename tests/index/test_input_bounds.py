@@ -468,3 +468,14 @@ def test_the_index_sides_bound_k_themselves(indexes) -> None:
         assert scores.shape == (1, N) and None not in ids[0]
     finally:
         index.close()
+
+
+@pytest.mark.parametrize("k", ["7" * 5_000, "-" + "7" * 5_000, "0" * 5_000 + "3"])
+def test_a_k_of_any_length_on_the_command_line_is_one_line_or_an_answer(runner, indexes, k: str) -> None:
+    result = runner.invoke(
+        app, ["search", str(indexes["whole"]), "wing", "--mode", "lexical", "-k", k, "--json"]
+    )
+    if k.startswith("0"):  # 3, written with 5,000 zeros before it
+        assert result.exit_code == 0 and len(json.loads(result.stdout)["hits"]) == 3, result.output[-300:]
+    else:
+        assert "-k" in one_error_line(result)
