@@ -1,13 +1,14 @@
 # embedkit: `make setup` installs what searching, serving and training need into .venv; `make demo`
-# runs a first search on the bundled example (about 2 minutes), `make tour` the longer tour (train,
-# export, adapt), `make test` the tests (it adds the test-only packages itself).
+# runs a first search on the bundled example (several minutes: README.md has the measured times),
+# `make tour` the longer tour (train, export, adapt), `make test` the tests (it adds the test-only
+# packages itself).
 # Every install takes the versions in constraints.txt, the ones the tests passed with (`make lock`
 # writes it anew); `LOCK=` installs the newest versions pyproject.toml's ranges allow instead, as
 # `make test-newest` does in .venv-newest. `make wheel-smoke` installs the built wheel into a fresh
 # environment and runs it there (scripts/wheel_smoke.sh). Override TORCH to pick another torch build,
 # e.g. `make test TORCH="torch==2.13.0 --index-url https://download.pytorch.org/whl/cpu"`.
 # `make gpu-check` proves the GPU half on a CUDA machine, each figure against its goal
-# (benchmarks/gpu_check.py; GPU_CHECK_ARGS="--train-1m" adds the one-million-sentence run). It runs
+# (benchmarks/gpu_check.py, the one-million-sentence run included; GPU_CHECK_ARGS="--no-train-1m" leaves it out). It runs
 # .venv's python where there is one, else $(PYTHON) with embedkit installed, and refuses without CUDA.
 
 PYTHON ?= python3

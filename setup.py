@@ -6,9 +6,22 @@ find the packages inside them under the mapped names, so the list is built here 
 folders: every folder below a root is a package (namespace discovery, the way an editable install
 imports it), so a new module or subpackage ships in the wheel without a list to keep up to date.
 tests/test_packaging.py compares a built wheel with the source tree.
+
+Because those folders are mapped into embedkit, `pip install -e .` cannot put one folder on
+sys.path; setuptools installs an import finder instead, and ends with an "Editable installation"
+notice (`InformationOnly`, which pip prints as a BuildBackendWarning block) asking to beware of
+folders named like the package. That folder is the checkout itself (usually named `embedkit`),
+and its own `__init__.py` hands such an import to the installed package
+(tests/test_layout.py::test_the_checkout_does_not_shadow_the_package): the notice is answered,
+so this build leaves it out. Every other setuptools warning still prints.
 """
 
+import warnings
+
 from setuptools import find_namespace_packages, setup
+from setuptools.warnings import InformationOnly
+
+warnings.filterwarnings("ignore", message="Editable installation", category=InformationOnly)
 
 # installed package -> folder in the repository
 ROOTS = {

@@ -120,7 +120,7 @@ def main() -> None:
     with tempfile.TemporaryDirectory() as tmp:
         work = Path(tmp)
         select_dir = write_subset(args.beir_dir, splits[0][0], work / "select-0")
-        recorder = RecordingEvaluator(RetrievalEvaluator(args.beir_dir), splits[0][0])
+        recorder = RecordingEvaluator(RetrievalEvaluator(args.beir_dir, mode="dense"), splits[0][0])
         trainer_module.dev_evaluator = lambda config, corpus: recorder  # the real one reads select-0
         config = TrainConfig(
             base_model=args.base,
@@ -143,7 +143,8 @@ def main() -> None:
             steps.append(result.steps)
         if len(steps) != len(recorder.history):
             raise SystemExit(f"{len(recorder.history)} evaluations for steps {steps}")
-        saved = RetrievalEvaluator(args.beir_dir).evaluate(TorchEncoder(work / "model", device=args.device))
+        dense = RetrievalEvaluator(args.beir_dir, mode="dense")
+        saved = dense.evaluate(TorchEncoder(work / "model", device=args.device))
         folder_held_out = mean_over({q: m[METRIC] for q, m in saved.per_query.items()}, splits[0][1])
 
     rows = []

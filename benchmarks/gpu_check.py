@@ -1,6 +1,6 @@
 """`make gpu-check`: the GPU half proved on one CUDA machine, each figure printed against its goal.
 
-    python benchmarks/gpu_check.py [--json gpu-check.json] [--train-1m] [--work DIR]
+    python benchmarks/gpu_check.py [--json gpu-check.json] [--no-train-1m] [--work DIR]
 
 Needs CUDA (torch sees a GPU and onnxruntime has its CUDA provider); without it, one line and exit 2.
 Each step runs in its own process, in this order, and a failed step fails its rows only:
@@ -9,12 +9,13 @@ Each step runs in its own process, in this order, and a failed step fails its ro
 2. benchmarks/gpu.py on that export: encode and serve against the ONNX graph's ceiling and
    sentence-transformers fp16, in the same run;
 3. benchmarks/train_step.py (simcse and micse, bf16, batch 64, length 32, fixed shapes, whole steps
-   timed as the trainer runs them): miCSE's step;
+   timed as the trainer runs them): miCSE's step; then the same two methods' steps timed in their
+   parts (views forward, momentum forward, loss, backward, optimizer), printed below the row;
 4. `embedkit train --nproc N` (N: the GPUs torch sees), a short run;
 5. where faiss has GPU support: benchmarks/search.py --device cuda (flat, 1M x 384, 1,000 queries,
    against faiss-cpu on all cores), then `embedkit index --device cuda` of Cranfield and its search on
    the GPU against the CPU's for the same query vectors (SKIP where faiss has no GPU support);
-6. with `--train-1m`: `embedkit train` over one million sentences (micse, batch 64: 84 epochs of the
+6. unless `--no-train-1m`: `embedkit train` over one million sentences (micse, batch 64: 84 epochs of the
    11,914 Wikipedia sentences, since the corpus loader drops repeated lines).
 
 Each row: its figure, its goal, PASS, FAIL (with the reason) or SKIP. Exit 0 when no row failed, 1
@@ -210,6 +211,13 @@ def step_train_step(work: Path) -> dict[str, float]:
     ]
     done = run([*command, "--steps", "30", "--warmup", "5", "--methods", "simcse,micse", "--no-memory"], 600)
     report = json.loads(done.stdout.strip().splitlines()[-1])
+    # the step's parts, each timed with a device sync at its edges (slower than the whole step)
+    parts_command = [c for c in command if c != "--whole-step"]
+    parts_command += ["--steps", "10", "--warmup", "3", "--methods", "simcse,micse", "--no-memory"]
+    parts = run(parts_command, 600)
+    for name, method in json.loads(parts.stdout.strip().splitlines()[-1])["methods"].items():
+        sections = ", ".join(f"{k} {1000 * v:.2f} ms" for k, v in method["median_section_s"].items())
+        print(f"      {name} step in parts: {sections}", flush=True)
     return {
         "micse_over_simcse": report["micse_over_simcse"],
         "micse_step_ms": 1000 * report["methods"]["micse"]["median_step_s"],
@@ -300,11 +308,13 @@ def main() -> None:
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
     parser.add_argument("--json", type=Path, help="write the figures and verdicts here")
-    parser.add_argument("--train-1m", action="store_true", help="also time one million sentences of training")
+    parser.add_argument(
+        "--no-train-1m", action="store_true", help="leave out one million sentences of training (minutes)"
+    )
     parser.add_argument(
         "--work", type=Path, help="keep the step's outputs here (default: a temporary folder)"
     )
-    parser.add_argument("--steps", default=",".join(s for s in STEPS if s != "train_1m"), help="which steps")
+    parser.add_argument("--steps", default=",".join(STEPS), help="which steps")
     args = parser.parse_args()
     problem = cuda_problem()
     if problem:
@@ -312,7 +322,8 @@ def main() -> None:
         sys.exit(2)
     import torch
 
-    names = [s.strip() for s in args.steps.split(",") if s.strip()] + (["train_1m"] if args.train_1m else [])
+    names = [s.strip() for s in args.steps.split(",") if s.strip()]
+    names = [s for s in names if not (args.no_train_1m and s == "train_1m")]
     unknown = [s for s in names if s not in STEPS]
     if unknown:
         print(f"error: unknown step {unknown[0]!r}: use {', '.join(STEPS)}", file=sys.stderr)

@@ -30,6 +30,7 @@ from embedkit.data.beir import read_beir
 from embedkit.evaluation.metrics import evaluate_run
 from embedkit.evaluation.sts_retrieval import rank_rows, recall_from_rankings, sts_retrieval_task
 from embedkit.index.lexical import LexicalIndex
+from embedkit.search.exact import exact_top_k
 from embedkit.search.fusion import DEFAULT_ALPHA, DEFAULT_FUSION, PRF_DOCS, feedback_query, fuse
 
 DATA = Path(__file__).resolve().parents[2] / "shared" / "data"
@@ -66,13 +67,11 @@ def embed(encoder, texts: list[str], cache: Path | None, name: str) -> np.ndarra
 
 def dense_rankings(queries: np.ndarray, docs: np.ndarray, depth: int) -> Ranking:
     """Exact cosine top `depth`, ties by row ascending."""
-    scores = queries @ docs.T
-    rows = np.arange(docs.shape[0])
-    out = []
-    for row_scores in scores:
-        order = np.lexsort((rows, -row_scores))[:depth]
-        out.append([(int(r), float(row_scores[r])) for r in order])
-    return out
+    scores, rows = exact_top_k(queries, docs, depth)
+    return [
+        [(int(r), float(s)) for r, s in zip(line_rows, line, strict=True)]
+        for line_rows, line in zip(rows, scores, strict=True)
+    ]
 
 
 def lexical_rankings(docs: list[Doc], queries: list[str], depth: int) -> Ranking:

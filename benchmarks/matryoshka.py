@@ -66,7 +66,7 @@ def score_model(
     path = None if model == "base" else model
     scores: dict[str, dict[int, float]] = {}
     for beir in collections:
-        evaluator = RetrievalEvaluator(beir, metrics=(METRIC,), batch_size=batch_size)
+        evaluator = RetrievalEvaluator(beir, metrics=(METRIC,), batch_size=batch_size, mode="dense")
         cached = CachingEncoder(TorchEncoder(path, device="cpu"))  # one embedding, every size
         if rotate_on:
             cached = rotated(cached, beir if rotate_on == "own" else Path(rotate_on), batch_size)

@@ -2,26 +2,28 @@
 
     .venv/bin/python benchmarks/train_step.py --steps 10 --warmup 3
     .venv/bin/python benchmarks/train_step.py --device cuda --dtype bf16 --model-size bert-base
-    python benchmarks/train_step.py --device cuda --dtype bf16 --fixed-shapes --whole-step --compile default
+    python benchmarks/train_step.py --device cuda --dtype bf16 --fixed-shapes --whole-step --compile auto
+    .venv/bin/python benchmarks/train_step.py --model-size tiny --batch-size 8 --seq-len 16 --no-memory
     (--model-size minilm-random: MiniLM's shape with random weights, for machines without the weights)
     torchrun --nproc-per-node 1 benchmarks/train_step.py ...   (works too: one process, no process group)
 
 Every method trains its own copy of the model on the same batches (batch 64, length 32 by
 default); the methods take turns step by step, so a change in machine load hits all of them
-alike, and the ratios compare medians from the same run. Sections are timed with a device sync
-at their edges: `forward` (the [x; x] pass with pooling and head), `momentum_forward` (the
-momentum encoder's pass on x), `momentum_update` (its EMA update and the enqueue), `info_nce`,
-`ami` (forward only: its backward is inside `backward`), `aux_mlm` (InfoCSE's auxiliary network, forward
-only: masking, frozen lower layers, extra layers, head), `backward` (backward, clipping and the
-optimizer step). Peak memory is measured per method on its own: CUDA's peak allocation, or on
-CPU the peak resident memory of a subprocess that runs two steps of that method alone. Prints
-one JSON line.
+alike, and the ratios compare medians from the same run. The step's parts are timed with a device
+sync at their edges: `views_forward` (the [x; x] pass, the AMI layers forming their maps),
+`momentum_forward` (the momentum encoder's pass on x), `loss` (every term of the objective, forward:
+within it `info_nce`, `ami`, `aux_mlm`, ... each on its own), `backward` (backward and clipping),
+`optimizer` (AdamW's step) and `momentum_update` (the EMA update and the enqueue); with InfoCSE's
+term, `aux_network` (masking, frozen lower layers, extra layers and head, forward).
+Peak memory is measured per method on its own: CUDA's peak allocation, or on CPU the peak resident
+memory of a subprocess that runs two steps of that method alone. Prints one JSON line.
 
 The training loop's speed settings (`training/step_speed.py`): `--fixed-shapes` pads every batch to
 --seq-len (the trainer's default on CUDA), `--compile MODE` compiles the step's forward passes
-(CUDA only), and `--whole-step` times each method's steps back to back with one device sync per
-block of `--block` steps and no section timers, as the trainer runs them (host and device overlap):
-its `median_step_s` is a block's time / its steps, and there are no sections.
+(CUDA only; `auto`, the trainer's default, is reduce-overhead there), and `--whole-step` times each
+method's steps back to back with one device sync per block of `--block` steps and no section
+timers, as the trainer runs them (host and device overlap): its `median_step_s` is a block's time /
+its steps, and there are no sections. Tiny on a CPU: `--model-size tiny` (2 layers, 64 wide, random).
 """
 
 from __future__ import annotations
@@ -48,21 +50,23 @@ from embedkit.data.corpus import load_sentences
 from embedkit.encode.batching import TokenBatcher
 from embedkit.encode.devices import torch_device
 from embedkit.encode.model_folder import default_base_model_path
-from embedkit.training import ami, losses, step_speed
+from embedkit.training import step_speed
 from embedkit.training.batches import pad_batch
 from embedkit.training.config import COMPILE_MODES, TrainConfig
-from embedkit.training.model import ContrastiveModel, make_optimizer, make_scheduler, optimizer_step
+from embedkit.training.model import ContrastiveModel
+from embedkit.training.optimizer import make_optimizer, make_scheduler, optimizer_step
 
 ROOT = Path(__file__).resolve().parents[1]
-# name -> (TrainConfig.method, attention implementation)
+# name -> (TrainConfig.method, attention implementation: auto = SDPA, AMI's layers forming their maps)
 VARIANTS = {
-    "simcse": ("simcse", "sdpa"),
+    "simcse": ("simcse", "auto"),
     "simcse-eager": ("simcse", "eager"),
-    "ami-simcse": ("ami-simcse", "eager"),
-    "moco-simcse": ("moco-simcse", "sdpa"),
-    "micse": ("micse", "eager"),
-    "infocse": ("infocse", "sdpa"),  # simcse + InfoCSE's auxiliary MLM term (lambda 1e-5)
-    "micse-aux": ("micse", "eager"),  # micse + the same term (AUX_WEIGHTS)
+    "ami-simcse": ("ami-simcse", "auto"),
+    "moco-simcse": ("moco-simcse", "auto"),
+    "micse": ("micse", "auto"),
+    "micse-eager": ("micse", "eager"),  # every layer eager, as before AMI's maps came from its layers
+    "infocse": ("infocse", "auto"),  # simcse + InfoCSE's auxiliary MLM term (lambda 1e-5)
+    "micse-aux": ("micse", "auto"),  # micse + the same term (AUX_WEIGHTS)
 }
 AUX_WEIGHTS = {"micse-aux": 1e-5}  # aux_mlm_weight of the variants that add the term to a method
 
@@ -79,7 +83,10 @@ def base_model(size: str, workdir: Path) -> Path:
 
     path = workdir / size
     shutil.copytree(minilm, path, ignore=shutil.ignore_patterns("model.safetensors", "*.bin"))
-    config = BertConfig.from_pretrained(str(minilm)) if size == "minilm-random" else BertConfig()
+    config = BertConfig.from_pretrained(str(minilm)) if size != "bert-base" else BertConfig()
+    if size == "tiny":  # MiniLM's vocabulary, 2 layers of 64: the whole step in seconds on a CPU
+        config.num_hidden_layers, config.hidden_size, config.intermediate_size = 2, 64, 128
+        config.num_attention_heads = 4
     torch.manual_seed(0)
     BertModel(config).save_pretrained(str(path))
     pooling = json.loads((path / "1_Pooling" / "config.json").read_text())
@@ -107,6 +114,11 @@ class SectionTimer:
         if self.device.type == "cuda":
             torch.cuda.synchronize(self.device)
 
+    def add(self, name: str, start: float) -> None:
+        """Count the time since `start` (perf_counter) to `name`, after a device sync."""
+        self.sync()
+        self.seconds[name] += time.perf_counter() - start
+
     @contextlib.contextmanager
     def __call__(self, name: str) -> Iterator[None]:
         self.sync()
@@ -117,10 +129,14 @@ class SectionTimer:
 
 
 @contextlib.contextmanager
-def timed_sections(model: ContrastiveModel, timer: SectionTimer) -> Iterator[None]:
-    """Time the step's sections from outside: wrap the backbone, the momentum encoder and the losses.
+def timed_sections(
+    model: ContrastiveModel, optimizer: torch.optim.Optimizer, timer: SectionTimer
+) -> Iterator[None]:
+    """Time the step's parts from outside: wrap the backbone, the momentum encoder, the objective and
+    each of its terms, and the optimizer's step; the wrappers go when the step is done.
 
-    The model's code stays free of timing; the wrappers are removed when the step is done.
+    The model's code stays free of timing. `backward` is timed from outside `optimizer_step`, whose
+    time less the optimizer's is backward and clipping.
     """
 
     def timed(name: str, function: Callable[..., Any]) -> Callable[..., Any]:
@@ -130,28 +146,53 @@ def timed_sections(model: ContrastiveModel, timer: SectionTimer) -> Iterator[Non
 
         return wrapper
 
-    patches: list[tuple[Any, str, Any]] = [
-        (model.backbone, "forward", "forward"),
-        (losses, "info_nce", "info_nce"),
-        (ami, "ami_loss", "ami"),
+    patches: list[tuple[Any, str, str]] = [
+        (model.backbone, "forward", "views_forward"),
+        (type(model.objective), "__call__", "loss"),
     ]
+    if model.aux is not None:  # InfoCSE's network: masking, frozen lower layers, extra layers, head
+        patches.append((model.aux, "sum_and_count", "aux_network"))
+    for term in model.objective.terms:  # each term's forward, named as the losses it reports
+        patches.append((type(term), "__call__", TERM_SECTIONS.get(type(term).__name__, type(term).__name__)))
     if model.momentum is not None:
         patches.append((model.momentum, "forward", "momentum_forward"))
-    if model.aux is not None:
-        patches.append((model.aux, "forward", "aux_mlm"))
     saved = []
     for owner, attribute, name in patches:
         original = getattr(owner, attribute)
         saved.append((owner, attribute, original, attribute in vars(owner)))
         setattr(owner, attribute, timed(name, original))
+    # the optimizer's step through its hooks: the schedule watches `step` itself
+    started: list[float] = []
+
+    def before(*_: Any) -> None:
+        timer.sync()
+        started.append(time.perf_counter())
+
+    def after(*_: Any) -> None:
+        timer.add("optimizer", started.pop())
+
+    hooks = [optimizer.register_step_pre_hook(before), optimizer.register_step_post_hook(after)]
     try:
         yield
     finally:
-        for owner, attribute, original, was_own in saved:
+        for hook in hooks:
+            hook.remove()
+        for owner, attribute, original, was_own in reversed(saved):
             if was_own:
                 setattr(owner, attribute, original)
             else:
                 delattr(owner, attribute)
+
+
+# a term's class -> the name of its section (the loss it reports)
+TERM_SECTIONS = {
+    "InfoNCE": "info_nce",
+    "AttentionMI": "ami",
+    "AuxiliaryMLM": "aux_mlm",
+    "Reconstruction": "reconstruction",
+    "MatryoshkaInfoNCE": "info_nce@m",
+    "MatryoshkaSimilarity": "similarity@m",
+}
 
 
 class Runner:
@@ -206,21 +247,21 @@ class Runner:
         self.model.train()
         timer.sync()
         start = time.perf_counter()
-        with (
-            torch.autocast(
+        with timed_sections(self.model, self.optimizer, timer):
+            with torch.autocast(
                 self.device.type, dtype=self.dtype or torch.float32, enabled=self.dtype is not None
-            ),
-            timed_sections(self.model, timer),
-        ):
-            out = self.model.step(batch, self.generator)
-        with timer("backward"):
-            optimizer_step(
-                out.loss, self.model, self.optimizer, self.scheduler, None, self.config.max_grad_norm
-            )
+            ):
+                out = self.model.step(batch, self.generator)
+            with timer("backward"):  # less the optimizer's own section below
+                optimizer_step(
+                    out.loss, self.model, self.optimizer, self.scheduler, None, self.config.max_grad_norm
+                )
         with timer("momentum_update"):
             self.model.after_step(out.keys)
         timer.sync()
-        return {"step": time.perf_counter() - start, **timer.seconds}
+        seconds = dict(timer.seconds)
+        seconds["backward"] -= seconds.get("optimizer", 0.0)
+        return {"step": time.perf_counter() - start, **seconds}
 
 
 def make_batches(
@@ -273,7 +314,9 @@ def main() -> None:
     parser.add_argument(
         "--dtype", choices=("fp32", "bf16"), default="fp32", help="autocast dtype (bf16 on GPU)"
     )
-    parser.add_argument("--model-size", choices=("minilm", "minilm-random", "bert-base"), default="minilm")
+    parser.add_argument(
+        "--model-size", choices=("minilm", "minilm-random", "bert-base", "tiny"), default="minilm"
+    )
     parser.add_argument("--batch-size", type=int, default=64)
     parser.add_argument("--seq-len", type=int, default=32)
     parser.add_argument(
@@ -282,7 +325,9 @@ def main() -> None:
     parser.add_argument("--threads", type=int, default=0, help="torch CPU threads (0: torch's default)")
     parser.add_argument("--no-memory", action="store_true", help="skip the peak-memory measurement")
     parser.add_argument("--fixed-shapes", action="store_true", help="pad every batch to --seq-len")
-    parser.add_argument("--compile", default="off", choices=COMPILE_MODES, help="torch.compile mode (CUDA)")
+    parser.add_argument(
+        "--compile", default="off", choices=COMPILE_MODES, help="torch.compile mode (CUDA; auto)"
+    )
     parser.add_argument("--whole-step", action="store_true", help="time blocks of steps, no section syncs")
     parser.add_argument("--block", type=int, default=5, help="steps per timed block with --whole-step")
     parser.add_argument("--memory-of", help=argparse.SUPPRESS)  # internal: the CPU memory subprocess

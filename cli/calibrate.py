@@ -2,7 +2,8 @@
 
 `embedkit index` calibrates a new index (and an append that grows it by half); this command does it
 on demand (an index built before calibration existed, or with --no-calibrate, or from vectors) or,
-with --show, prints the recorded choice and its table without computing anything.
+with --show, prints the recorded choice and its table without computing anything. A choice that
+is the fusion the index searches with already (the recorded one, else the default) is not written.
 """
 
 from __future__ import annotations
@@ -56,7 +57,10 @@ def calibrate(
 
     check_io(indexes=[index_dir], wait=wait)
     config = CalibrationConfig(queries=queries, seed=seed)
-    _print(calibrate_index(index_dir, model, device=device, precision=precision, config=config))
+    outcome = calibrate_index(index_dir, model, device=device, precision=precision, config=config)
+    _print(outcome.calibration)
+    if not outcome.written:
+        typer.echo(f"{index_dir} already searches with this fusion: unchanged, no new version written")
 
 
 def _print(calibration: Calibration) -> None:

@@ -7,7 +7,7 @@ from __future__ import annotations
 import functools
 import os
 import sys
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any, TypeVar
 
 import typer
@@ -113,18 +113,34 @@ class GuardedStdout:
         return getattr(self._stream, name)
 
 
-def print_truncated(console: Any, truncated: int, what: str = "documents", hint: str = "") -> None:
-    """The note, on a rich `console`, that `truncated` documents were cut at the model's maximum length."""
-    if truncated:
-        console.print(f"{truncated:,} {what} were longer than the model's maximum length and truncated{hint}")
+def print_truncated(
+    console: Any,
+    truncated: int,
+    what: str = "document",
+    hint: str = "",
+    names: Sequence[str] = (),
+    documents: int = 0,
+) -> None:
+    """The note, on a rich `console`, that `truncated` documents (or passages: `what`) were cut at
+    the model's maximum length, naming the first `names` of the `documents` they belong to."""
+    if not truncated:
+        return
+    plural = truncated != 1
+    counted = f"{truncated:,} {what}{'s' if plural else ''} {'were' if plural else 'was'}"
+    line = f"{counted} longer than the model's maximum length and truncated"
+    if names:
+        listed = ", ".join(names)
+        more = documents - len(names)
+        if more > 0:
+            listed += f" and {more:,} more"
+            listed += "" if what == "document" else f" document{'s' if more != 1 else ''}"
+        line += f" ({listed})" if what == "document" else f" (in {listed})"
+    console.print(line + hint, markup=False, highlight=False, soft_wrap=True)
 
 
 def check_search_choices(mode: str | None, fusion: str | None, alpha: float | None) -> None:
-    """`--mode`, `--fusion` and `--alpha`, checked before an index or a model loads (which takes seconds)."""
-    from embedkit.errors import InputError
-    from embedkit.search.fusion import DEFAULT_ALPHA, DEFAULT_FUSION, check_fusion
-    from embedkit.search.request import SEARCH_MODES
+    """`--mode`, `--fusion` and `--alpha`, checked before an index or a model loads (which takes
+    seconds), by the one check every entry point uses (`embedkit.search.request.check_choices`)."""
+    from embedkit.search.request import check_choices
 
-    if mode is not None and mode not in SEARCH_MODES:
-        raise InputError(f"unknown search mode {mode!r}: use {', '.join(SEARCH_MODES)}")
-    check_fusion(fusion or DEFAULT_FUSION, DEFAULT_ALPHA if alpha is None else alpha)  # None: the index's
+    check_choices(mode, fusion, alpha)

@@ -181,5 +181,6 @@ def _print_run(report: EmbedRun, what: str, wrote: str) -> None:
 
     console = make_console()
     console.print(f"embedded {what} in {report.seconds:.1f} s ({report.per_second:,.0f} sent/s)")
-    print_truncated(console, report.truncated)
+    names, documents = getattr(report, "truncated_ids", ()), getattr(report, "truncated_documents", 0)
+    print_truncated(console, report.truncated, names=names, documents=documents)
     console.print(f"wrote {wrote}")

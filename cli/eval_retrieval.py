@@ -120,7 +120,7 @@ def retrieval(
     from embedkit.errors import InputError
     from embedkit.evaluation import RetrievalEvaluator
 
-    check_search_choices(None, fusion, alpha)
+    check_search_choices(None if mode == "all" else mode, fusion, alpha)
     check_outputs([beir_dir, index, model], json_path, per_query, plot)
     if plot is not None:
         from embedkit.extras import require_extra
@@ -140,14 +140,11 @@ def retrieval(
             meta = read_index_meta(searched)  # fail on a bad folder before loading anything
     elif collection is not None or token is not None:
         raise InputError("--collection and --token go with --index milvus://HOST:PORT or FILE.db")
-    from embedkit.errors import InputError
     from embedkit.search.request import SEARCH_MODES
 
-    if mode is not None and mode not in (*SEARCH_MODES, "all"):
-        raise InputError(f"unknown --mode {mode!r}: use {', '.join(SEARCH_MODES)} or all")
     asked = mode
-    mode = mode or _search_default_mode(searched, meta, fusion)
-    modes = list(SEARCH_MODES) if mode == "all" else [mode]
+    # None: the evaluator runs what `embedkit search` runs (`RetrievalEvaluator`'s default)
+    modes: list[str | None] = list(SEARCH_MODES) if mode == "all" else [mode]
     scorer = None
     if rerank is not None:
         from embedkit.encode.cross_encoder import CrossEncoderModel
@@ -187,10 +184,13 @@ def retrieval(
         evaluator.prefixes = prefixes
     encoder = CachingEncoder(encoder)  # `all` embeds the corpus once for dense and hybrid
     try:
-        reports = {m: e.evaluate(encoder) for m, e in evaluators.items()}
+        # keyed by the mode each evaluated: the one asked for, else what `embedkit search` runs
+        reports = {r.mode: r for r in (e.evaluate(encoder) for e in evaluators.values())}
     finally:
         if searched is not None and not isinstance(searched, Path):
             searched.close()
+    modes = list(reports)
+    mode = "all" if asked == "all" else modes[0]
     report = next(iter(reports.values()))
 
     from rich.table import Table
@@ -250,19 +250,6 @@ def retrieval(
                 "metrics": metrics,
             },
         )
-
-
-def _search_default_mode(searched: Any, meta: dict[str, Any] | None, fusion: str | None) -> str:
-    """The mode `embedkit search` runs on this index without --mode; without an index, hybrid
-    (what `embedkit index` then `search` gives)."""
-    if meta is None:
-        return "hybrid"
-    if not isinstance(searched, Path):  # an open (remote) index
-        return searched.default_mode(fusion)
-    from embedkit.index.lexical import lexical_settings
-    from embedkit.search.request import default_mode
-
-    return default_mode(meta, lexical_settings(meta.get("lexical")) is not None, fusion)
 
 
 def _fusion_label(fusion: str | None, alpha: float | None) -> str:

@@ -38,7 +38,8 @@ def index(
         typer.Argument(
             metavar="CORPUS",
             help="Corpus: .txt (one document a line), .jsonl, .csv, .tsv (each may be .gz), a BEIR "
-            "folder, or a folder of .txt, .md, .pdf, .html and .docx files, one document each (or --corpus).",
+            "folder, a folder of .txt, .md, .pdf, .html and .docx files, one document each, or one .md, "
+            ".pdf, .html or .docx file, one document (or --corpus).",
             show_default=False,
         ),
     ] = None,
@@ -88,6 +89,15 @@ def index(
         bool,
         typer.Option(
             "--upsert", help="With --append: documents whose ids the index holds replace them (new version)."
+        ),
+    ] = False,
+    sync: Annotated[
+        bool,
+        typer.Option(
+            "--sync",
+            help="Keep the index in --out in step with CORPUS: documents unchanged since the last build "
+            "(same id and content hash) kept, changed and new ones embedded, those gone deleted, in one "
+            "new version (none if nothing changed); no index there: a new one.",
         ),
     ] = False,
     gpu: Annotated[
@@ -172,10 +182,12 @@ def index(
     CURRENT pointer to it in one step: a failed or interrupted run leaves the previous version in
     use. Document ids must be unique; with --append, an id already in the index is an error and
     nothing is added, unless --upsert: then the corpus's document replaces the index's (see
-    `embedkit delete`). With --from-vectors DIR the vectors come from DIR's part files (checked:
-    all parts present, none corrupt, the corpus's ids in the same order, one model) and nothing is
-    embedded. --device cuda (or cuda:N) runs the model and builds a flat or ivf-pq index with
-    faiss on that GPU (faiss with GPU support: the gpu extra); the index is saved in faiss's CPU
+    `embedkit delete`). --sync embeds only what changed since the last build and deletes what
+    CORPUS no longer holds (a folder's files by path, a JSONL or BEIR corpus's records by id).
+    With --from-vectors DIR the vectors come from DIR's part files (checked: all parts present,
+    none corrupt, the corpus's ids in the same order, one model) and nothing is embedded.
+    --device cuda (or cuda:N) runs the model and builds a flat or ivf-pq index with faiss on that
+    GPU (faiss with GPU support: the gpu extra); the index is saved in faiss's CPU
     form either way.
     """
     from embedkit.errors import InputError
@@ -183,7 +195,7 @@ def index(
     from embedkit.jobs.streaming import CorpusOptions
 
     if reindex_lexical:
-        _reindex_lexical(out, corpus or corpus_option or from_vectors, append or overwrite, wait)
+        _reindex_lexical(out, corpus or corpus_option or from_vectors, append or overwrite or sync, wait)
         return
     if corpus is not None and corpus_option is not None and corpus != corpus_option:
         raise InputError(f"two corpora given: {corpus} and --corpus {corpus_option}")
@@ -200,6 +212,8 @@ def index(
             raise InputError(
                 "--from-vectors indexes the parts' vectors, embedded before: drop --passages and the prefixes"
             )
+        if sync:
+            raise InputError("--from-vectors builds a new index from the parts' vectors: drop --sync")
         building = {"kind": kind, "overwrite": overwrite, "gpu": gpu, "device": device, "lexical": lexical}
         building |= {"dim": dim, "quantize": quantize}
         _from_vectors(from_vectors, corpus, out, model, append, building | {"options": options}, wait)
@@ -212,6 +226,7 @@ def index(
         append=append,
         upsert=upsert,
         overwrite=overwrite,
+        sync=sync,
         lexical=lexical,
         calibrate=calibrate,
         passages=passages,
@@ -223,13 +238,13 @@ def index(
         corpus=options,
     )
     report = build_index(corpus, out, model, settings, progress=sys.stderr.isatty())
-    verb = "appended" if report.appended else "indexed"
     skipped = [
         f"{n:,} {what}"
         for n, what in (
             (report.blank, "blank"),
             (report.hidden_files, "hidden files or folders"),
             (report.binary_files, "binary files"),
+            (len(report.skipped_files), "files past a reader's bounds"),
         )
         if n
     ]
@@ -238,15 +253,34 @@ def index(
     split = f" as {report.passages:,} passages" if report.passages else ""
     faiss = f", faiss on {report.faiss_device}" if report.faiss_device != "cpu" else ""
     where = f"{report.backend}/{report.device}{faiss}"
-    _print_built(report, f"{verb} {report.added:,} documents{split}{notes} on {where}")
-    if report.recoded_files:
-        from embedkit.console import make_console
+    if sync:  # the summary a sync is read for: what it embedded, kept and deleted
+        what = f"embedded {report.added:,}, kept {report.kept:,}, deleted {report.deleted:,}"
+    else:
+        what = f"{'appended' if report.appended else 'indexed'} {report.added:,} documents"
+    _print_built(report, f"{what}{split}{notes} on {where}")
+    _print_file_notes(report)
 
+
+_SKIPPED_SHOWN = 20  # files skipped past a reader's bounds named one a line; the rest counted
+
+
+def _print_file_notes(report) -> None:
+    """On stderr, one line a file skipped past a reader's bounds (its reason), then the files read
+    from another encoding than UTF-8."""
+    from embedkit.console import make_console
+
+    lines = [f"note: skipped {reason}" for reason in report.skipped_files[:_SKIPPED_SHOWN]]
+    if len(report.skipped_files) > _SKIPPED_SHOWN:
+        hidden = len(report.skipped_files) - _SKIPPED_SHOWN
+        lines.append(f"note: skipped {hidden:,} more files past a reader's bounds")
+    if report.recoded_files:
         more = f" and {len(report.recoded_files) - 1:,} more" if len(report.recoded_files) > 1 else ""
-        line = (
+        lines.append(
             f"note: files not in UTF-8 were read in the encoding they are in: {report.recoded_files[0]}{more}"
         )
-        make_console(stderr=True).print(line, markup=False, highlight=False, soft_wrap=True)
+    console = make_console(stderr=True)
+    for line in lines:
+        console.print(line, markup=False, highlight=False, soft_wrap=True)
 
 
 def _from_vectors(
@@ -291,6 +325,12 @@ def _print_built(report: IndexReport, what: str) -> None:
     params = ", ".join(f"{k}={v}" for k, v in report.params.items())
     # the calibration's share of the build's seconds, beside them: what choosing the fusion cost
     share = f", of which fusion calibration {report.calibrated.seconds:.1f} s" if report.calibrated else ""
+    if not report.written:  # a sync that found nothing to change
+        console.print(
+            f"{what} in {report.seconds:.1f} s: nothing changed, no new version written; "
+            f"{report.path} holds {report.count:,}"
+        )
+        return
     console.print(f"{what} in {report.seconds:.1f} s{share}: {report.path} now holds {report.count:,}")
     console.print(f"kind {report.kind}{f' ({params})' if params else ''}: {report.reason}")
     if report.calibrated is not None:
@@ -298,7 +338,12 @@ def _print_built(report: IndexReport, what: str) -> None:
     if report.prefixes != "no prefixes":
         console.print(report.prefixes)
     if report.passages:
-        print_truncated(console, report.truncated, "passages", ": choose a shorter --passages N")
+        note = ": choose a shorter --passages N"
+        print_truncated(
+            console, report.truncated, "passage", note, report.truncated_ids, report.truncated_documents
+        )
     else:
         hint = f": `--passages {report.passage_advice}` indexes the rest" if report.passage_advice else ""
-        print_truncated(console, report.truncated, hint=hint)
+        print_truncated(
+            console, report.truncated, "document", hint, report.truncated_ids, report.truncated_documents
+        )

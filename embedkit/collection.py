@@ -1,25 +1,27 @@
-"""A collection: documents added, replaced, deleted and searched from Python, as in Chroma or LanceDB.
+"""A collection: documents added, replaced, deleted and searched from Python with Chroma's calls.
 
     import embedkit
 
     notes = embedkit.create_collection("notes-index")   # the folder is made by the first add
-    notes.add(documents=["Rotate the keys every 90 days."], metadatas=[{"year": 2024}], ids=["keys"])
-    hits = notes.query("how often do keys change", k=5, where="year >= 2020")
+    notes.add(ids=["keys"], documents=["Rotate the keys every 90 days."], metadatas=[{"year": 2024}])
+    result = notes.query(query_texts=["how often do keys change"], n_results=5, where={"year": 2024})
+    result["ids"][0], result["distances"][0]   # Chroma's QueryResult: one list per query
 
 A collection is an index folder, the one `embedkit index` makes: `embedkit search`, `serve --index`,
 `verify` and `compact` read it, and the CLI's commands write it. Each method is the CLI's own code:
-`add` and `upsert` are `build_index` (`embedkit index --append [--upsert]`), `delete` is
+`add`, `upsert` and `update` are `build_index` (`embedkit index --append [--upsert]`), `sync` is
+`build_index` too (`embedkit index --sync`: only what changed is embedded), `delete` is
 `delete_documents` (`embedkit delete`), `query` is `SearchIndex.search_text`, the one search
-pipeline (`embedkit.search.pipeline`), and its hits are the records of `embedkit search --json`
-(`embedkit.search.hits.hit_record`). So are the guarantees: every write makes a new version live in
-one rename (a crash leaves the old one), one writer at a time holds the folder (a lock), and a
+pipeline (`embedkit.search.pipeline`). So are the guarantees: every write makes a new version live
+in one rename (a crash leaves the old one), one writer at a time holds the folder (a lock), and a
 query that overlaps a write reads the old or the new version, never a mix.
 
-`where` is the CLI's filter expression over the metadata (`year >= 2020 and lang in ["en", "de"]`,
-`embedkit.index.where`), or Chroma's dict (`{"year": {"$gte": 2020}}`, `embedkit.index.where_dict`).
-`include` chooses a hit's fields beyond its rank, id and score (`embedkit.search.hits.HIT_FIELDS`);
-by default every field but the document's full text, as on every side. Every hit has a snippet:
-its text with the query's words highlighted, else its start.
+The methods take Chroma's arguments and give Chroma's result shapes (`embedkit.chroma_shapes`);
+`query(texts, k=...)` gives embedkit's own hits instead, the records of `embedkit search --json`
+(`embedkit.search.hits.hit_record`). `where` is Chroma's dict (`{"year": {"$gte": 2020}}`,
+`embedkit.index.where_dict`) or the CLI's filter expression (`year >= 2020 and tags contains "a"`,
+`embedkit.index.where`). Every argument is checked on entry (`embedkit.arguments`): a wrong one, or
+one of Chroma's that a collection does not do, is an `InputError` naming it.
 """
 
 from __future__ import annotations
@@ -28,6 +30,29 @@ from collections.abc import Iterable, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from embedkit.arguments import (
+    encoder_or_folder,
+    flag,
+    folder,
+    id_list,
+    names,
+    optional_text,
+    optional_weight,
+    query_vectors,
+    refuse_unknown,
+    text,
+    text_list,
+    vector_like,
+    whole_number,
+)
+from embedkit.chroma_shapes import (
+    chroma_include,
+    chroma_search,
+    get_result,
+    no_where_document,
+    where_expression,
+)
+from embedkit.collection_input import WRITE_ARGUMENTS, changed_documents, new_documents, upserted_documents
 from embedkit.errors import InputError
 
 if TYPE_CHECKING:
@@ -39,7 +64,10 @@ if TYPE_CHECKING:
 
     Model = Encoder | str | Path | None  # an open encoder, a model folder, or None (see `Collection`)
     Texts = Sequence[str]
-    Metas = Sequence[dict[str, Any] | None] | None
+    Ids = str | Sequence[str]  # a single id is a list of one, as in Chroma
+    Docs = str | Sequence[str] | None
+    Metas = Sequence[dict[str, Any] | None] | dict[str, Any] | None
+    Where = str | dict[str, Any] | None  # the CLI's expression, or Chroma's dict
 
 
 def create_collection(path: str | Path, model: Model = None, **settings: Any) -> Collection:
@@ -66,17 +94,23 @@ class Collection:
         calibrate: bool = True,
         device: str = "auto",
         precision: str | None = None,
+        **unknown: Any,
     ) -> None:
         """Prefer `create` and `open`. `model`: an open encoder or a model folder (None: the bundled
         model for a new collection, the index's own model for an existing one). `kind`, `passages`,
         `lexical`: a new index's settings, as `embedkit index --kind/--passages/--no-lexical`;
         `calibrate`: choose the hybrid fusion on pseudo queries when the collection is new or has
         grown by half (`embedkit index --no-calibrate` turns it off; minutes on thousands of documents)."""
-        self.path = Path(path)
-        self._model = model
-        self._new = {"kind": kind, "passages": passages, "lexical": lexical}
-        self._calibrate = calibrate
-        self._device, self._precision = device, precision
+        refuse_unknown("Collection", unknown, SETTINGS)
+        self.path = folder("path", path)
+        self._model = encoder_or_folder("model", model)
+        self._new = {
+            "kind": text("kind", kind),
+            "passages": optional_text("passages", passages),
+            "lexical": flag("lexical", lexical),
+        }
+        self._calibrate = flag("calibrate", calibrate)
+        self._device, self._precision = text("device", device), optional_text("precision", precision)
         self._encoder: Encoder | None = None
         self._index: SearchIndex | None = None
 
@@ -86,14 +120,15 @@ class Collection:
         by the first `add`). `settings`: those of `Collection(...)`."""
         from embedkit.index.layout import holds_no_version, is_index_folder
 
-        folder = Path(path)
-        if folder.exists() and not folder.is_dir():
-            raise InputError(f"{folder} is a file; a collection is a folder")
-        if folder.is_dir() and not holds_no_version(folder):
-            if is_index_folder(folder):
-                raise InputError(f"{folder} already holds an index: open it with embedkit.open_collection")
-            raise InputError(f"{folder} is a folder that is neither empty nor an index; choose another")
-        return cls(folder, model, **settings)
+        made = cls(path, model, **settings)  # every argument checked before the disk is asked
+        target = made.path
+        if target.exists() and not target.is_dir():
+            raise InputError(f"{target} is a file; a collection is a folder")
+        if target.is_dir() and not holds_no_version(target):
+            if is_index_folder(target):
+                raise InputError(f"{target} already holds an index: open it with embedkit.open_collection")
+            raise InputError(f"{target} is a folder that is neither empty nor an index; choose another")
+        return made
 
     @classmethod
     def open(cls, path: str | Path, model: Model = None, **settings: Any) -> Collection:
@@ -101,17 +136,20 @@ class Collection:
         `model`, where given, must be the index's model (its ONNX export, say)."""
         from embedkit.index.folder import read_index_meta
 
-        read_index_meta(path)  # not an index: an `InputError` now
-        return cls(path, model, **settings)
+        made = cls(path, model, **settings)  # every argument checked before the disk is asked
+        read_index_meta(made.path)  # not an index: an `InputError` now
+        return made
 
     # --- writing ---------------------------------------------------------------------------------
 
     def add(
-        self, documents: Texts, ids: Texts, metadatas: Metas = None, titles: Texts | None = None
+        self, ids: Ids, embeddings: Any = None, metadatas: Metas = None, documents: Docs = None, **more: Any
     ) -> IndexReport:
-        """Embed and add documents (`metadatas`, `titles`: one per document, where given); an id
-        the collection holds already is an `InputError` (`upsert` replaces documents)."""
-        made = _documents(documents, ids, metadatas, titles)
+        """Embed and add documents, as Chroma's `add(ids, embeddings, metadatas, documents)`
+        (`metadatas` and embedkit's `titles=`: one per document, where given); an id the collection
+        holds already is an `InputError` (`upsert` replaces documents). `embeddings` are refused:
+        the collection embeds the documents with its model."""
+        made = new_documents("add", ids, embeddings, metadatas, documents, more)
         if self._exists():  # said here in the API's words; `build_index` refuses it in any case
             keys = [d.id for d in made]
             held = [key for key, found in zip(keys, self._opened().get_documents(keys), strict=True) if found]
@@ -120,26 +158,70 @@ class Collection:
         return self._write(made, upsert=False)
 
     def upsert(
-        self, documents: Texts, ids: Texts, metadatas: Metas = None, titles: Texts | None = None
+        self, ids: Ids, embeddings: Any = None, metadatas: Metas = None, documents: Docs = None, **more: Any
     ) -> IndexReport:
-        """Add documents, each replacing the document of its id where the collection holds one."""
-        return self._write(_documents(documents, ids, metadatas, titles), upsert=True)
+        """Add documents, as Chroma's `upsert`: where the collection holds the id already, its text
+        is replaced and the metadata given merged into its own, as `update` does."""
+        made = new_documents("upsert", ids, embeddings, metadatas, documents, more)
+        if self._exists():
+            held = self._opened().get_documents([d.id for d in made])
+            made = upserted_documents(made, metadatas, more.get("titles"), held)
+        return self._write(made, upsert=True)
 
-    def delete(self, ids: Sequence[str]) -> EditReport:
-        """Delete the documents `ids`; an id the collection does not hold is an `InputError` and
-        nothing is deleted (as `embedkit delete`)."""
+    def update(
+        self, ids: Ids, embeddings: Any = None, metadatas: Metas = None, documents: Docs = None, **more: Any
+    ) -> IndexReport:
+        """Change documents the collection holds, as Chroma's `update`: the texts given replace
+        theirs, the metadata given is merged into theirs (a field set to None is removed). An id
+        the collection does not hold is an `InputError` (Chroma skips it), and nothing is written."""
+        titles = more.pop("titles", None)
+        refuse_unknown("update", more, WRITE_ARGUMENTS)
+        keys = id_list("ids", ids)
+        changed = changed_documents(
+            keys, embeddings, metadatas, documents, titles, self._opened().get_documents(keys)
+        )
+        return self._write(changed, upsert=True)
+
+    def delete(
+        self,
+        ids: str | Texts | None = None,
+        where: Where = None,
+        where_document: Any = None,
+        **unknown: Any,
+    ) -> EditReport | None:
+        """Delete the documents `ids`, or those that pass `where`, or those of `ids` that pass it
+        (as Chroma); an id the collection does not hold is an `InputError` and nothing is deleted
+        (as `embedkit delete`). None where `where` leaves nothing to delete."""
         from embedkit.index.edits import delete_documents
 
+        refuse_unknown("delete", unknown, "ids, where")
+        no_where_document(where_document)
+        keys = None if ids is None else id_list("ids", ids)
+        expression = where_expression(where)
+        if keys is None and expression is None:
+            raise InputError("delete: give ids, or a where filter, of the documents to delete")
+        if expression is not None:
+            passing = {d.id for d in self._opened().documents_held(expression)}
+            keys = [d for d in (keys or passing) if d in passing]
+            if not keys:
+                return None
         self._release()
-        return delete_documents(self.path, _ids(ids))
+        return delete_documents(self.path, keys)
 
-    def _write(self, documents: list[Document], upsert: bool) -> IndexReport:
+    def sync(self, corpus: str | Path) -> IndexReport:
+        """Make the collection hold the documents of `corpus` (a folder, a JSONL or BEIR corpus, ...):
+        those unchanged since the last write kept, changed and new ones embedded, the others deleted,
+        in one new version (`embedkit index --sync`); its report says `added`, `kept`, `deleted`."""
+        return self._write(folder("corpus", corpus), upsert=False, sync=True)
+
+    def _write(self, documents: list[Document] | str | Path, upsert: bool, sync: bool = False) -> IndexReport:
         from embedkit.jobs.index_build import IndexOptions, build_index
 
         exists = self._exists()
         options = IndexOptions(
-            append=exists,
+            append=exists and not sync,
             upsert=upsert and exists,
+            sync=sync,
             calibrate=self._calibrate,
             device=self._device,
             precision=self._precision,
@@ -167,58 +249,130 @@ class Collection:
 
     def query(
         self,
-        texts: str | Sequence[str],
-        k: int = 10,
+        texts: str | Sequence[str] | None = None,
+        k: int | None = None,
         *,
-        where: str | dict[str, Any] | None = None,
+        query_texts: str | Sequence[str] | None = None,
+        query_embeddings: Any = None,
+        n_results: int | None = None,
+        where: Where = None,
+        where_document: Any = None,
         include: Iterable[str] | None = None,
         mode: str | None = None,
         fusion: str | None = None,
         alpha: float | None = None,
-    ) -> list[dict[str, Any]] | list[list[dict[str, Any]]]:
-        """The best `k` documents for a text (a list of hits) or for each of several texts (a
-        list of such lists), best first, each hit a record of `embedkit search --json` holding
-        the fields `include` names (of `HIT_FIELDS`) besides rank, id and score (None:
-        `DEFAULT_FIELDS`, all but the document's full text).
+        **unknown: Any,
+    ) -> Any:
+        """Chroma's query, or embedkit's: which one is said by the arguments.
 
-        `mode`: dense, lexical or hybrid (default: the index's, hybrid where it has a lexical
-        side); `fusion` and `alpha` as `embedkit search --fusion/--alpha`; `where` a metadata filter:
-        the CLI's expression (`year >= 2020`) or Chroma's dict (`{"year": {"$gte": 2020}}`,
-        `embedkit.index.where_dict`).
+        Chroma's: `query(query_texts=[...] or query_embeddings=[...], n_results=10, where=...,
+        include=[...])` gives Chroma's `QueryResult` (`embedkit.chroma_shapes`): `ids`,
+        `documents`, `metadatas`, `distances` (and `embeddings` where included), one list per
+        query, best first. Vectors as the first argument are Chroma's positional
+        `query_embeddings`. It searches as Chroma does, by the dense vectors (distance: 1 -
+        cosine), unless `mode` asks for lexical or hybrid; then the order is that search's and
+        each distance None.
+
+        embedkit's: `query(texts, k=10, ...)` gives the best `k` hits for a text (a list of hits)
+        or for each of several texts (a list of such lists), each hit a record of `embedkit search
+        --json` holding the fields `include` names (of `HIT_FIELDS`; None: `DEFAULT_FIELDS`).
+
+        Either way `mode` is dense, lexical or hybrid; `fusion` and `alpha` as `embedkit search
+        --fusion/--alpha`; `where` a metadata filter: the CLI's expression (`year >= 2020`) or
+        Chroma's dict (`{"year": {"$gte": 2020}}`, `embedkit.index.where_dict`).
         """
+        refuse_unknown("query", unknown, QUERY_ARGUMENTS)
+        no_where_document(where_document)
+        settings = {
+            "mode": optional_text("mode", mode),
+            "fusion": optional_text("fusion", fusion),
+            "alpha": optional_weight("alpha", alpha),
+            "where": where_expression(where),
+        }
+        if query_embeddings is None and vector_like(texts):  # Chroma's first argument: query_embeddings
+            query_embeddings, texts = texts, None
+        chroma = query_texts is not None or query_embeddings is not None
+        if chroma and (texts is not None or k is not None):
+            raise InputError("query: give query_texts and n_results (Chroma's) or texts and k, not both")
+        if not chroma and n_results is not None:
+            raise InputError("query: n_results goes with query_texts or query_embeddings (texts takes k)")
+        if chroma:
+            wanted = 10 if n_results is None else whole_number("n_results", n_results)
+            return self._chroma_query(query_texts, query_embeddings, wanted, include, settings)
+        if texts is None:
+            raise InputError("query: give the query text (or query_texts=, as in Chroma)")
+        return self._hits(texts, 10 if k is None else whole_number("k", k), include, settings)
+
+    def _hits(self, texts: Any, k: int, include: Any, settings: dict[str, Any]) -> Any:
+        """embedkit's query: hit records (`hit_record`)."""
         from embedkit.search.hits import DEFAULT_FIELDS, checked_fields, hit_record
 
-        fields = checked_fields(DEFAULT_FIELDS if include is None else include)
-        many = not isinstance(texts, str)
-        queries = list(texts) if many else [texts]
-        if not queries or any(not isinstance(q, str) or not q.strip() for q in queries):
-            raise InputError("give a query text (or a list of them), none of them empty")
-        if isinstance(where, dict):
-            from embedkit.index.where_dict import expression_of
-
-            where = expression_of(where)
+        fields = checked_fields(DEFAULT_FIELDS if include is None else names("include", include))
+        queries = text_list("texts", texts)
         index = self._opened()
-        settings = {"mode": mode, "fusion": fusion, "alpha": alpha, "where": where}
-        request = index.request(k, **settings)
-        encoder = self._encoder_for(index) if request.mode != "lexical" else None
-        results = index.search_text(
-            queries,
-            k,
-            encoder,
-            snippets="snippet" in fields,
-            passages=include is not None and "passage" in fields,
-            **settings,
-        )
+        k = min(k, max(index.document_count, 1))  # never more hits than documents are asked of a side
+        encoder = self._encoder_for(index) if index.request(k, **settings).mode != "lexical" else None
+        snippets, passages = "snippet" in fields, include is not None and "passage" in fields
+        results = index.search_text(queries, k, encoder, snippets=snippets, passages=passages, **settings)
         records = [[hit_record(rank, hit, fields) for rank, hit in enumerate(hits, 1)] for hits in results]
-        return records if many else records[0]
+        return records if not isinstance(texts, str) else records[0]
 
-    def get(self, ids: Sequence[str]) -> list[dict[str, Any] | None]:
-        """The documents `ids` (id, title, text, metadata), None for an id the collection does not hold."""
-        found = self._opened().get_documents(_ids(ids))
-        return [
-            None if d is None else {"id": d.id, "title": d.title, "text": d.text, "metadata": d.metadata}
-            for d in found
-        ]
+    def _chroma_query(
+        self, texts: Any, vectors: Any, n_results: int, include: Any, settings: dict[str, Any]
+    ) -> dict[str, Any]:
+        """Chroma's query: its `QueryResult`, distances 1 - cosine in dense mode."""
+        fields = chroma_include(include, query=True)
+        if texts is not None and vectors is not None:
+            raise InputError("query: give query_texts or query_embeddings, not both")
+        settings["mode"] = settings["mode"] or "dense"  # Chroma's search, its distances exact
+        if vectors is not None and settings["mode"] != "dense":
+            raise InputError("query: query_embeddings are searched in dense mode only")
+        matrix = None if vectors is None else query_vectors("query_embeddings", vectors)
+        queries = None if texts is None else text_list("query_texts", texts)
+        return chroma_search(self._opened(), queries, matrix, n_results, fields, settings, self._encoder_for)
+
+    def get(
+        self,
+        ids: str | Texts | None = None,
+        where: Where = None,
+        limit: int | None = None,
+        offset: int | None = None,
+        where_document: Any = None,
+        include: Sequence[str] | None = None,
+        **unknown: Any,
+    ) -> dict[str, Any]:
+        """Chroma's `get`: its `GetResult` (flat lists `ids`, `documents`, `metadatas`) of the
+        documents `ids` that the collection holds (in the order asked; an unknown id is left
+        out, as in Chroma), or of those that pass `where`, or of all, in the order they were added;
+        `offset` of them skipped, at most `limit` given."""
+        refuse_unknown("get", unknown, "ids, where, limit, offset, include")
+        no_where_document(where_document)
+        fields = chroma_include(include, query=False)
+        keys = None if ids is None else id_list("ids", ids)
+        expression = where_expression(where)
+        first = 0 if offset is None else whole_number("offset", offset, least=0)
+        most = None if limit is None else whole_number("limit", limit, least=0)
+        if not self._exists():
+            return get_result([], fields)
+        index = self._opened()
+        if keys is not None:
+            passing = None if expression is None else {d.id for d in index.documents_held(expression)}
+            found = [
+                d for d in index.get_documents(keys) if d is not None and (passing is None or d.id in passing)
+            ]
+            chosen = found[first : None if most is None else first + most]
+        else:
+            chosen = index.documents_held(expression, first, most)
+        vectors = index.vectors_of_documents([d.id for d in chosen]) if "embeddings" in fields else None
+        return get_result(chosen, fields, vectors)
+
+    def peek(self, limit: int = 10) -> dict[str, Any]:
+        """The first `limit` documents added, as Chroma's `peek`: a `GetResult` with their
+        documents, metadatas and embeddings (none in an index of passages, which holds a vector per
+        passage)."""
+        limit = whole_number("limit", limit, least=0)
+        vectors = self._exists() and not self._opened().passages
+        return self.get(limit=limit, include=["metadatas", "documents", *(["embeddings"] if vectors else [])])
 
     def count(self) -> int:
         """The documents held (0 before the first `add`)."""
@@ -271,39 +425,7 @@ class Collection:
         self.close()
 
 
-def _ids(ids: Sequence[str]) -> list[str]:
-    from embedkit.data.values import check_ids  # the one check of an id, on every path
-
-    return check_ids(ids, "an id")
-
-
-def _documents(texts: Texts, ids: Texts, metadatas: Metas, titles: Texts | None) -> list[Document]:
-    """The documents to write, every field checked as a corpus file's are (`check_document`)."""
-    from embedkit.data.document import Document
-    from embedkit.data.values import check_document
-
-    if isinstance(texts, str):
-        raise InputError("documents is a list of texts, not one string")
-    texts, keys = list(texts), _ids(ids)
-    metas = list(metadatas) if metadatas is not None else [None] * len(texts)
-    heads = list(titles) if titles is not None else [""] * len(texts)
-    if not texts:
-        raise InputError("no documents given")
-    if not len(texts) == len(keys) == len(metas) == len(heads):
-        raise InputError(
-            f"{len(texts)} documents, {len(keys)} ids"
-            + (f", {len(metas)} metadatas" if metadatas is not None else "")
-            + (f", {len(heads)} titles" if titles is not None else "")
-            + ": give one of each per document"
-        )
-    made = []
-    for text, key, meta, title in zip(texts, keys, metas, heads, strict=True):
-        if not isinstance(text, str) or not isinstance(title, str):
-            raise InputError(f"document {key!r}: its text and title must be strings")
-        if not (text.strip() or title.strip()):
-            raise InputError(f"document {key!r} is empty")
-        if meta is not None and not isinstance(meta, dict):
-            raise InputError(f"document {key!r}: its metadata must be a dict")
-        check_document(key, title, text, meta or {}, f"document {key!r}")
-        made.append(Document(key, text, title, dict(meta or {})))
-    return made
+SETTINGS = "model, kind, passages, lexical, calibrate, device, precision"
+QUERY_ARGUMENTS = (
+    "query_texts, query_embeddings, n_results (or texts, k), where, include, mode, fusion, alpha"
+)

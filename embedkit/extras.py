@@ -19,7 +19,7 @@ EXTRAS: dict[str, tuple[str, ...]] = {
     "milvus": ("pymilvus",),
     "distributed": ("ray",),
     "cpu": ("faiss",),  # faiss: the cpu or gpu extra
-    "documents": ("pypdf", "bs4", "lxml", "docx"),  # PDF, HTML and DOCX files in a folder corpus
+    "documents": ("pypdf", "bs4", "lxml", "docx", "webencodings"),  # PDF, HTML, DOCX in a folder corpus
 }
 ALTERNATIVES = {"cpu": "'embedkit[cpu]' (or 'embedkit[gpu]')"}
 

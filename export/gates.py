@@ -111,7 +111,7 @@ class GateRun:
 
     def build_int8(self, work: Path, chosen: OptimizedGraph, raw: Path) -> dict[str, Any]:
         """Write model_int8.onnx with the first plan that passes the int8 gate (checked on CPU)."""
-        from embedkit.export.precision import INT8_PLANS, quantize_int8
+        from embedkit.export.precision import INT8_PLANS, INT8_WEIGHTS, quantize_int8
 
         target = self.stage / PRECISION_FILES["int8"]
         prepared, source, shapes = self._quantizable_graph(work, chosen, raw)
@@ -131,8 +131,9 @@ class GateRun:
                     "plan": plan.name,
                     "quantized_graph": source,
                     "shape_inference": shapes,
-                    "per_channel": True,
-                    "weight_type": "QInt8",
+                    "per_channel": INT8_WEIGHTS.per_channel,
+                    "weight_type": INT8_WEIGHTS.weight_type,
+                    "reduce_range": INT8_WEIGHTS.reduce_range,
                     "kept_fp32_nodes": excluded,
                 }
         return self._fail(target, report, error)

@@ -7,9 +7,10 @@ in `embedkit.json`, so "what was kept in float32, and why" is never a guess.
 - fp16: the pooling and normalisation always stay float32 (a sum over up to 512 tokens and a
   squared norm can leave float16's range on models with large activations); the second plan
   also keeps every LayerNorm in float32, the known float16 overflow in BERT-style encoders.
-- int8: dynamic quantization with per-channel weights. Measured on MiniLM-L6 against PyTorch:
-  per-tensor weights give mean cosine 0.94 (min 0.81), per-channel 0.989 (min 0.960) at the
-  same speed. Later plans keep the layers most sensitive to 8-bit activations in float32.
+- int8: dynamic quantization with per-channel uint8 weights (`INT8_WEIGHTS`). Measured on
+  MiniLM-L6 against PyTorch: per-tensor weights give mean cosine 0.94 (min 0.81), per-channel
+  0.989 (min 0.960) at the same speed. Later plans keep the layers most sensitive to 8-bit
+  activations in float32.
 """
 
 from __future__ import annotations
@@ -129,6 +130,25 @@ def _unique_node_names(model) -> None:  # model: onnx.ModelProto
 
 
 @dataclass(frozen=True)
+class Int8Weights:
+    """How the weights are stored; activations are always quantized to uint8 at run time."""
+
+    weight_type: str  # onnxruntime's QuantType name: "QInt8" (u8 x s8 products) or "QUInt8" (u8 x u8)
+    reduce_range: bool  # 7-bit weights: no u8 x s8 pair sum can leave int16
+    per_channel: bool = True
+
+
+# uint8 weights: u8 x u8 products, which no x86 CPU saturates. ONNX Runtime computes u8 x s8
+# (int8 weights) with VPMADDUBSW on CPUs without VNNI, whose int16 pair sums saturate (its
+# quantization docs: "When and why do I need to try U8U8?"): there the same file gave other
+# vectors, min cosine 0.929 on a tiny ModernBERT (gate 0.95) against 0.9999 without saturation.
+# Measured on such a CPU (benchmarks/int8_saturation.py; figures in docs/models.md), uint8 weights
+# give the highest (or equal) min and mean cosine of the saturation-free settings everywhere;
+# 7-bit int8 weights (`reduce_range`) run as fast as int8 but lose on MiniLM-L6 (min 0.9558, 0.9638).
+INT8_WEIGHTS = Int8Weights("QUInt8", reduce_range=False)
+
+
+@dataclass(frozen=True)
 class Int8Plan:
     name: str
     excludes: Callable[[str, str], bool]  # (node name, op type) -> keep this node in float32
@@ -181,7 +201,7 @@ def prepare_for_quantization(src: Path, dst: Path) -> str:
     raise RunFailure(f"int8 pre-processing (shape inference) failed: {'; '.join(errors)}")
 
 
-def quantize_int8(src: Path, dst: Path, plan: Int8Plan) -> list[str]:
+def quantize_int8(src: Path, dst: Path, plan: Int8Plan, weights: Int8Weights = INT8_WEIGHTS) -> list[str]:
     """Dynamically quantize `src` (already pre-processed) to `dst`; return the names kept float32."""
     src, dst = Path(src).resolve(), Path(dst).resolve()  # the converters run in a scratch cwd
     import onnx
@@ -194,8 +214,9 @@ def quantize_int8(src: Path, dst: Path, plan: Int8Plan) -> list[str]:
             quantize_dynamic(
                 str(src),
                 str(dst),
-                per_channel=True,
-                weight_type=QuantType.QInt8,
+                per_channel=weights.per_channel,
+                reduce_range=weights.reduce_range,
+                weight_type=QuantType[weights.weight_type],
                 nodes_to_exclude=excluded,
             )
     except Exception as exc:  # the quantizer raises assorted errors on graphs it cannot type

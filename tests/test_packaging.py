@@ -53,16 +53,21 @@ def _build_requirements_met() -> bool:
     return True
 
 
+def _source_copy(folder: Path) -> Path:
+    """What a build reads, copied: the build leaves nothing in the checkout, no stale build/ ships."""
+    folder.mkdir(exist_ok=True)
+    for name in BUILD_FILES:
+        shutil.copy2(ROOT / name, folder / name)
+    for root in SOURCE_ROOTS:
+        shutil.copytree(ROOT / root, folder / root, ignore=shutil.ignore_patterns("__pycache__"))
+    return folder
+
+
 @pytest.fixture(scope="module")
 def wheel(tmp_path_factory: pytest.TempPathFactory) -> Path:
     if os.environ.get("EMBEDKIT_TEST_WHEEL"):
         return Path(os.environ["EMBEDKIT_TEST_WHEEL"])
-    # a copy, so that the build leaves nothing in the checkout and no stale build/ of it can ship
-    source = tmp_path_factory.mktemp("source")
-    for name in BUILD_FILES:
-        shutil.copy2(ROOT / name, source / name)
-    for folder in SOURCE_ROOTS:
-        shutil.copytree(ROOT / folder, source / folder, ignore=shutil.ignore_patterns("__pycache__"))
+    source = _source_copy(tmp_path_factory.mktemp("source"))
     out = tmp_path_factory.mktemp("wheel")
     command = [sys.executable, "-m", "pip", "wheel", "--no-deps", "--quiet", "-w", str(out), str(source)]
     if _build_requirements_met():
@@ -149,7 +154,7 @@ def test_the_extras_add_what_the_readme_promises(wheel: Path) -> None:
     assert _requirements_of(fields, "distributed", **linux311) == {"ray"}
     assert _requirements_of(fields, "plots", **linux311) == {"matplotlib"}
     assert _requirements_of(fields, "milvus", **linux311) == {"pymilvus", "milvus-lite"}
-    documents = {"pypdf", "beautifulsoup4", "lxml", "python-docx"}
+    documents = {"pypdf", "beautifulsoup4", "lxml", "python-docx", "webencodings"}
     assert _requirements_of(fields, "documents", **linux311) == documents
 
 
@@ -160,3 +165,18 @@ def test_the_core_dependencies_need_no_extra(wheel: Path) -> None:
     assert "markdown-it-py" in core  # a Markdown file's title
     assert not core & {"onnxruntime", "onnxruntime-gpu", "faiss-cpu", "ray", "matplotlib", "pymilvus"}
     assert not core & {"pypdf", "beautifulsoup4", "lxml", "python-docx"}  # the documents extra
+
+
+def test_an_editable_build_ends_without_setuptools_notice(tmp_path: Path) -> None:
+    """`make setup` (`pip install -e .`) prints no "Editable installation" block (setup.py says why)."""
+    if not _build_requirements_met():
+        pytest.skip("the build backend pyproject.toml asks for is not installed here")
+    source = _source_copy(tmp_path / "source")
+    out = tmp_path / "out"
+    out.mkdir()
+    build = "import sys; from setuptools import build_meta; print(build_meta.build_editable(sys.argv[1]))"
+    result = subprocess.run(
+        [sys.executable, "-c", build, str(out)], cwd=source, capture_output=True, text=True, check=True
+    )
+    assert (out / result.stdout.strip().splitlines()[-1]).is_file()  # the editable wheel was built
+    assert "Editable installation" not in result.stdout + result.stderr

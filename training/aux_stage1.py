@@ -141,7 +141,7 @@ def train_stage1(
     from embedkit.encode.batching import TokenBatcher
     from embedkit.encode.torch_head import pool
     from embedkit.training.batches import autocast, pad_batch, steps_per_epoch
-    from embedkit.training.model import make_scheduler
+    from embedkit.training.optimizer import make_scheduler
 
     aux, backbone = model.aux, model.backbone
     batcher = TokenBatcher(base_path, config.max_seq_length)

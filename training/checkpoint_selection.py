@@ -96,7 +96,7 @@ def dev_evaluator(config: TrainConfig, corpus: Any) -> Evaluator | None:
     if config.dev_retrieval:
         from embedkit.evaluation.retrieval import RetrievalEvaluator
 
-        return RetrievalEvaluator(config.dev_retrieval, batch_size=batch_size)
+        return RetrievalEvaluator(config.dev_retrieval, batch_size=batch_size, mode="dense")
     if config.dev_pseudo:
         from embedkit.data.corpus import read_documents
         from embedkit.evaluation.pseudo_queries import PseudoQueryEvaluator, build_pseudo_queries

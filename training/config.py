@@ -32,7 +32,8 @@ AUX_METHODS = frozenset({"infocse"})  # methods whose auxiliary MLM term is on b
 INFOCSE_WEIGHT = 1e-5  # lambda of InfoCSE's joint loss: the paper's Table 8 and the authors' scripts
 POOLINGS = ("auto", "mean", "cls")
 PRECISIONS = ("auto", "fp32", "bf16", "fp16")
-COMPILE_MODES = ("off", "default", "reduce-overhead", "max-autotune")  # torch.compile's modes, or off
+# torch.compile's modes, off, or auto: reduce-overhead on CUDA, off elsewhere (`step_speed.compile_mode`)
+COMPILE_MODES = ("auto", "off", "default", "reduce-overhead", "max-autotune")
 QUEUE_BATCHES = 6  # the queue's default length in batches: miCSE's 384 keys / its batch of 64
 ATTENTIONS = ("auto", "eager", "sdpa")
 
@@ -74,14 +75,15 @@ class TrainConfig:
     aux_stage1_lr: float = 1e-4
     aux_stage1_corpus: str | None = None  # extra sentences for stage 1 only (a file or BEIR folder)
     aux_from: str | None = None  # a stage-1 folder to reuse instead of training or the cache
-    # "auto" = eager when AMI needs attention maps (sdpa returns none), else sdpa; see benchmarks/
+    # "auto" = sdpa: the fused kernel in every layer but those AMI reads, which form their maps
+    # (`attention_maps`); "eager" = eager attention in every layer (as before the fused kernel)
     attn_implementation: str = "auto"
     # --- Matryoshka Representation Learning (Kusupati et al. 2022, NeurIPS; docs/dimensions.md) ---
     # Prefix sizes whose first m dimensions must work alone, e.g. (384, 256, 128, 64), any order, the
     # base model's dimension included: the vectors are rotated onto their principal axes and the
     # sizes recorded for `index --dim`. None = off.
     matryoshka_dims: tuple[int, ...] | None = None
-    # c_m of each size (the paper's Eq. 1, `training.contrastive_terms`): a smaller size's trains the
+    # c_m of each size (the paper's Eq. 1, `training.terms`): a smaller size's trains the
     # backbone with InfoNCE on that prefix; 0 = not trained. None = 1 for the whole vector, 0 for each
     # prefix, so the model trains exactly as without Matryoshka: on five Cranfield seeds the paper's
     # 1 each cost 0.93 nDCG@10 at 384 and kept 48.36 at 128, the default 0 and 49.32.
@@ -127,9 +129,11 @@ class TrainConfig:
     # Pad every batch to max_seq_length, one shape for the whole run: None = on CUDA (compiled graphs and
     # the allocator reuse one shape), off on CPU, where padding is arithmetic (training/step_speed.py)
     pad_to_max_length: bool | None = None
-    # torch.compile of the step's forward passes (mode reduce-overhead adds CUDA graphs); CUDA only, and
-    # off until measured on a GPU (benchmarks/train_step.py --compile)
-    compile: str = "off"
+    # torch.compile of the step's forward passes and loss (reduce-overhead: CUDA graphs, at the fixed
+    # shapes); auto = reduce-overhead on CUDA, off on the CPU (where compiling takes minutes and the
+    # step is bound by arithmetic). On CUDA by default as the step is launch-bound, but not yet
+    # measured on a GPU (benchmarks/train_step.py --compile): `off` runs the step uncompiled.
+    compile: str = "auto"
     # With several ranks (torchrun): seconds a rank waits for the others at a collective, rank 0's dev
     # evaluations and checkpoints included, before the job fails instead of hanging (torch's 30 min).
     dist_timeout: float = 1800.0
@@ -147,9 +151,10 @@ class TrainConfig:
     # None = 1 on CPU (free there), step_speed.CUDA_LOG_STEPS (50) on CUDA
     log_steps: int | None = None
 
-    # Fields that may differ when a run is resumed: they change no number the run computes.
+    # Fields that may differ when a run is resumed: they change no number the run computes (compile:
+    # how the kernels run, not what they compute; a run from before its default was auto says off).
     RESUMABLE_CHANGES: typing.ClassVar[frozenset[str]] = frozenset(
-        {"device", "eval_batch_size", "save_steps", "log_steps", "dist_timeout"}
+        {"device", "eval_batch_size", "save_steps", "log_steps", "dist_timeout", "compile"}
     )
 
     @property
@@ -181,10 +186,6 @@ class TrainConfig:
     @property
     def uses_aux(self) -> bool:
         return self.method in AUX_METHODS or self.aux_weight > 0
-
-    @property
-    def needs_attentions(self) -> bool:
-        return self.uses_ami
 
     @property
     def rotates(self) -> bool:
@@ -230,8 +231,6 @@ class TrainConfig:
         _one_of("precision", self.precision, PRECISIONS)
         _one_of("attn_implementation", self.attn_implementation, ATTENTIONS)
         _one_of("compile", self.compile, COMPILE_MODES)
-        if self.uses_ami and self.attn_implementation == "sdpa":
-            raise InputError(f"method {self.method} needs attention maps: set attn_implementation to eager")
         for name in ("learning_rate", "temperature", "momentum_decay", "dist_timeout"):
             value = getattr(self, name)
             if not (math.isfinite(value) and value > 0):

@@ -31,7 +31,7 @@ class Evaluations:
         per encoder call."""
         self.sts = StsEvaluator(list(sts), batch_size=batch) if sts else None
         names = _unique_names([Path(p) for p in retrieval])
-        self.retrieval = [(n, RetrievalEvaluator(p, batch_size=batch)) for n, p in names]
+        self.retrieval = [(n, RetrievalEvaluator(p, batch_size=batch, mode="dense")) for n, p in names]
         # read and checked now, so a bad file fails before the first run trains
         sts_names = _unique_names([Path(p) for p in sts_retrieval])
         self.sts_retrieval = [(n.removesuffix(".tsv"), p, sts_retrieval_task(p)) for n, p in sts_names]

@@ -32,6 +32,7 @@ from __future__ import annotations
 
 import contextlib
 import copy
+import math
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -94,6 +95,14 @@ def mask_tokens(
     return masked, labels
 
 
+def prediction_slots(positions: int, rate: float) -> int:
+    """How many of `positions` tokens the MLM head predicts: the masked count's mean plus six of its
+    standard deviations and 8 (each token is masked with probability at most `rate`), so that a
+    batch masks more only with a probability below 1e-9; all of them for a small batch."""
+    spread = math.sqrt(positions * rate * (1 - rate))
+    return min(positions, math.ceil(positions * rate + 6 * spread) + 8)
+
+
 def _bert_layers(backbone: nn.Module) -> nn.ModuleList:
     layers = getattr(getattr(backbone, "encoder", None), "layer", None)
     if not isinstance(layers, nn.ModuleList):
@@ -145,6 +154,9 @@ class AuxMLM(nn.Module):
         nn.init.zeros_(self.dense.bias)
         self.register_buffer("special_ids", torch.tensor(special_ids, dtype=torch.long), persistent=False)
         self.generator: torch.Generator | None = None  # the masking RNG, set by the trainer
+        # Where the masking RNG is on the GPU, the extra layers' dropout seeds come from this host
+        # generator instead: a seed drawn on the GPU would have to be read back, waiting for it.
+        self.host_seeds = torch.Generator().manual_seed(0)
 
     def train(self, mode: bool = True) -> AuxMLM:
         super().train(mode)
@@ -184,7 +196,11 @@ class AuxMLM(nn.Module):
     ) -> tuple[torch.Tensor, torch.Tensor]:
         """The cross-entropy summed over the masked positions, and their count; the gradient flows
         into `sentence` only. With no masked position the sum is a 0 that still reaches every
-        trainable weight (DDP expects a gradient for each). `rank` varies the extra layers' dropout."""
+        trainable weight (DDP expects a gradient for each). `rank` varies the extra layers' dropout.
+
+        The masked positions are taken at one shape whatever the masking drew (`prediction_slots`;
+        selecting exactly them would make a shape from the values, a wait for the GPU): the masked
+        ones first, then unmasked ones, which the cross-entropy ignores."""
         from transformers.masking_utils import create_bidirectional_mask
 
         hidden = torch.cat([sentence.unsqueeze(1).to(features.dtype), features[:, 1:]], dim=1)
@@ -195,10 +211,15 @@ class AuxMLM(nn.Module):
             for layer in self.layers:
                 out = layer(hidden, mask)
                 hidden = out[0] if isinstance(out, tuple) else out
-        picked = labels != IGNORE
-        states = self.norm(self.act(self.dense(hidden[picked])))  # (M, H)
+        targets = labels.flatten()
+        slots = torch.topk(
+            (targets != IGNORE).to(torch.int8), prediction_slots(targets.numel(), self.rate)
+        ).indices
+        targets = targets[slots]
+        states = self.norm(self.act(self.dense(hidden.flatten(0, 1)[slots])))  # (slots, H)
         logits = F.linear(states, self.frozen.embeddings.word_embeddings.weight, self.bias)
-        return F.cross_entropy(logits.float(), labels[picked], reduction="sum"), picked.sum()
+        loss = F.cross_entropy(logits.float(), targets, reduction="sum", ignore_index=IGNORE)
+        return loss, (targets != IGNORE).sum()
 
     def loss(
         self,
@@ -234,11 +255,18 @@ class AuxMLM(nn.Module):
         if not self.training or self.generator is None:
             yield
             return
-        seed = int(torch.randint(1 << 62, (1,), generator=self.generator, device=self.generator.device))
+        seed = self._dropout_seed()
         devices = [device.index or torch.cuda.current_device()] if device.type == "cuda" else []
         with torch.random.fork_rng(devices=devices):
             torch.manual_seed(seed + rank)
             yield
+
+    def _dropout_seed(self) -> int:
+        """The next seed of the extra layers' dropout, drawn on the host: from the masking RNG where
+        it is a CPU generator, else from `host_seeds`."""
+        on_host = self.generator is not None and self.generator.device.type == "cpu"
+        source = self.generator if on_host else self.host_seeds
+        return int(torch.randint(1 << 62, (1,), generator=source))
 
 
 def build_aux(backbone: nn.Module, base_path: Path, config) -> AuxMLM:  # config: TrainConfig

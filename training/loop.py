@@ -5,7 +5,9 @@ from the last checkpoint (or score the untrained base on the dev set), run the s
 selection and checkpoints, then write the model folder from the best step's weights, or from the
 base model's when no step may replace it. What differs is the job (`Job`): `trainer.TrainJob`
 (miCSE and its siblings on a corpus) and `adapt.run.AdaptJob` (distilling an index's hybrid
-ranking) supply their checks, their step, their dev evaluation, their checkpoint and their writer.
+ranking) supply their checks and what they build from them (`Steps`): their step, their dev
+evaluation, their checkpoint and their writer. Each phase hands on what it made: `check`'s result
+to `build`, whose result runs the steps.
 The loop owns the order and the keep-best rule; `checkpoint` owns what lands on disk.
 """
 
@@ -13,7 +15,7 @@ from __future__ import annotations
 
 from contextlib import AbstractContextManager
 from dataclasses import dataclass
-from typing import Protocol, TypeVar
+from typing import Any, Protocol, TypeVar
 
 from embedkit.training.checkpoint import BASE, BestWeights, Kept
 
@@ -58,18 +60,12 @@ def improves(score: float, best: float | None) -> bool:
     return best is None or score > best
 
 
-class Job(Protocol[Result]):
-    """What one kind of run supplies to `run`; its methods are called in the order listed."""
+class Steps(Protocol[Result]):
+    """What a job builds to run the steps; its methods are called in the order listed."""
 
     schedule: Schedule
     best: BestWeights  # where the weights of a dev improvement go, and the base they fall back to
     writes: bool  # this process writes the run's files (rank 0 of several)
-
-    def check(self) -> None:
-        """1. Every input, before anything is written: `InputError` for bad input."""
-
-    def build(self) -> None:
-        """2. The model, its data, optimizer, schedule and random generators."""
 
     def begin(self) -> int:
         """3. Resume from the last checkpoint, or score the base; the number of steps already done."""
@@ -103,39 +99,48 @@ class Job(Protocol[Result]):
         """Write the model folder from the weights now in the model; the run's result."""
 
 
+class Job(Protocol[Result]):
+    """What one kind of run supplies to `run`: its checks, then what it builds from them."""
+
+    def check(self) -> Any:
+        """1. Every input, before anything is written: `InputError` for bad input; what `build` needs."""
+
+    def build(self, checked: Any) -> Steps[Result]:
+        """2. The model, its data, optimizer, schedule and random generators, from `check`'s result."""
+
+
 def run(job: Job[Result]) -> Result:
     """Run `job` from its checks to its model folder."""
     # 1-2. Nothing is written before the inputs are checked; the model comes after them.
-    job.check()
-    job.build()
+    steps = job.build(job.check())
 
     # 3. Where the steps start: a checkpoint's step, or 0 with the base model's dev score.
-    done = job.begin()
+    done = steps.begin()
 
     # 4. The steps. After the update, a dev evaluation keeps the weights of each improvement
     # (`best-N/`), then a checkpoint lets a killed run continue where it stopped.
-    schedule = job.schedule
-    with job.progress(done):
+    schedule = steps.schedule
+    with steps.progress(done):
         for step in range(done + 1, schedule.total + 1):
             due = Due(schedule.evaluates(step), schedule.saves(step))
-            job.step(step, due)
-            dev = job.evaluate(step) if due.evaluate else None
+            steps.step(step, due)
+            dev = steps.evaluate(step) if due.evaluate else None
             if dev is not None:
-                improved = improves(dev.score, job.best_score)
+                improved = improves(dev.score, steps.best_score)
                 if improved:
-                    job.best.save(step, dev.record)
-                job.selected(step, dev, improved)
+                    steps.best.save(step, dev.record)
+                steps.selected(step, dev, improved)
             if due.save:
-                job.save(step)
-            job.end_step(step, due)
+                steps.save(step)
+            steps.end_step(step, due)
 
     # 5. The model folder: the kept step's weights, else the base model's, else the last weights.
-    kept = job.kept_step()
-    if job.writes and kept == BASE:
-        job.best.load_base()
-    elif job.writes and kept is not None:
-        job.best.load(kept)
-    return job.finish(kept)
+    kept = steps.kept_step()
+    if steps.writes and kept == BASE:
+        steps.best.load_base()
+    elif steps.writes and kept is not None:
+        steps.best.load(kept)
+    return steps.finish(kept)
 
 
-__all__ = ["Due", "DevScore", "Job", "Schedule", "improves", "run"]
+__all__ = ["Due", "DevScore", "Job", "Schedule", "Steps", "improves", "run"]

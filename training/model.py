@@ -1,33 +1,31 @@
 """The network being trained: backbone, pooling, SimCSE's MLP head, and miCSE's momentum branch.
 
-One step of the objective (miCSE, Klein & Nabi 2023, Eq. 1-5 and Sec. 3.1), composed from the
-pure loss functions of `losses` and `ami`:
+The model embeds; the objective is the method's list of weighted terms (`terms.Objective`), and
+the model computes what those terms read (`terms.StepTensors`). One step (miCSE, Klein & Nabi 2023,
+Eq. 1-5 and Sec. 3.1):
 
 1. the batch is duplicated, [x; x], and run through the backbone once, so that independent
-   dropout masks give the two views E1, E2 (and attentions W1, W2 when AMI is on), as SimCSE;
-2. each view is pooled and passed through the MLP head (Linear + Tanh, training only);
-3. InfoNCE (tau = 0.05) over in-batch negatives plus the momentum queue; with Matryoshka
-   (Kusupati et al. 2022) and prefix weights, also at each smaller prefix of the saved (rotated)
-   vectors (`contrastive_terms`);
-4. AMI between W1 and W2 (float32), and optionally InforMin-CL's L2 reconstruction term;
-5. the momentum encoder embeds x (no grad, its own dropout 0.3, the shared head); after the
-   optimizer step it moves by EMA and those keys enter the queue (`after_step`);
-6. with `aux_weight` (InfoCSE), lambda x the auxiliary MLM loss, which reaches the encoder only
-   through the pooled vectors of both views (`infocse.AuxMLM`).
+   dropout masks give the two views E1, E2, as SimCSE; where a term reads attention maps (AMI),
+   the layers it reads form them (`attention_maps`), every other layer keeps the fused kernel;
+2. each view is pooled and passed through the MLP head (Linear + Tanh, training only); where a
+   term reads the vectors as saved (Matryoshka's prefixes), they are pooled and rotated too;
+3. where the method has a momentum encoder, it embeds x (no grad, its own dropout 0.3, the shared
+   head): after the optimizer step it moves by EMA and those keys enter the queue (`after_step`),
+   the extra negatives of the next steps' InfoNCE;
+4. where a term reads it, InfoCSE's auxiliary network predicts masked tokens through the pooled
+   vectors of both views (`infocse.AuxMLM`);
+5. the terms' weighted values are summed.
 
 With several ranks (`distributed`), each runs this step on its slice of the global batch: the views'
 vectors and the momentum keys are gathered, the per-sentence terms are each rank's share of the
 batch mean, and the loss to backpropagate is scaled so that DDP's average is the single-process
-gradient.
-
-The optimizer (AdamW), its linear warm-up/decay schedule and the update are at the end.
+gradient. The optimizer and the update are in `optimizer`.
 """
 
 from __future__ import annotations
 
 import contextlib
 import inspect
-import math
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -41,12 +39,13 @@ from embedkit.encode.st_modules import pooling_from_folder, read_st_modules
 from embedkit.encode.torch_backend import load_backbone
 from embedkit.encode.torch_head import pool
 from embedkit.errors import InputError
-from embedkit.training import ami, infocse, losses
+from embedkit.training import ami, infocse
+from embedkit.training.attention_maps import AttentionMaps, use_fused_attention
 from embedkit.training.config import TrainConfig
-from embedkit.training.contrastive_terms import contrastive_terms
 from embedkit.training.distributed import BatchShard
 from embedkit.training.momentum import EmbeddingQueue, MomentumEncoder
 from embedkit.training.rotation import Rotation
+from embedkit.training.terms import Objective, StepTensors
 
 
 class MLPHead(nn.Module):
@@ -85,7 +84,7 @@ class _Views:
     key_inputs: dict[str, torch.Tensor]  # what the momentum encoder embeds: the texts, or the positives
     aux_vectors: torch.Tensor  # what InfoCSE's auxiliary network reconstructs from (before the head)
     aux_inputs: dict[str, torch.Tensor]
-    output: Any = None  # the doubled forward pass (dropout views only): its attentions feed AMI
+    doubled: bool  # one forward pass of [x; x] (dropout views): its attention maps feed AMI
     saved: tuple[torch.Tensor, torch.Tensor] | None = None  # Matryoshka: both views as saved (B, D)
 
 
@@ -121,6 +120,7 @@ class ContrastiveModel(nn.Module):
         self.config = config
         self.dim = int(backbone.config.hidden_size)
         config.check_matryoshka(self.dim)
+        self.objective = Objective.from_config(config)
         self.head = MLPHead(self.dim, float(getattr(backbone.config, "initializer_range", 0.02)))
         # Matryoshka starts from the pooled vectors rotated onto their principal axes (`rotation`)
         self.rotation: nn.Module = Rotation(self.dim) if config.rotates else nn.Identity()
@@ -129,32 +129,37 @@ class ContrastiveModel(nn.Module):
         self.ami_layers = config.ami_layers or ami.ami_layers(self.num_layers)
         # Made after the base weights are loaded: the momentum encoder starts as their copy.
         self.momentum: MomentumEncoder | None = None
-        if config.uses_queue:
+        if self.objective.momentum:
             self.momentum = MomentumEncoder(backbone, config.momentum_decay, config.momentum_dropout)
-        if self.momentum is not None and config.uses_ami:
-            # The momentum copy returns no attention maps, so it may use the faster kernel.
-            _set_attention(self.momentum.encoder, "sdpa")
-        # where Matryoshka trains prefixes the queue holds each key after the head and as saved
-        # (`contrastive_terms`)
-        key_dim = self.dim * (2 if config.trains_prefixes else 1)
-        self.queue = EmbeddingQueue(key_dim, config.queue_length) if config.uses_queue else None
+            _set_attention(self.momentum.encoder, "sdpa")  # it reads no maps: the fused kernel
+            use_fused_attention(self.momentum.encoder)
+        use_fused_attention(backbone)
+        # the layers whose maps a term reads form them, the others keep the fused kernel
+        reads_maps = self.objective.reads("maps")
+        self.attention_maps = AttentionMaps(backbone, self.ami_layers) if reads_maps else None
+        # where a term reads the keys as saved, the queue holds each key after the head and as saved
+        self.saves_keys = self.objective.reads("queued_saved")
+        key_dim = self.dim * (2 if self.saves_keys else 1)
+        self.queue = EmbeddingQueue(key_dim, config.queue_length) if self.objective.momentum else None
         self.aux: infocse.AuxMLM | None = None  # InfoCSE's auxiliary MLM network (`from_folder`)
-        # Compiled forward passes of the step ("backbone", "momentum": `step_speed.compile_model`); a
-        # plain dict, not submodules, so the state dict and checkpoints stay those of the modules.
+        # Compiled parts of the step ("backbone", "momentum", "objective": `step_speed.compile_model`);
+        # a plain dict, not submodules, so the state dict and checkpoints stay those of the modules.
         self.runners: dict[str, Callable[..., Any]] = {}
+        # On CUDA the momentum forward's own stream (`step_speed.compile_model`): it reads neither
+        # view, so it runs beside the loss and the backward pass; None: in order, on the step's.
+        self.momentum_stream: torch.cuda.Stream | None = None
 
     @classmethod
     def from_folder(cls, path: Path, config: TrainConfig) -> ContrastiveModel:
-        """Load the base backbone (eager attention when AMI needs the maps) and build the model."""
-        attention = config.attn_implementation
-        if attention == "auto":
-            attention = "eager" if config.needs_attentions else "sdpa"
+        """Load the base backbone (the fused attention kernel unless `attn_implementation` says
+        eager) and build the model."""
+        attention = "sdpa" if config.attn_implementation == "auto" else config.attn_implementation
         try:
             backbone = load_backbone(path, attn_implementation=attention)
         except SafetensorError as exc:  # a damaged weights file is bad input, not a crash
             raise InputError(f"cannot load a model from {path}: {exc}") from None
         model = cls(backbone, resolve_pooling(config.pooling, path), config)
-        if config.uses_aux:
+        if model.objective.reads("aux"):
             model.aux = infocse.build_aux(backbone, path, config)
         return model
 
@@ -204,12 +209,13 @@ class ContrastiveModel(nn.Module):
             parts = [e1, e2, *(saved or ())]
             e1, e2, *rest = shard.gather_with_grad(torch.cat(parts, dim=-1)).chunk(len(parts), dim=-1)
             saved = (rest[0], rest[1]) if rest else None
-        terms = self._terms(views, e1, e2, saved, generator, shard)
+        objective = self.runners.get("objective", self.objective)  # compiled where `runners` has it
+        terms = objective(self._step_tensors(views, e1, e2, saved, generator, shard))
         zero = torch.zeros((), device=e1.device)
         loss = sum(terms.values(), zero)
         reported = {k: v.detach() for k, v in terms.items()}
         if shard.world_size > 1:
-            shares = [k for k in ("ami", "aux_mlm") if k in reported]  # per-sentence terms: sum the shares
+            shares = self.objective.shares(reported)  # per-sentence terms: sum the ranks' shares
             if shares:
                 summed = shard.all_sum(torch.stack([reported[k] for k in shares]))
                 reported.update(zip(shares, summed, strict=True))
@@ -226,34 +232,41 @@ class ContrastiveModel(nn.Module):
             positive_vectors = self._sentence_vectors(positive)
             saved = self._saved(anchor_vectors, positive_vectors)
             # the momentum keys come from the positives; InfoCSE reconstructs the anchors
-            return _Views(
-                self.head(anchor_vectors), self.head(positive_vectors), positive, anchor_vectors, anchor,
-                saved=saved,
-            )
+            head1, head2 = self.head(anchor_vectors), self.head(positive_vectors)
+            return _Views(head1, head2, positive, anchor_vectors, anchor, doubled=False, saved=saved)
         inputs = self.model_inputs(batch)
         size = inputs["input_ids"].shape[0]
         # (2B, T): one forward pass gives two views with independent dropout masks
         doubled = {k: torch.cat([v, v]) for k, v in inputs.items()}
-        out = self._run("backbone", **doubled, output_attentions=self.config.needs_attentions)
+        out = self._run("backbone", **doubled)
         sentences = pool(out.last_hidden_state, doubled["attention_mask"], self.pooling)  # (2B, D)
         pooled = self.head(sentences)
         saved = self._saved(sentences[:size], sentences[size:])
-        return _Views(pooled[:size], pooled[size:], inputs, sentences, doubled, out, saved)  # (B, D) views
+        return _Views(pooled[:size], pooled[size:], inputs, sentences, doubled, True, saved)  # (B, D) views
 
     def _momentum_keys(self, key_inputs: dict[str, torch.Tensor], shard: BatchShard) -> torch.Tensor | None:
         """The momentum encoder's keys (whole batch, B, D) for the queue; None without one. With
-        Matryoshka (B, 2D): after the head, then as saved, for the prefix terms' negatives."""
+        Matryoshka (B, 2D): after the head, then as saved, for the prefix terms' negatives. On the
+        side stream where there is one; `after_step` waits for it before the keys are enqueued."""
         if self.momentum is None:
             return None
-        with torch.no_grad():
+        stream = self.momentum_stream
+        if stream is not None:
+            stream.wait_stream(torch.cuda.current_stream())  # the batch and the last EMA update
+            for tensor in key_inputs.values():  # made on the step's stream, read on this one
+                tensor.record_stream(stream)
+        with torch.no_grad(), torch.cuda.stream(stream) if stream is not None else contextlib.nullcontext():
             hidden = self._run("momentum", **key_inputs)  # (B, T, D)
             pooled = pool(hidden, key_inputs["attention_mask"], self.pooling)
             keys = self.head(pooled)
-            if self.config.trains_prefixes:
+            if self.saves_keys:
                 keys = torch.cat([keys, self.rotation(pooled)], dim=-1)
-            return shard.gather(keys.float())  # every rank's keys, so every rank holds the same queue
+            keys = shard.gather(keys.float())  # every rank's keys, so every rank holds the same queue
+        if stream is not None:
+            keys.record_stream(torch.cuda.current_stream())  # made on the side stream, read on the step's
+        return keys
 
-    def _terms(
+    def _step_tensors(
         self,
         views: _Views,
         e1: torch.Tensor,
@@ -261,35 +274,23 @@ class ContrastiveModel(nn.Module):
         saved: tuple[torch.Tensor, torch.Tensor] | None,
         generator: torch.Generator | None,
         shard: BatchShard,
-    ) -> dict[str, torch.Tensor]:
-        """Each weighted loss term; `e1`, `e2` (and `saved`) are the views of the whole batch."""
-        config = self.config
+    ) -> StepTensors:
+        """What the terms read; `e1`, `e2` (and `saved`) are the views of the whole batch."""
         queued = self.queue.keys() if self.queue is not None and len(self.queue) else None
-        terms = contrastive_terms(e1, e2, saved, queued, config)
-        out = views.output
-        if config.uses_ami and out is not None:
+        queued_saved = None
+        if queued is not None and self.saves_keys:  # (Q, 2D): after the head, then as saved
+            queued, queued_saved = queued[:, : self.dim], queued[:, self.dim :]
+        maps = None
+        if self.attention_maps is not None and views.doubled:
             size = views.e1.shape[0]
-            attn1 = [a[:size] for a in out.attentions]  # per layer (B, H, T, T)
-            attn2 = [a[size:] for a in out.attentions]
-            ami_sum, ami_count = ami.ami_sum_and_count(
-                attn1,
-                attn2,
-                views.key_inputs["attention_mask"],
-                weight=config.ami_weight,
-                layers=self.ami_layers,
-                num_samples=config.ami_samples,
-                generator=generator,
-                shard=shard,
-            )
-            # this rank's share of the batch mean (the whole mean for one rank)
-            terms["ami"] = ami_sum / shard.all_sum(ami_count).clamp(min=1.0)
-        if config.reconstruction_weight > 0:
-            terms["reconstruction"] = config.reconstruction_weight * losses.reconstruction_loss(e1, e2)
+            taken = self.attention_maps.take()  # per AMI layer (2B, H, T, T)
+            maps = ([a[:size] for a in taken], [a[size:] for a in taken])  # (B, H, T, T) per view
+        aux = None
         if self.aux is not None:  # InfoCSE: the vectors before the MLP head, both views
-            aux_shard = shard if out is None else shard.doubled()
-            mlm_sum, mlm_count = self.aux.sum_and_count(views.aux_vectors, views.aux_inputs, aux_shard)
-            terms["aux_mlm"] = config.aux_weight * (mlm_sum / shard.all_sum(mlm_count).clamp(min=1))
-        return terms
+            aux_shard = shard.doubled() if views.doubled else shard
+            aux = self.aux.sum_and_count(views.aux_vectors, views.aux_inputs, aux_shard)
+        mask = views.key_inputs["attention_mask"]
+        return StepTensors(e1, e2, shard, queued, saved, queued_saved, maps, mask, generator, aux)
 
     def _run(self, name: str, **inputs: Any) -> Any:
         """The step's forward pass of the module `name`, compiled where `runners` has it."""
@@ -303,7 +304,7 @@ class ContrastiveModel(nn.Module):
     def _saved(self, v1: torch.Tensor, v2: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor] | None:
         """Both views as the model folder saves them (pooled, then rotated), which Matryoshka's prefix
         terms read; None where no prefix term is trained."""
-        return (self.rotation(v1), self.rotation(v2)) if self.config.trains_prefixes else None
+        return (self.rotation(v1), self.rotation(v2)) if self.objective.reads("saved") else None
 
     def rotation_weight(self) -> torch.Tensor | None:
         """The saved Dense module's weight: the rotation, where the run has one."""
@@ -313,6 +314,8 @@ class ContrastiveModel(nn.Module):
         """After the optimizer step: EMA-update the momentum encoder, then enqueue this step's keys."""
         if self.momentum is None or self.queue is None or keys is None:
             return
+        if self.momentum_stream is not None:  # its forward has read the weights the EMA moves
+            torch.cuda.current_stream().wait_stream(self.momentum_stream)
         self.momentum.update(self.backbone)
         self.queue.enqueue(keys)
 
@@ -322,70 +325,3 @@ def _set_attention(module: nn.Module, implementation: str) -> None:
     if setter is not None:
         with contextlib.suppress(ValueError, ImportError):
             setter(implementation)
-
-
-# --- the optimizer -------------------------------------------------------------------------------
-
-
-def lr_factor(step: int, total_steps: int, warmup_steps: int) -> float:
-    """Linear warm-up then linear decay to 0 (Hugging Face's `get_linear_schedule_with_warmup`)."""
-    if step < warmup_steps:
-        return step / max(1, warmup_steps)
-    return max(0.0, (total_steps - step) / max(1, total_steps - warmup_steps))
-
-
-def make_scheduler(
-    optimizer: torch.optim.Optimizer, total_steps: int, warmup_ratio: float
-) -> torch.optim.lr_scheduler.LambdaLR:
-    """`lr_factor` with ceil(total * warmup_ratio) warm-up steps (Hugging Face's rounding)."""
-    warmup = math.ceil(total_steps * warmup_ratio)
-    return torch.optim.lr_scheduler.LambdaLR(optimizer, lambda step: lr_factor(step, total_steps, warmup))
-
-
-def make_optimizer(model: ContrastiveModel, config: TrainConfig) -> torch.optim.AdamW:
-    """AdamW over the backbone and head; no weight decay on biases and LayerNorm (HF Trainer).
-
-    On CUDA the fused implementation: one kernel for all parameters instead of a few per tensor.
-    """
-    params = [(n, p) for n, p in model.named_parameters() if p.requires_grad]
-    no_decay = [p for n, p in params if n.endswith("bias") or "LayerNorm" in n or "layer_norm" in n]
-    decay = [p for n, p in params if not (n.endswith("bias") or "LayerNorm" in n or "layer_norm" in n)]
-    groups = [
-        {"params": decay, "weight_decay": config.weight_decay},
-        {"params": no_decay, "weight_decay": 0.0},
-    ]
-    fused = all(p.is_cuda for _, p in params) or None  # None: torch's default (foreach) elsewhere
-    return torch.optim.AdamW(groups, lr=config.learning_rate, fused=fused)
-
-
-def optimizer_step(
-    loss: torch.Tensor,
-    model: ContrastiveModel,
-    optimizer: torch.optim.Optimizer,
-    scheduler: torch.optim.lr_scheduler.LRScheduler,
-    scaler: torch.amp.GradScaler | None,
-    max_grad_norm: float,
-) -> None:
-    """Backward, clip, step, schedule (through the GradScaler under fp16).
-
-    Under fp16 the scaler skips a step whose gradients overflowed (and lowers its scale); the
-    schedule then does not advance either, as in Hugging Face's Trainer.
-    """
-    optimizer.zero_grad(set_to_none=True)
-    if scaler is not None:
-        scaler.scale(loss).backward()
-        scaler.unscale_(optimizer)
-    else:
-        loss.backward()
-    if max_grad_norm > 0:
-        torch.nn.utils.clip_grad_norm_([p for p in model.parameters() if p.requires_grad], max_grad_norm)
-    stepped = True
-    if scaler is not None:
-        scale = scaler.get_scale()
-        scaler.step(optimizer)
-        scaler.update()
-        stepped = scaler.get_scale() >= scale
-    else:
-        optimizer.step()
-    if stepped:
-        scheduler.step()

@@ -8,8 +8,18 @@ for a compiled graph. So, on CUDA:
 - token ids go up through pinned memory without blocking (`to_device`);
 - the loss terms stay on the device and are read every `log_steps` steps (`LossReader`), with the
   first non-finite step still found exactly;
-- optionally, torch.compile of the backbone and the momentum encoder (`compile_model`; mode
-  `reduce-overhead` adds CUDA graphs), off by default.
+- nothing between the batch's copy and the momentum update reads a tensor on the host or makes a
+  shape from its values (tests/training/test_no_host_sync.py): the attention's padding mask is always
+  formed (`attention_maps.FUSED_ATTENTION`), AMI masks instead of selecting, InfoCSE's auxiliary
+  MLM predicts a fixed number of slots, the masked positions first (`infocse.prediction_slots`), and
+  its dropout seeds come from a host generator; fp16's GradScaler alone still reads (whether a step
+  overflowed), bf16 has no scaler;
+- torch.compile of the step's forward passes and loss terms (`compile_model`): by default
+  `reduce-overhead`, which replays them (and their backward) as CUDA graphs at the fixed shapes
+  (`compile_mode`; not yet measured on a GPU); the optimizer is one fused kernel, not in a graph;
+- AdamW is the fused kernel (`optimizer.make_optimizer`), and the momentum encoder's forward runs
+  on a stream of its own (`side_stream`): it reads neither view, so it overlaps the loss and the
+  backward pass.
 
 On the CPU there is nothing to overlap: reads cost nothing and padding costs arithmetic, so the
 defaults keep the step as it was (a read every step, batches padded to their longest sentence).
@@ -59,26 +69,47 @@ def to_device(arrays: dict[str, np.ndarray], device: torch.device) -> dict[str, 
 
 
 def check_compile(mode: str, device: torch.device) -> None:
-    """`InputError` for a compile mode other than off on a device other than CUDA."""
-    if mode != "off" and device.type != "cuda":
+    """`InputError` for a compile mode other than off (or auto) on a device other than CUDA."""
+    if mode not in ("off", "auto") and device.type != "cuda":
         raise InputError(f"compile={mode} needs a CUDA device: leave it off on the {device.type}")
 
 
+def compile_mode(mode: str, device: torch.device) -> str:
+    """The torch.compile mode a run uses: `mode`, with auto = reduce-overhead (CUDA graphs) on CUDA
+    and off elsewhere."""
+    check_compile(mode, device)
+    if mode != "auto":
+        return mode
+    return "reduce-overhead" if device.type == "cuda" else "off"
+
+
+def side_stream(device: torch.device) -> torch.cuda.Stream | None:
+    """A CUDA stream for the momentum encoder's forward beside the step's own; None off CUDA."""
+    return torch.cuda.Stream(device) if device.type == "cuda" else None
+
+
 def compile_model(model: Any, mode: str, device: torch.device) -> bool:
-    """torch.compile the forward passes of one step (`ContrastiveModel.runners`); False for `off`.
+    """torch.compile the forward passes and the loss terms of one step (`ContrastiveModel.runners`;
+    their backward passes are compiled with them); False for `off`.
 
     CUDA only: there it removes the launches the step is bound by; on the CPU the compile itself
     takes minutes and the step is bound by arithmetic. The compiled callables wrap the same modules,
     so the state dict, checkpoints and the dev evaluation (eager) are unchanged. Dropout stays
-    random: inductor draws each call's masks from a seed taken from torch's generator.
+    random: inductor draws each call's masks from a seed taken from torch's generator. On CUDA,
+    unless the momentum encoder is a CUDA graph (reduce-overhead, whose replays are cheap and keep
+    to the stream they were recorded on), its forward goes on a side stream (`side_stream`).
     """
-    check_compile(mode, device)
+    mode = compile_mode(mode, device)
+    if model.momentum is not None and mode != "reduce-overhead":
+        model.momentum_stream = side_stream(device)
     if mode == "off":
         return False
     options: dict[str, Any] = {} if mode == "default" else {"mode": mode}
     model.runners["backbone"] = torch.compile(model.backbone, **options)
     if model.momentum is not None:
         model.runners["momentum"] = torch.compile(model.momentum, **options)
+    # the loss terms too; AMI's draws from its own generator break the graph there
+    model.runners["objective"] = torch.compile(model.objective, **options)
     return True
 
 
@@ -135,8 +166,10 @@ __all__ = [
     "LossReader",
     "Throughput",
     "check_compile",
+    "compile_mode",
     "compile_model",
     "fixed_shapes",
     "log_every",
+    "side_stream",
     "to_device",
 ]

@@ -5,21 +5,23 @@ Each format is read by the library that owns it, never by a parser of ours:
 - PDF: pypdf (pure Python, no compiled parts, bounded against decompression bombs). Title: the
   document's metadata title, else its first heading-like line (a short line with a letter, not
   ending like a sentence). Pages are joined by a blank line.
-- HTML (`.html`, `.htm`): Beautiful Soup on lxml's parser. Beautiful Soup decodes the bytes the
-  way a browser would (a byte order mark, then the page's declared `<meta charset>`, then
-  charset-normalizer's guess), which lxml alone gets wrong for an undeclared UTF-8 page; lxml
-  (which python-docx needs anyway) is its fastest tree builder. Title: `<title>`, else the first
-  `<h1>`. Text: the page's `<main>` (or `role="main"`, else `<body>`) without scripts, styles
-  and navigation, one line per block element.
+- HTML (`.html`, `.htm`): `embedkit.data.html_text`, Beautiful Soup on lxml's parser (lxml,
+  which python-docx needs anyway, is its fastest tree builder), the bytes decoded as the HTML
+  standard says. Title: `<title>`, else the first `<h1>`. Text: the page's `<main>` (or
+  `role="main"`, else `<body>`) without scripts, styles and navigation, one line per block element.
 - DOCX: python-docx. Title: the core properties' title, else the first paragraph styled Title or
   Heading 1. Text: the body's paragraphs and tables in order, a table row a line.
 
 A text that opens with its title does not repeat it. A file a library cannot read (damaged,
-encrypted, not the format its name says) is one `InputError` naming it. Bounds, each an
-`InputError` naming the file and the limit: `MAX_FILE_BYTES` of file (these formats carry
-markup, fonts and images: more than a text file's), `MAX_TEXT_BYTES` of text (a text file's own
-limit: one document is tokenized whole), `MAX_PDF_PAGES` pages, `MAX_UNPACKED_BYTES` in a DOCX
-unpacked (a DOCX is a zip archive: declared sizes are checked before anything is inflated).
+encrypted, not the format its name says) is one `InputError` naming it. Bounds, each a
+`BeyondBounds` naming the file and the limit (`embedkit.data.reader_bounds`: the folder skips the
+file): `MAX_FILE_BYTES` of file (these formats carry markup, fonts and images: more than a text
+file's), `MAX_TEXT_BYTES` of text (a text file's own limit: one document is tokenized whole);
+for a PDF, `MAX_PDF_PAGES` pages and `MAX_PDF_OPERATORS` drawing operators (counted as pypdf runs
+them); for a DOCX (a zip archive), `MAX_UNPACKED_BYTES` unpacked and `MAX_DOCX_XML_BYTES` of XML
+(declared sizes, checked before anything is inflated), `MAX_DOCX_ELEMENTS` XML elements and
+`MAX_DOCX_PARAGRAPHS` paragraphs (counted as lxml inflates them, before python-docx builds
+anything); for HTML, `embedkit.data.html_text`.
 """
 
 from __future__ import annotations
@@ -34,6 +36,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from embedkit.data.document import MAX_DOCUMENT_BYTES
+from embedkit.data.html_text import read_html
+from embedkit.data.reader_bounds import BeyondBounds, WorkBudget, library_errors
 from embedkit.errors import InputError
 
 # suffix -> the format's name in messages
@@ -42,6 +46,21 @@ MAX_FILE_BYTES = 64 * 2**20  # a book-length PDF with figures; a DOCX of photogr
 MAX_TEXT_BYTES = MAX_DOCUMENT_BYTES  # as a text file: one document is tokenized whole
 MAX_PDF_PAGES = 2_000  # pypdf read about 30 text pages a second on 2 busy cores: about a minute
 MAX_UNPACKED_BYTES = 256 * 2**20  # a DOCX's parts, inflated: 4x MAX_FILE_BYTES
+# a DOCX's XML parts, inflated: a 1,000-page report's document.xml is some 20 MiB; 65 KB of zip can
+# inflate to 20 MiB of empty paragraphs
+MAX_DOCX_XML_BYTES = 64 * 2**20
+# elements of a DOCX's XML parts (a paragraph of text is some 5 to 10), and paragraphs: python-docx
+# spends about 110 us on each paragraph's text (an XPath), measured here on 2 busy cores (16,000 empty
+# paragraphs in 2.0 s), so about 16 s at the bound; a 1,000-page report holds some 30,000
+MAX_DOCX_ELEMENTS = 1_000_000
+MAX_DOCX_PARAGRAPHS = 150_000
+_W_P = "{http://schemas.openxmlformats.org/wordprocessingml/2006/main}p"  # a paragraph (or a cell's)
+# pypdf's content operators over all pages, a form XObject counted as `_FORM_WEIGHT` each time it is
+# drawn: about 20 us an operator and 2 ms a form measured here (pypdf 7.1 on 2 busy cores), so about
+# 20 s at the bound; a 2,000-page book of text runs some 500 operators a page
+MAX_PDF_OPERATORS = 1_000_000
+_FORM_WEIGHT = 100
+_SPLIT_PDF = "split it first (qpdf --split-pages=500 big.pdf part-%d.pdf)"
 _HEADING_LINE = 120  # characters: longer lines are prose, not a PDF's title line
 
 
@@ -69,29 +88,11 @@ def _without_title(text: str, title: str | None) -> str:
     return text
 
 
-def _too_much_text(path: Path) -> InputError:
-    return InputError(
+def _too_much_text(path: Path) -> BeyondBounds:
+    return BeyondBounds(
         f"{path} holds over {MAX_TEXT_BYTES // 2**20} MiB of text, the most one document of a folder "
         "corpus may hold, as a text file may: split it into parts"
     )
-
-
-def _unreadable(path: Path, exc: BaseException) -> InputError:
-    kind = FORMATS[path.suffix.lower()]
-    reason = " ".join(str(exc).split()) or type(exc).__name__
-    return InputError(f"{path} cannot be read as {kind} (damaged, or not {kind}): {reason[:200]}")
-
-
-@contextmanager
-def _library_errors(path: Path) -> Iterator[None]:
-    """A parser's failure on a damaged file as one `InputError`. Libraries raise anything from
-    ValueError to KeyError on bad bytes, so every Exception is caught here, around their calls."""
-    try:
-        yield
-    except InputError:
-        raise
-    except Exception as exc:  # RecursionError included: a PDF's objects may nest without end
-        raise _unreadable(path, exc) from None
 
 
 # --- PDF ---------------------------------------------------------------------------------------
@@ -101,18 +102,21 @@ def _read_pdf(raw: bytes, path: Path) -> tuple[str | None, str]:
     from pypdf import PdfReader
 
     pages: list[str] = []
-    with _pypdf_quiet(), _library_errors(path):
+    with _pypdf_quiet(), library_errors(path, "PDF"):
         reader = PdfReader(io.BytesIO(raw), strict=False)
         if reader.is_encrypted:
             _decrypt(reader, path)
-        if len(reader.pages) > MAX_PDF_PAGES:
-            raise InputError(
-                f"{path} has {len(reader.pages):,} pages; a PDF of a folder corpus may have at most "
-                f"{MAX_PDF_PAGES:,}: split it into parts"
-            )
+        _check_pages(reader, path)
+        operators = "PDF drawing operators (a form counted each time it is drawn)"
+        budget = WorkBudget(path, MAX_PDF_OPERATORS, operators, _SPLIT_PDF)
+
+        def count(operator: bytes, *_: object) -> None:  # pypdf calls it before each operator it runs
+            budget.spend(_FORM_WEIGHT if operator == b"Do" else 1)
+
         size = 0
         for page in reader.pages:
-            pages.append(page.extract_text() or "")
+            pages.append(page.extract_text(visitor_operand_before=count) or "")
+            budget.check_clock()  # a page's fonts and streams are read before its first operator
             size += len(pages[-1].encode("utf-8", "surrogatepass"))
             if size > MAX_TEXT_BYTES:
                 raise _too_much_text(path)
@@ -121,6 +125,18 @@ def _read_pdf(raw: bytes, path: Path) -> tuple[str | None, str]:
     if not (isinstance(title, str) and title.strip()):
         title = _heading_like_line(text)
     return title, text
+
+
+def _check_pages(reader, path: Path) -> None:
+    """A `BeyondBounds` past `MAX_PDF_PAGES`: the page count the file declares first (read before
+    its page tree is walked), then the pages the walk finds."""
+    declared = reader.root_object["/Pages"].get("/Count", 0)
+    pages = int(declared) if isinstance(declared, int) and declared > MAX_PDF_PAGES else len(reader.pages)
+    if pages > MAX_PDF_PAGES:
+        raise BeyondBounds(
+            f"{path} has {pages:,} pages; a PDF of a folder corpus may have at most {MAX_PDF_PAGES:,}: "
+            f"{_SPLIT_PDF}"
+        )
 
 
 def _decrypt(reader, path: Path) -> None:
@@ -168,104 +184,99 @@ def _heading_like_line(text: str) -> str | None:
     return None
 
 
-# --- HTML --------------------------------------------------------------------------------------
-
-_DROPPED = {"script", "style", "noscript", "template", "nav", "svg", "head", "iframe", "object"}
-# elements that start a new line of text (HTML's block-level and table elements)
-_BLOCKS = {
-    "address", "article", "aside", "blockquote", "dd", "div", "dl", "dt", "figcaption", "figure",
-    "footer", "form", "h1", "h2", "h3", "h4", "h5", "h6", "header", "hr", "li", "main", "ol", "p",
-    "pre", "section", "table", "tr", "ul", "caption", "details", "summary", "br",
-}  # fmt: skip
-_CELLS = {"td", "th"}
-
-
-def _read_html(raw: bytes, path: Path) -> tuple[str | None, str]:
-    from bs4 import BeautifulSoup
-
-    with _library_errors(path), warnings.catch_warnings():
-        warnings.simplefilter("ignore")  # bs4's guesses ("looks like a URL") are not the user's concern
-        soup = BeautifulSoup(raw, "lxml")
-        # an inline SVG's <title> names a picture, not the page
-        tag = next((t for t in soup.find_all("title") if t.find_parent("svg") is None), None)
-        title = tag.get_text() if tag is not None else None
-        if not (title and title.strip()):
-            heading = soup.find("h1")
-            title = heading.get_text() if heading is not None else None
-        main = soup.find("main") or soup.find(attrs={"role": "main"}) or soup.body or soup
-        text = _visible_text(main)
-    lines = (" ".join(line.split()) for line in text.split("\n"))
-    return title, "\n".join(line for line in lines if line)
-
-
-def _visible_text(root) -> str:
-    """The text a browser shows for `root`: white space collapsed as HTML does (kept in <pre>), a
-    new line around each block element, a tab after each table cell. A loop over the parsed tree
-    (no recursion: a page may nest thousands deep), reading it without changing it."""
-    from bs4 import CData, NavigableString, Tag
-
-    parts: list[str] = []
-    in_pre = 0
-    stack: list = [root]
-    while stack:
-        node = stack.pop()
-        if isinstance(node, tuple):  # ("end", tag name): the end of a block, a cell or a <pre>
-            in_pre -= node[1] == "pre"
-            parts.append("\t" if node[1] in _CELLS else "\n")
-        elif isinstance(node, Tag):
-            if node.name in _DROPPED:
-                continue
-            if node.name in _BLOCKS or node.name in _CELLS:
-                parts.append("\n" if node.name in _BLOCKS else "")
-                stack.append(("end", node.name))
-            in_pre += node.name == "pre"
-            stack.extend(reversed(node.contents))
-        elif type(node) in (NavigableString, CData):  # not a comment or a doctype
-            parts.append(str(node) if in_pre else re.sub(r"\s+", " ", node))
-    return "".join(parts)
-
-
 # --- DOCX --------------------------------------------------------------------------------------
 
 
 def _read_docx(raw: bytes, path: Path) -> tuple[str | None, str]:
-    import zipfile
-
     import docx
 
-    with _library_errors(path):
-        with zipfile.ZipFile(io.BytesIO(raw)) as archive:
-            unpacked = sum(info.file_size for info in archive.infolist())
-        if unpacked > MAX_UNPACKED_BYTES:
-            raise InputError(
-                f"{path} unpacks to {unpacked / 2**20:,.0f} MiB; a DOCX of a folder corpus may unpack "
-                f"to at most {MAX_UNPACKED_BYTES // 2**20} MiB"
-            )
+    with library_errors(path, "DOCX"):
+        _check_docx_parts(raw, path)
         document = docx.Document(io.BytesIO(raw))
         title = document.core_properties.title
-        lines, heading = _docx_lines(document)
+        lines, heading = _docx_lines(document, path)
     return (title if title and title.strip() else heading), "\n".join(lines)
 
 
-def _docx_lines(document) -> tuple[list[str], str | None]:
+def _check_docx_parts(raw: bytes, path: Path) -> None:
+    """A `BeyondBounds` when the archive unpacks past `MAX_UNPACKED_BYTES`, its XML parts past
+    `MAX_DOCX_XML_BYTES` (both on the sizes it declares, before anything is inflated: zipfile
+    never inflates past them), or its XML parts hold over `MAX_DOCX_ELEMENTS` elements (counted
+    by lxml as they are inflated, no tree built, stopping at the bound), or over
+    `MAX_DOCX_PARAGRAPHS` paragraphs."""
+    import zipfile
+
+    from lxml import etree
+
+    with zipfile.ZipFile(io.BytesIO(raw)) as archive:
+        parts = archive.infolist()
+        xml = [info for info in parts if info.filename.endswith((".xml", ".rels"))]
+        for total, limit, what in (
+            (sum(info.file_size for info in parts), MAX_UNPACKED_BYTES, ""),
+            (sum(info.file_size for info in xml), MAX_DOCX_XML_BYTES, "its XML parts "),
+        ):
+            if total > limit:
+                raise BeyondBounds(
+                    f"{path} unpacks {what}to {total / 2**20:,.0f} MiB; a DOCX of a folder corpus may "
+                    f"unpack {what}to at most {limit // 2**20} MiB"
+                )
+        counter = _ElementCounter(
+            WorkBudget(path, MAX_DOCX_ELEMENTS, "DOCX XML elements"),
+            WorkBudget(path, MAX_DOCX_PARAGRAPHS, "DOCX paragraphs (a table cell's included)"),
+        )
+        for info in xml:
+            parser = etree.XMLParser(target=counter, resolve_entities=False, no_network=True)
+            with archive.open(info) as part:
+                while chunk := part.read(2**20):
+                    parser.feed(chunk)
+            parser.close()
+
+
+class _ElementCounter:
+    """An lxml parser target that counts elements and paragraphs, and builds nothing."""
+
+    def __init__(self, elements: WorkBudget, paragraphs: WorkBudget) -> None:
+        self.elements = elements
+        self.paragraphs = paragraphs
+
+    def start(self, tag: str, attrib: dict) -> None:
+        self.elements.spend()
+        if tag == _W_P:
+            self.paragraphs.spend()
+
+    def close(self) -> None:
+        return None
+
+
+def _docx_lines(document, path: Path) -> tuple[list[str], str | None]:
     """The body's lines (a paragraph, or a table row with its cells joined by tabs) and the text
     of its first Title or Heading 1 paragraph."""
+    from docx.enum.style import WD_STYLE_TYPE
     from docx.table import Table
 
+    # style ids to names, once: python-docx's `paragraph.style` looks a paragraph's style up among
+    # all styles (about 2 ms a paragraph), which made a DOCX of many paragraphs read for hours
+    names = {style.style_id: style.name for style in document.styles}
+    default = document.styles.default(WD_STYLE_TYPE.PARAGRAPH)
+    headings = {i for i, name in names.items() if name in ("Title", "Heading 1")}
+    default_is_heading = default is not None and default.style_id in headings
+    clock = WorkBudget(path, MAX_DOCX_ELEMENTS, "DOCX paragraphs and table cells")
     lines: list[str] = []
     heading = None
     for block in document.iter_inner_content():
+        clock.spend()
         if isinstance(block, Table):
             for row in block.rows:
                 cells = [" ".join(cell.text.split()) for cell in row.cells]
+                clock.spend(len(cells))
                 # a merged cell is repeated in each column it spans: once is enough
                 cells = [c for i, c in enumerate(cells) if c and (i == 0 or c != cells[i - 1])]
                 if cells:
                     lines.append("\t".join(cells))
             continue
         text = " ".join(block.text.split())
-        style = block.style.name if block.style is not None else ""
-        if heading is None and text and style in ("Title", "Heading 1"):
+        style = block._p.style  # the paragraph's style id (python-docx's oxml), None: the default
+        if heading is None and text and (style in headings if style else default_is_heading):
             heading = text
         if text:
             lines.append(text)
@@ -274,6 +285,6 @@ def _docx_lines(document) -> tuple[list[str], str | None]:
 
 _READERS: dict[str, Callable[[bytes, Path], tuple[str | None, str]]] = {
     "PDF": _read_pdf,
-    "HTML": _read_html,
+    "HTML": read_html,
     "DOCX": _read_docx,
 }

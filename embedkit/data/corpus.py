@@ -10,7 +10,7 @@
   a header row; the text column is `column`, else `text`;
 - a BEIR folder: its `corpus.jsonl`;
 - any other folder: its `.txt`, `.md`, `.pdf`, `.html` and `.docx` files, one document each
-  (`embedkit.data.textfolder`);
+  (`embedkit.data.textfolder`); a single `.md`, `.pdf`, `.html` or `.docx` file: one document;
 - any of these gzipped (`name.jsonl.gz`).
 
 Blank documents are skipped and counted. A byte that is not UTF-8, a line that is not JSON or a
@@ -42,7 +42,7 @@ from embedkit.data.textfiles import (
     string_field,
     text_lines,
 )
-from embedkit.data.textfolder import folder_documents, is_text_folder
+from embedkit.data.textfolder import folder_documents, is_documents
 from embedkit.data.values import check_document
 from embedkit.errors import InputError
 
@@ -88,9 +88,10 @@ def read_documents(
     """
     counts = stats if stats is not None else ReadStats()
     folder = Path(path).expanduser()
-    if is_text_folder(folder):
+    if is_documents(folder):
         if column is not None or id_column is not None:
-            raise InputError(f"{folder}: a folder of documents has no columns; drop --column / --id-column")
+            what = "a folder of documents" if folder.is_dir() else "a document file"
+            raise InputError(f"{folder}: {what} has no columns; drop --column / --id-column")
         records: Iterator[Document] = folder_documents(folder, counts)
         file, fmt = folder, "folder"
     else:
@@ -128,7 +129,7 @@ def _jsonl_documents(path: Path, column: str | None, id_column: str | None) -> I
         doc_id = record_id(record, path, number, column=id_column, keys=_ID_KEYS, default=str(number))
         used = {text_key, "title", id_column, *_ID_KEYS}
         metadata = {k: v for k, v in record.items() if k not in used}
-        check_document(doc_id, title, text, metadata, f"{path}: line {number}")  # before any embedding
+        metadata = check_document(doc_id, title, text, metadata, f"{path}: line {number}")  # before embedding
         yield Document(doc_id, text, title, metadata)
 
 

@@ -73,3 +73,4 @@ class ReadStats:
     hidden: int = 0  # hidden files and folders of a folder of documents, not read
     binary: int = 0  # files of such a folder skipped as binary (a NUL byte)
     recoded: list[str] = field(default_factory=list)  # files of such a folder read from another encoding
+    skipped: list[str] = field(default_factory=list)  # files of such a folder past a reader's bounds, why

@@ -12,7 +12,11 @@ before it is used:
   node's size computed once, so a billion-laughs document is refused after a few hundred steps.
 
 Each is an `InputError` naming the file and the limit. The loader is PyYAML's `SafeLoader` (no
-Python objects are built from tags), with these counts added.
+Python objects are built from tags), with these counts added, and one change: a field name is the
+text written (`yes:`, `on:`, `~:` and `2024-01-31:` are the names "yes", "on", "~" and "2024-01-31";
+YAML 1.1 would make the first two `True`, one field silently replacing the other). A name written
+twice in one mapping, or a name that is not text (a list, a mapping), is an `InputError` naming
+it. The values become JSON in `embedkit.data.values.json_metadata`.
 """
 
 from __future__ import annotations
@@ -45,12 +49,7 @@ def split_front_matter(text: str, path: Path) -> tuple[dict[str, Any], str]:
     if not isinstance(data, dict):
         kind = type(data).__name__
         raise InputError(f"{path}: the front matter must be `key: value` lines, got a YAML {kind}")
-    from embedkit.data.values import Unheld, number_problem
-
-    for key in data:
-        if isinstance(key, (int, float, Unheld)) and number_problem(key) is not None:
-            raise InputError(f"{path}: a key of the front matter {number_problem(key)}")
-    return {str(key): value for key, value in data.items()}, text[4 + end.end() :].lstrip("\n")
+    return data, text[4 + end.end() :].lstrip("\n")
 
 
 def load_front_matter(yaml_text: str, path: Path) -> Any:
@@ -70,6 +69,8 @@ def load_front_matter(yaml_text: str, path: Path) -> Any:
             return None
         _check_expanded_size(node, path)
         return loader.construct_document(node)
+    except _FieldName as exc:
+        raise InputError(f"{path}: the front matter {exc} (line {exc.line + 2})") from None
     except _TooDeep:
         raise InputError(
             f"{path}: the front matter nests lists and mappings over {MAX_DEPTH} deep; "
@@ -85,6 +86,14 @@ def load_front_matter(yaml_text: str, path: Path) -> Any:
 
 class _TooDeep(Exception):
     pass
+
+
+class _FieldName(Exception):
+    """A field name written twice in one mapping, or not text; `line`: 0-based in the YAML text."""
+
+    def __init__(self, message: str, line: int) -> None:
+        super().__init__(message)
+        self.line = line
 
 
 def _bounded_loader():  # -> a SafeLoader subclass counting how deep nodes are composed
@@ -112,6 +121,24 @@ def _bounded_loader():  # -> a SafeLoader subclass counting how deep nodes are c
             if re.fullmatch(r"[-+]?[1-9][0-9]*", text):
                 return number_from_text(text)
             return super().construct_yaml_int(node)
+
+        def construct_mapping(self, node, deep=False):
+            """The mapping with each field name as written; YAML's merge keys (`<<`) as PyYAML
+            merges them (the mapping's own names win over merged ones)."""
+            own = [pair for pair in node.value if pair[0].tag != "tag:yaml.org,2002:merge"]
+            self.flatten_mapping(node)
+            merged = node.value[: len(node.value) - len(own)]
+            mapping: dict[str, Any] = {}
+            for key_node, value_node in own:
+                if not isinstance(key_node, yaml.ScalarNode):
+                    raise _FieldName("has a field name that is a list or a mapping", key_node.start_mark.line)
+                if key_node.value in mapping:
+                    raise _FieldName(f"names the field {key_node.value!r} twice", key_node.start_mark.line)
+                mapping[key_node.value] = self.construct_object(value_node, deep=deep)
+            for key_node, value_node in merged:
+                if isinstance(key_node, yaml.ScalarNode) and key_node.value not in mapping:
+                    mapping[key_node.value] = self.construct_object(value_node, deep=deep)
+            return mapping
 
     BoundedLoader.add_constructor("tag:yaml.org,2002:int", BoundedLoader.construct_yaml_int)
     return BoundedLoader

@@ -98,6 +98,19 @@ def csv_rows(path: Path) -> Iterator[tuple[int, list[str]]]:
 
 
 
+class _RepeatedName(Exception):
+    pass
+
+
+def _object_once_each_name(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    """A JSON object, or `_RepeatedName` when it names a field twice (RFC 8259 leaves it undefined)."""
+    obj = dict(pairs)
+    if len(obj) != len(pairs):
+        seen: set[str] = set()
+        raise _RepeatedName(next(name for name, _ in pairs if name in seen or seen.add(name)))
+    return obj
+
+
 def json_objects(path: Path, *, keep_blank: bool = False) -> Iterator[tuple[int, dict[str, Any] | None]]:
     """The JSON object on each line of a JSONL file with its line number; a bad line is an `InputError`.
 
@@ -109,7 +122,10 @@ def json_objects(path: Path, *, keep_blank: bool = False) -> Iterator[tuple[int,
                 yield number, None
             continue
         try:
-            obj = json_value(line)  # its numbers as the stores hold them (values.number_from_text)
+            # its numbers as the stores hold them (values.number_from_text), each name once
+            obj = json_value(line, object_pairs_hook=_object_once_each_name)
+        except _RepeatedName as exc:  # Python's reader would keep the last, the first silently lost
+            raise InputError(f"{path}: line {number} names the field {exc.args[0]!r} twice") from None
         except json.JSONDecodeError as exc:
             raise InputError(f"{path}: line {number} is not valid JSON: {exc.msg}") from None
         except RecursionError:  # the decoder's own bound on nested arrays and objects

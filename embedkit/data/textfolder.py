@@ -16,17 +16,26 @@ same documents:
 - metadata: a Markdown file's YAML front matter (`embedkit.data.front_matter`), so
   `search --where 'year >= 2020'` can filter on it; other files have none.
 
+A single Markdown, PDF, HTML or DOCX file given as the corpus is a corpus of one document, read
+as the same file in a folder would be (its id is its name); a single `.txt` file stays a corpus of
+one document per line (`embedkit.data.corpus`).
+
 Hidden files and folders (a name starting with `.`: `.git`, `.obsidian`; and Office's lock files,
 `~$name.docx`) and binary text files (a NUL byte, without a UTF-16 or UTF-32 byte order mark) are
 skipped and counted in `ReadStats`; files with other extensions are not corpus files and are
 passed over.
 
-Everything a file could make slow or wrong is refused before the first document is embedded, in
+A file past a bound of its reader is skipped, its reason (one line naming the file and the bound)
+kept in `ReadStats.skipped`, and the rest of the folder read (`embedkit.data.reader_bounds`): a text
+file over `MAX_FILE_BYTES` (it would be one document, tokenized whole: split it, or give it as a
+`.txt` corpus, one document per line), a PDF, HTML or DOCX file beyond the bounds of
+`embedkit.data.converters` and `embedkit.data.html_text`. A single document file given as the
+corpus has no rest: past a bound, that reason is its one-line `InputError`.
+
+Everything else a file could make wrong is refused before the first document is embedded, in
 one `InputError` naming the file:
 - a name that is not valid UTF-8 (an id must be text that every store and client can write);
-- a text file over `MAX_FILE_BYTES` (it would be one document, tokenized whole: split it, or give
-  it as a `.txt` corpus, one document per line); a PDF, HTML or DOCX file beyond the bounds of
-  `embedkit.data.converters`, or one its library cannot read (damaged, encrypted);
+- a PDF, HTML or DOCX file its library cannot read (damaged, encrypted);
 - text that is not UTF-8 whose encoding cannot be told for sure: charset-normalizer (a well-kept
   detector, the one `requests` uses) proposes encodings; the file is read with them only where
   every best-scored one reads the same text (Cyrillic in cp1251, say), and counted in
@@ -47,12 +56,14 @@ from embedkit.data.document import MAX_DOCUMENT_BYTES, Document, ReadStats
 from embedkit.data.front_matter import split_front_matter
 from embedkit.data.input_files import check_input_file, read_input_bytes
 from embedkit.data.markdown_title import markdown_title
+from embedkit.data.reader_bounds import BeyondBounds
 from embedkit.data.values import check_document, lone_surrogate
 from embedkit.errors import InputError
 
 TEXT_SUFFIXES = (".txt", ".md", ".markdown")
 _MARKDOWN = (".md", ".markdown")
 FOLDER_SUFFIXES = (*TEXT_SUFFIXES, *converters.FORMATS)  # every file a folder corpus reads
+DOCUMENT_SUFFIXES = (*_MARKDOWN, *converters.FORMATS)  # a file of these alone: a corpus of one document
 _SNIFF = 8192  # bytes looked at for a NUL, as git and grep decide that a file is binary
 MAX_FILE_BYTES = MAX_DOCUMENT_BYTES  # a text file's bytes are its text
 _WIDE_BOMS = (codecs.BOM_UTF32_LE, codecs.BOM_UTF32_BE, codecs.BOM_UTF16_LE, codecs.BOM_UTF16_BE)
@@ -65,24 +76,53 @@ def is_text_folder(path: Path) -> bool:
     return path.is_dir() and find_data_file(path, "corpus.jsonl") is None
 
 
+def is_document_file(path: Path) -> bool:
+    """Whether `path` is one Markdown, PDF, HTML or DOCX file: a corpus of one document."""
+    return path.is_file() and path.name.lower().endswith(DOCUMENT_SUFFIXES)
+
+
+def is_documents(path: Path) -> bool:
+    """Whether `path` is read file by file: a folder of documents, or one document file."""
+    return is_text_folder(path) or is_document_file(path)
+
+
 def check_folder(folder: Path) -> None:
-    """The checks of `folder_documents` that need no file read: it holds corpus files, each a regular
-    file, and the libraries they need are installed. A build makes them before it opens its model,
-    so that such input is one line at once, not after a model load."""
+    """The checks of `folder_documents` that need no file read: it holds corpus files (or is one,
+    `is_document_file`), each a regular file, and the libraries they need are installed. A build
+    makes them before it opens its model, so that such input is one line at once, not after a
+    model load."""
     stats = ReadStats()
-    for relative in _listed_files(folder, stats):
-        check_input_file(folder / relative)
+    root, files = _root_and_files(folder, stats)
+    for relative in files:
+        check_input_file(root / relative)
+
+
+def _root_and_files(path: Path, stats: ReadStats) -> tuple[Path, list[str]]:
+    """The folder the ids are relative to, and the corpus files under it: a folder's files, or a
+    single document file alone (its id its name)."""
+    if is_document_file(path):
+        _check_converters(path.parent, [path.name])
+        return path.parent, [path.name]
+    return path, _listed_files(path, stats)
 
 
 def folder_documents(folder: Path, stats: ReadStats) -> Iterator[Document]:
-    """The documents of the files under `folder` (see the module docstring)."""
-    files = _listed_files(folder, stats)
+    """The documents of the files under `folder`, or of the single document file `folder` (see the
+    module docstring)."""
+    one_file = is_document_file(folder)
+    folder, files = _root_and_files(folder, stats)
     for relative in files:
-        document = _read_file(folder, relative, stats)
+        try:
+            document = _read_file(folder, relative, stats)
+        except BeyondBounds as exc:  # a large file is not an error: the rest of the folder is read
+            if one_file:  # there is no rest: the reason is the answer
+                raise
+            stats.skipped.append(str(exc))
+            continue
         if document is None:
             stats.binary += 1
         else:
-            check_document(
+            document.metadata = check_document(
                 document.id, document.title, document.text, document.metadata, str(folder / relative)
             )
             yield document
@@ -156,11 +196,11 @@ def _read_file(folder: Path, relative: str, stats: ReadStats) -> Document | None
 
 
 def _read_bounded(path: Path, limit: int, kind: str) -> bytes:
-    """The bytes of `path`, or an `InputError` when it holds over `limit` (read no further)."""
+    """The bytes of `path`, or a `BeyondBounds` when it holds over `limit` (read no further)."""
     raw = read_input_bytes(path, limit=limit + 1)  # a FIFO or device named x.txt: one line
     if len(raw) > limit:
         also = ", or index it alone as a .txt corpus (one document per line)" if kind == "text" else ""
-        raise InputError(
+        raise BeyondBounds(
             f"{path} is over {limit // 2**20} MiB, the most one {kind} file of a folder corpus may be "
             f"(it is one document): split it{also}"
         )

@@ -13,22 +13,34 @@ in one line naming where it came from, never half way through indexing:
   Infinity) but SQLite's JSON refuses them;
 - nesting: at most `MAX_DEPTH` arrays and objects inside each other.
 
+A document's metadata becomes JSON in one place, `json_metadata`, whatever gave it (the Python API,
+a Markdown file's front matter, a JSON record): a value with an exact JSON value is converted to it
+(numpy numbers and booleans, `Decimal`, a tuple or a numpy array as a list, a date or date-time as
+its ISO text, as a front matter's dates always were); anything else (a set, bytes, a `Decimal` or
+`numpy.longdouble` no float holds exactly, any other object) is refused naming the field. Field names
+are text: a number, a boolean or null becomes the name JSON gives it (`1`, `true`, `null`), and two
+names that become one are refused, never one field silently dropped.
+
 Every number written as text (a JSONL value, a YAML value, a qrels grade, a filter literal) is
 converted by `number_from_text`, which decides on the digits before converting: Python refuses to
 turn over 4,300 digits into an int (a `ValueError` far from the input), and no store holds more
 than 19. A number no store holds comes back as `Unheld`, which `check_value` refuses naming its
 field; `number_problem` is the one judgement of a number, read from text or handed in from Python.
-Document ids looked up (delete, get) are checked by `check_ids`, as stored ones by `check_document`.
+An id, stored or looked up (delete, get), is checked by `check_id`.
 
-No torch, no numpy: `embedkit.data` and `embedkit.index.where` both import it.
+No torch, no numpy: `embedkit.data` and `embedkit.index.where` both import it (a numpy value is told
+by its type's module, without importing numpy).
 """
 
 from __future__ import annotations
 
+import datetime
 import math
+import numbers
 import re
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from decimal import Decimal
 from typing import Any
 
 from embedkit.errors import InputError
@@ -94,15 +106,16 @@ def number_problem(value: int | float | Unheld) -> str | None:
     return None
 
 
-def json_value(text: str) -> Any:
-    """`json.loads(text)` with every number converted by `number_from_text` (no `ValueError` for
-    a long integer, NaN and Infinity as `Unheld`); `json.JSONDecodeError` and `RecursionError`
-    as `json.loads` raises them."""
+def json_value(text: str, **hooks: Any) -> Any:
+    """`json.loads(text, **hooks)` with every number converted by `number_from_text` (no
+    `ValueError` for a long integer, NaN and Infinity as `Unheld`); `json.JSONDecodeError` and
+    `RecursionError` as `json.loads` raises them."""
     import json
 
-    return json.loads(
-        text, parse_int=number_from_text, parse_float=number_from_text, parse_constant=number_from_text
-    )
+    numbers_read = {"parse_int": number_from_text, "parse_float": number_from_text}
+    return json.loads(text, **numbers_read, parse_constant=number_from_text, **hooks)
+
+
 
 
 def lone_surrogate(text: str) -> int | None:
@@ -140,25 +153,8 @@ def in_int64(value: int) -> bool:
 
 def check_value(value: Any, what: str) -> None:
     """An `InputError` naming `what` and the field for a value the stores cannot hold (see the
-    module docstring); walks nested lists and objects without recursion."""
-    stack: list[tuple[Any, str, int]] = [(value, "", 0)]
-    while stack:
-        item, path, depth = stack.pop()
-        if depth > MAX_DEPTH:
-            raise InputError(f"{what}: {path[1:] or 'a value'} nests arrays or objects over {MAX_DEPTH} deep")
-        problem = _problem(item)
-        if problem is not None:
-            raise InputError(f"{what}: field {path[1:]!r} {problem}")
-        if isinstance(item, dict):
-            for key, inner in item.items():
-                if isinstance(key, (int, float, Unheld)) and number_problem(key) is not None:
-                    raise InputError(f"{what}: a field name {str(number_problem(key))[6:]}")
-                name = str(key)
-                if lone_surrogate(name) is not None:
-                    raise InputError(f"{what}: the field name {name!r} is not valid UTF-8 text")
-                stack.append((inner, f"{path}.{name}", depth + 1))
-        elif isinstance(item, (list, tuple)):
-            stack.extend((inner, f"{path}[{i}]", depth + 1) for i, inner in enumerate(item))
+    module docstring): `json_metadata`'s checks, for a value of any kind."""
+    _json_value(value, what, "", 0)
 
 
 def _problem(item: Any) -> str | None:
@@ -168,6 +164,127 @@ def _problem(item: Any) -> str | None:
     if position is not None:
         return f"holds text that is not valid UTF-8 ({surrogate_bytes(item, position)})"
     return None
+
+
+class _NotJson(Exception):
+    """A value with no exact JSON value; its message says what it is and what to write instead."""
+
+
+def json_metadata(metadata: Mapping[Any, Any], what: str) -> dict[str, Any]:
+    """`metadata` as the JSON object the stores hold (see the module docstring), or an `InputError`
+    naming `what` and the field. Every value is also checked as `check_value` checks it."""
+    return _json_value(metadata, what, "", 0)
+
+
+def _json_value(value: Any, what: str, path: str, depth: int) -> Any:
+    if depth > MAX_DEPTH:
+        raise InputError(f"{what}: {path[1:] or 'a value'} nests arrays or objects over {MAX_DEPTH} deep")
+    if type(value).__module__ == "numpy" and hasattr(value, "tolist"):
+        value = _from_numpy(value, what, path)
+    if isinstance(value, Mapping):
+        converted: dict[str, Any] = {}
+        given: dict[str, Any] = {}
+        for key, inner in value.items():
+            name = _field_name(key, what, path)
+            if name in converted:
+                raise InputError(
+                    f"{what}: the field names {given[name]!r} and {key!r}{_under(path)} are both {name!r} "
+                    "in JSON: rename one"
+                )
+            given[name] = key
+            converted[name] = _json_value(inner, what, f"{path}.{name}", depth + 1)
+        return converted
+    if isinstance(value, (list, tuple)):
+        return [_json_value(inner, what, f"{path}[{i}]", depth + 1) for i, inner in enumerate(value)]
+    try:
+        scalar = _json_scalar(value)
+    except _NotJson as exc:
+        raise InputError(f"{what}: field {path[1:]!r} holds {exc}") from None
+    problem = _problem(scalar)
+    if problem is not None:
+        raise InputError(f"{what}: field {path[1:]!r} {problem}")
+    return scalar
+
+
+def _from_numpy(value: Any, what: str, path: str) -> Any:
+    """A numpy array as nested lists, a numpy scalar as Python's, exactly; a datetime64 as its ISO
+    text (its `tolist` would give nanoseconds as a bare integer), a timedelta64 refused."""
+    import numpy
+
+    kind = getattr(getattr(value, "dtype", None), "kind", "")
+    if kind == "M":
+        return numpy.datetime_as_string(value).tolist()
+    if kind == "m":
+        raise InputError(f"{what}: field {path[1:]!r} holds a timedelta64, which is not a JSON value")
+    return value.tolist()
+
+
+def _under(path: str) -> str:
+    return f" (in {path[1:]!r})" if path else ""
+
+
+def _field_name(key: Any, what: str, path: str) -> str:
+    """A field name as JSON writes it: text as it is; a number, boolean or null as JSON spells it."""
+    if type(key).__module__ == "numpy" and hasattr(key, "tolist"):
+        key = _from_numpy(key, what, path)
+    if isinstance(key, str):
+        name = str.__str__(key)
+    elif key is None or isinstance(key, bool):
+        name = {None: "null", True: "true", False: "false"}[key]
+    elif isinstance(key, Unheld):
+        raise InputError(f"{what}: a field name{_under(path)} {number_problem(key)}")
+    elif isinstance(key, (int, float, Decimal, datetime.date)):
+        try:
+            scalar = _json_scalar(key)
+        except _NotJson as exc:
+            raise InputError(f"{what}: a field name{_under(path)} is {exc}") from None
+        if isinstance(scalar, int) and not in_int64(scalar):  # as text, past 4,300 digits Python refuses
+            raise InputError(f"{what}: a field name{_under(path)} is an integer beyond 64 bits: write text")
+        if isinstance(scalar, float) and not math.isfinite(scalar):
+            raise InputError(f"{what}: a field name{_under(path)} is {scalar!r}, which JSON cannot write")
+        name = scalar if isinstance(scalar, str) else repr(scalar)
+    else:
+        kind = type(key).__name__
+        raise InputError(f"{what}: a field name{_under(path)} is a {kind}; field names are text")
+    if lone_surrogate(name) is not None:
+        raise InputError(f"{what}: the field name {name!r} is not valid UTF-8 text")
+    return name
+
+
+def _json_scalar(value: Any) -> Any:
+    """The JSON scalar (None, bool, int, float, str) that is exactly `value`, or `_NotJson`."""
+    if value is None or isinstance(value, (bool, Unheld)):  # Unheld: refused by `_problem`, naming it
+        return value
+    if isinstance(value, str):
+        return str.__str__(value)  # a str subclass (an enum's member) as its text
+    if isinstance(value, numbers.Integral):
+        return int(value)
+    if isinstance(value, float):
+        return float(value)
+    if isinstance(value, Decimal):
+        return _decimal(value)
+    if isinstance(value, numbers.Real):  # numpy's long double: exact only where a float holds it
+        as_float = float(value)
+        if as_float == value or not math.isfinite(as_float):
+            return as_float
+        raise _NotJson(f"{value!r}, which no float holds exactly: write it as a string")
+    if isinstance(value, (datetime.date, datetime.datetime)):
+        return str(value)  # ISO 8601: 2024-01-31, 2024-01-31 10:00:00+00:00
+    kind = type(value).__name__
+    advice = {"set": "give a list", "frozenset": "give a list", "bytes": "decode it to text"}
+    raise _NotJson(f"a {kind}, which is not a JSON value: {advice.get(kind, 'give text or a number')}")
+
+
+def _decimal(value: Decimal) -> int | float:
+    """A `Decimal` as the int or float that JSON writes as exactly its digits."""
+    if not value.is_finite():  # NaN or Infinity: refused as any float's
+        return math.nan if value.is_nan() else float(value)
+    if value == value.to_integral_value() and value.adjusted() < 20:  # past 20 digits no int64 holds it
+        return int(value)
+    as_float = float(value)
+    if not math.isfinite(as_float) or Decimal(repr(as_float)) != value:
+        raise _NotJson(f"Decimal({str(value)!r}), which no float holds exactly: write it as a string")
+    return as_float
 
 
 def check_id(doc_id: Any, what: str = "a document id") -> str:
@@ -196,8 +313,11 @@ def _short(value: Any) -> str:
     return shown if len(shown) <= 60 else shown[:57] + "..."
 
 
-def check_document(doc_id: str, title: str, text: str, metadata: dict[str, Any], what: str) -> None:
-    """Every field of a document that a command stores or embeds, checked as it is read."""
+def check_document(
+    doc_id: str, title: str, text: str, metadata: Mapping[Any, Any], what: str
+) -> dict[str, Any]:
+    """Every field of a document that a command stores or embeds, checked as it is read; returns
+    the metadata as the stores hold it (`json_metadata`)."""
     check_id(doc_id, f"{what}: the id")
     for name, value in (("title", title), ("text", text)):
         position = lone_surrogate(value)
@@ -206,5 +326,4 @@ def check_document(doc_id: str, title: str, text: str, metadata: dict[str, Any],
                 f"{what}: the {name} is not valid UTF-8 text ({surrogate_bytes(value, position)} at "
                 f"character {position + 1})"
             )
-    if metadata:
-        check_value(metadata, what)
+    return json_metadata(metadata, what) if metadata else {}

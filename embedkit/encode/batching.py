@@ -154,6 +154,7 @@ class TokenBatcher:
         self.tokenizer = load_tokenizer(model_dir, max_seq_length)
         self.pad_id = pad_token_id(model_dir, self.tokenizer)
         self.truncated = 0  # texts cut at max_seq_length, summed over calls
+        self.cut_positions: list[int] = []  # those of the latest `batches` call, by the caller's position
 
     def batches(
         self, texts: Sequence[str], batch_size: int, shapes: ShapePlan | None = None, ahead: bool = False
@@ -179,8 +180,11 @@ class TokenBatcher:
         def tokenized(part: np.ndarray) -> list[Any]:
             return self._encode([texts[i][:limit] for i in part], part)
 
+        self.cut_positions = []
         for part, encodings in zip(parts, _in_turn(tokenized, parts, ahead), strict=True):
-            self.truncated += sum(1 for e in encodings if e.overflowing)
+            cut = [int(i) for i, e in zip(part.tolist(), encodings, strict=True) if e.overflowing]
+            self.truncated += len(cut)
+            self.cut_positions += cut  # `embedkit.encode.truncation` names their documents
             lengths = np.fromiter(map(len, encodings), dtype=np.int64, count=len(encodings))  # tokens
             order = np.argsort(-lengths, kind="stable")
             for first in range(0, len(order), batch_size):

@@ -8,8 +8,9 @@ every later open uses that ONNX folder. The export records the torch folder's fi
 indexes built with either form accept the other.
 
 - cache: `$EMBEDKIT_CACHE_DIR`, else `$XDG_CACHE_HOME/embedkit`, else `~/.cache/embedkit`;
-- the cache entry is keyed by the bundled folder's location, weight size and modification time,
-  so an upgraded package exports anew;
+- the cache entry is keyed by the model's content (its identity fingerprint) and embedkit's
+  version, not the folder's location: each new virtual environment with the same model and
+  embedkit finds the one export, and an upgraded model package or embedkit exports anew;
 - `EMBEDKIT_DEFAULT_BACKEND=torch` opts out (the torch folder is used as before).
 """
 
@@ -22,6 +23,8 @@ import sys
 import warnings
 from pathlib import Path
 
+from embedkit import __version__
+from embedkit.encode.identity import model_fingerprint
 from embedkit.encode.model_folder import ModelSpec, default_base_model_path, read_model_spec
 from embedkit.errors import EmbedkitError
 from embedkit.storage.user_cache import CACHE_ENV, cache_dir
@@ -37,10 +40,13 @@ def is_bundled_default(spec: ModelSpec) -> bool:
 
 
 def onnx_folder_for(source: Path) -> Path:
-    """The cache entry of the bundled model's ONNX form (it may not exist yet)."""
-    weights = source / "model.safetensors"
-    stat = weights.stat() if weights.is_file() else None
-    key = f"{source.resolve()}|{stat.st_size if stat else 0}|{stat.st_mtime_ns if stat else 0}"
+    """The cache entry of the bundled model's ONNX form (it may not exist yet).
+
+    Keyed by what the export is made from: the model's identity (weights, config, tokenizer,
+    pipeline: `embedkit.encode.identity`) and the embedkit version that exports it. Not by the
+    folder's location: every virtual environment installs the same model at a path of its own.
+    """
+    key = f"{model_fingerprint(source)}|embedkit {__version__}"
     digest = hashlib.sha256(key.encode()).hexdigest()[:12]
     return cache_dir() / "onnx" / f"all-MiniLM-L6-v2-{digest}"
 

@@ -12,7 +12,8 @@ The searched collection is a sample of at most `CalibrationConfig.documents` doc
 query sources among them), read back from the index with their stored vectors; only the query
 sources whose text lost the query are embedded again, so the cost is bounded whatever the size
 of the index. Deterministic given the seed. `calibrate_index` records a new calibration in an
-index (`embedkit calibrate`).
+index (`embedkit calibrate`) where its choice changes how the index searches, and writes nothing
+where it keeps the fusion the index already searches with.
 """
 
 from __future__ import annotations
@@ -54,7 +55,7 @@ from embedkit.evaluation.pseudo_kinds import (
 from embedkit.evaluation.runs import Run, run_of_hits
 from embedkit.search import pipeline
 from embedkit.search.fusion import DEFAULT_ALPHA
-from embedkit.search.request import Calibration, SearchRequest, default_choice, label
+from embedkit.search.request import Calibration, SearchRequest, default_choice, label, recorded_choice
 from embedkit.storage.locking import locked
 
 if TYPE_CHECKING:
@@ -352,6 +353,14 @@ def calibrate_version(
         store.close()
 
 
+@dataclass(frozen=True)
+class IndexCalibration:
+    """What `calibrate_index` chose, and whether it wrote a new version to record it."""
+
+    calibration: Calibration
+    written: bool  # False: the index searches with this choice already; nothing was written
+
+
 @locked("out")
 def calibrate_index(
     out: str | Path,
@@ -360,11 +369,12 @@ def calibrate_index(
     device: str = "auto",
     precision: str | None = None,
     config: CalibrationConfig | None = None,
-) -> Calibration:
-    """Calibrate the index in `out` and record the choice in a new version (`embedkit calibrate`).
-
-    The files are copied unchanged; only the metadata gains the calibration. A kill leaves the old
-    version live. An index without a lexical side has nothing to fuse: an `InputError`.
+) -> IndexCalibration:
+    """Calibrate the index in `out` (`embedkit calibrate`) on its live version, read only; where the
+    choice differs from the fusion it searches with (the recorded one, else the default), record
+    it in a new version, its files copied unchanged and only its metadata gaining the calibration
+    (a kill leaves the old version live). Where the choice is the same, nothing is written. An index
+    without a lexical side has nothing to fuse: an `InputError`.
     """
     import shutil
 
@@ -398,11 +408,13 @@ def calibrate_index(
         )
     else:
         encoder = model
-    live = index_files_dir(out)
+    live = index_files_dir(out)  # unchanged while this holds the index's write lock
+    vectors = read_faiss(live / INDEX_FILE, meta)  # checked against the live version's checksums
+    calibration = calibrate_version(live, vectors, meta, encoder, settings, config)
+    if (calibration.method, calibration.alpha) == recorded_choice(meta):
+        return IndexCalibration(calibration, written=False)
     with new_version(out) as tmp:
         shutil.copytree(live, tmp, ignore=shutil.ignore_patterns(META_FILE, CHECKSUMS), dirs_exist_ok=True)
-        vectors = read_faiss(live / INDEX_FILE, meta)  # checked against the live version's checksums
-        calibration = calibrate_version(tmp, vectors, meta, encoder, settings, config)
         record = IndexMeta.from_json(meta, tmp / META_FILE).updated_now(fusion=calibration.to_json())
         write_json_atomic(tmp / META_FILE, record.to_json())
-    return calibration
+    return IndexCalibration(calibration, written=True)

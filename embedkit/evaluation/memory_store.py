@@ -7,9 +7,9 @@ pipeline (`embedkit.search.pipeline`) as `embedkit search` does, on plain arrays
 passages (`embedkit.data.document.Passage`) and the pipeline ranks their documents by their best
 passage, as in an index of passages.
 
-Exact search (`exact_search`, `exact_top_k`) scores in blocks (`QUERY_BLOCK` x `SEARCH_CHUNK`) to
-bound memory; among equal scores the larger doc id ranks first, so the chosen set matches the
-order the metrics rank by (trec_eval's). Query vectors are taken as given: the pipeline's are
+Exact search is `embedkit.search.exact`'s, the one every exact search uses; here ties go to the
+larger doc id (its `tie_ranks`), so the chosen set matches the order the metrics rank by
+(trec_eval's). Query vectors are taken as given: the pipeline's are
 unit length. The BM25 side (`embedkit.index.lexical`, tantivy in memory) is built on its first
 search. The calibration searches the same sample once per candidate fusion, so each side's last
 answers are kept (`MEMO`).
@@ -24,10 +24,8 @@ import numpy as np
 
 from embedkit.data.document import Document, Passage, TextSpan
 from embedkit.errors import InputError
-from embedkit.search.fusion import bounded_k
+from embedkit.search.exact import exact_top_k, tie_ranks
 
-SEARCH_CHUNK = 16384  # documents scored at once; a 1024 x 16384 float32 block is 64 MiB
-QUERY_BLOCK = 1024  # queries scored at once
 MEMO = 4  # answers of each side kept: the calibration asks the same searches for each candidate
 
 Ranking = list[tuple[int, float]]
@@ -124,44 +122,6 @@ class MemoryStore:
             self._lexical = None
 
 
-def tie_ranks(doc_ids: Sequence[str]) -> np.ndarray:
-    """Each document's position when ids are sorted descending: the lower wins a tie in score."""
-    tie_rank = np.empty(len(doc_ids), dtype=np.int64)
-    tie_rank[sorted(range(len(doc_ids)), key=doc_ids.__getitem__, reverse=True)] = np.arange(len(doc_ids))
-    return tie_rank
-
-
-def exact_top_k(
-    queries: np.ndarray, docs: np.ndarray, k: int, tie_rank: np.ndarray, exclude: np.ndarray | None = None
-) -> tuple[np.ndarray, np.ndarray]:
-    """(scores, rows) [q, k] of each query's `k` best documents by inner product, best first; a
-    score is -inf where fewer exist. `exclude[i]`, if given, is a row query i must not retrieve
-    (-1: none)."""
-    if queries.shape[1] != docs.shape[1]:
-        raise InputError(f"query vectors have dim {queries.shape[1]}, document vectors {docs.shape[1]}")
-    k = bounded_k(k, len(docs))
-    excluded = exclude if exclude is not None else np.full(len(queries), -1)
-    out_scores, out_rows = [], []
-    for q0 in range(0, len(queries), QUERY_BLOCK):
-        block = queries[q0 : q0 + QUERY_BLOCK]
-        best_scores = np.empty((len(block), 0), dtype=np.float32)
-        best_docs = np.empty((len(block), 0), dtype=np.int64)
-        for d0 in range(0, len(docs), SEARCH_CHUNK):
-            scores = block @ docs[d0 : d0 + SEARCH_CHUNK].T  # (Q, D)
-            offsets = excluded[q0 : q0 + len(block)] - d0  # excluded doc's column in this chunk
-            rows = np.flatnonzero((offsets >= 0) & (offsets < scores.shape[1]))
-            scores[rows, offsets[rows]] = -np.inf
-            candidates = np.broadcast_to(np.arange(d0, d0 + scores.shape[1]), scores.shape)
-            best_scores = np.concatenate([best_scores, scores], axis=1)
-            best_docs = np.concatenate([best_docs, candidates], axis=1)
-            best_scores, best_docs = _top_k(best_scores, best_docs, tie_rank, k)
-        out_scores.append(best_scores)
-        out_rows.append(best_docs)
-    if not out_scores:
-        return np.empty((0, 0), np.float32), np.empty((0, 0), np.int64)
-    return np.concatenate(out_scores), np.concatenate(out_rows)
-
-
 def exact_search(
     query_vectors: np.ndarray,
     doc_vectors: np.ndarray,
@@ -185,24 +145,6 @@ def exact_search(
         query_id: {doc_ids[j]: float(s) for j, s in zip(rows[i], scores[i], strict=True) if np.isfinite(s)}
         for i, query_id in enumerate(query_ids)
     }
-
-
-def _top_k(
-    scores: np.ndarray, docs: np.ndarray, tie_rank: np.ndarray, k: int
-) -> tuple[np.ndarray, np.ndarray]:
-    """Each row's k best (score descending, then tie_rank ascending), in that order."""
-    if scores.shape[1] > k:
-        part = np.argpartition(-scores, k - 1, axis=1)[:, :k]
-        kth = np.take_along_axis(scores, part, axis=1).min(axis=1)
-        # argpartition picks among scores equal to the k-th arbitrarily: redo those rows exactly.
-        for r in np.flatnonzero((scores >= kth[:, None]).sum(axis=1) > k):
-            candidates = np.flatnonzero(scores[r] >= kth[r])
-            order = np.lexsort((tie_rank[docs[r, candidates]], -scores[r, candidates]))
-            part[r] = candidates[order[:k]]
-        scores = np.take_along_axis(scores, part, axis=1)
-        docs = np.take_along_axis(docs, part, axis=1)
-    order = np.lexsort((tie_rank[docs], -scores), axis=1)
-    return np.take_along_axis(scores, order, axis=1), np.take_along_axis(docs, order, axis=1)
 
 
 def _matrix(vectors: np.ndarray, what: str) -> np.ndarray:

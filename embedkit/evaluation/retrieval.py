@@ -22,8 +22,8 @@ from embedkit.evaluation.metrics import RETRIEVAL_METRICS, evaluate_run, parse_m
 from embedkit.evaluation.runs import run_of_hits
 from embedkit.index.search import SearchIndex, open_index_for
 from embedkit.search import pipeline
-from embedkit.search.fusion import DEFAULT_ALPHA, DEFAULT_FUSION, FUSION_METHODS
-from embedkit.search.request import SEARCH_MODES, SearchRequest
+from embedkit.search.fusion import DEFAULT_ALPHA
+from embedkit.search.request import SearchRequest, check_choices
 from embedkit.search.rerank import DEFAULT_RERANK_DEPTH, PairScorer, Rerank
 
 
@@ -36,6 +36,7 @@ class RetrievalReport:
     queries: int  # judged queries evaluated
     documents: int  # documents searched
     search: str  # "exact" or the index folder
+    mode: str = "dense"  # the mode evaluated: asked for, else what `embedkit search` runs
     fusion: str | None = None  # hybrid: the fusion used ("dense" where a calibration chose no fusion)
     alpha: float | None = None  # hybrid: its dense weight
     fusion_source: str = ""  # hybrid: "asked for", "the index's calibrated choice", "calibrated in memory"
@@ -55,7 +56,9 @@ class RetrievalEvaluator:
     fingerprint is checked); ties at the k-th place are then as FAISS returns them.
     `mode`: dense (above), lexical (BM25: the index's own, or one built in memory over the folder's
     corpus with the default settings of `embedkit.index.lexical`), or hybrid (both fused with
-    `fusion`): every mode is the search pipeline's, as `embedkit search --mode M` runs it.
+    `fusion`): every mode is the search pipeline's, as `embedkit search --mode M` runs it. `mode`
+    None (the default): what `embedkit search` runs without `--mode` (the index's default; without
+    an index, hybrid), so that an evaluation with no settings measures what users search with.
     `fusion` None: what `search` would use, the index's calibrated choice (`embedkit.search.request`;
     the default where it has none), or without an index a calibration of the corpus in memory.
     As BEIR's default, the document whose id equals the query id is left out of each search side
@@ -80,17 +83,14 @@ class RetrievalEvaluator:
         metrics: Sequence[str] = RETRIEVAL_METRICS,
         batch_size: int = 64,
         progress: bool = False,
-        mode: str = "dense",
-        fusion: str | None = DEFAULT_FUSION,  # None: the index's calibrated choice (see above)
-        alpha: float | None = DEFAULT_ALPHA,  # None: the calibrated or the default weight
+        mode: str | None = None,  # None: what `embedkit search` runs (see above)
+        fusion: str | None = None,  # None: the index's calibrated choice (see above)
+        alpha: float | None = None,  # None: the calibrated or the default weight
         prefixes: Prefixes | None = None,
         rerank: PairScorer | None = None,  # a cross-encoder over each query's first hits (None: none)
         rerank_depth: int = DEFAULT_RERANK_DEPTH,
     ) -> None:
-        if mode not in SEARCH_MODES:
-            raise InputError(f"unknown retrieval mode {mode!r}: use {', '.join(SEARCH_MODES)}")
-        if fusion is not None and fusion not in FUSION_METHODS:
-            raise InputError(f"unknown fusion {fusion!r}: use {', '.join(FUSION_METHODS)}")
+        check_choices(mode, fusion, alpha)
         self.mode, self.fusion, self.alpha = mode, fusion, alpha
         self._used: tuple[str, float, str] = ("", 0.0, "")  # the fusion resolved for this evaluation
         self.beir_dir = Path(beir_dir)
@@ -115,7 +115,8 @@ class RetrievalEvaluator:
             index = self._opened(encoder)
             store, prefixes, where = index.store, index.prefixes, str(index.path)
         try:
-            request = self._request(index, encoder, store, exclude)
+            mode = self._mode(index)
+            request = self._request(mode, index, encoder, store, exclude)
             model = encoder if request.mode != "lexical" else None
             run = run_of_hits(query_ids, pipeline.search(store, texts, model, request, prefixes))
             documents = store.document_count()
@@ -130,8 +131,10 @@ class RetrievalEvaluator:
                 f"the index {where} holds none of {self.beir_dir}'s documents: built from another corpus?"
             )
         result = evaluate_run(run, self.data.qrels, self.metrics)
-        used = self._used if self.mode == "hybrid" else (None, None, "")
-        report = RetrievalReport(result.metrics, result.per_query, len(query_ids), documents, where, *used)
+        used = self._used if mode == "hybrid" else (None, None, "")
+        report = RetrievalReport(
+            result.metrics, result.per_query, len(query_ids), documents, where, mode, *used
+        )
         return replace(report, run=run)
 
     def _opened(self, encoder: Encoder) -> SearchIndex:
@@ -164,12 +167,19 @@ class RetrievalEvaluator:
         )
         return MemoryStore(documents, vectors)
 
+    def _mode(self, index: Any) -> str:
+        """The mode asked for, else what `embedkit search` runs: the index's default
+        (`embedkit.search.request.default_mode`), without an index hybrid (what `embedkit index`
+        then `search` gives this corpus)."""
+        if self.mode is not None:
+            return self.mode
+        return index.default_mode(self.fusion) if index is not None else "hybrid"
+
     def _request(
-        self, index: SearchIndex | None, encoder: Encoder, store: Any, exclude: list[str] | None
+        self, mode: str, index: Any, encoder: Encoder, store: Any, exclude: list[str] | None
     ) -> SearchRequest:
-        """The search this evaluation runs: `self.depth` hits a query, in `self.mode`, with the
-        fusion resolved (`_resolve`); the calibration's "dense" searches dense."""
-        mode = self.mode
+        """The search this evaluation runs: `self.depth` hits a query, in `mode`, with the fusion
+        resolved (`_resolve`); the calibration's "dense" searches dense."""
         if mode == "hybrid":
             self._used = self._resolve(index, lambda: self._calibrate(encoder, store))
             if self._used[0] == "dense":  # the in-memory calibration chose no fusion
@@ -232,9 +242,16 @@ def evaluate_retrieval(
     split: str = "test",
     ignore_identical_ids: bool = True,
     batch_size: int = 64,
+    mode: str | None = None,
 ) -> dict[str, float]:
-    """`RetrievalEvaluator(beir_dir, ...)(encoder)`: the metrics averaged over judged queries."""
+    """`RetrievalEvaluator(beir_dir, ...)(encoder)`: the metrics averaged over judged queries, in
+    `mode` (None: what `embedkit search` runs)."""
     evaluator = RetrievalEvaluator(
-        beir_dir, split=split, index=index, ignore_identical_ids=ignore_identical_ids, batch_size=batch_size
+        beir_dir,
+        split=split,
+        index=index,
+        ignore_identical_ids=ignore_identical_ids,
+        batch_size=batch_size,
+        mode=mode,
     )
     return evaluator(encoder)

@@ -30,6 +30,7 @@ from typing import Any
 import numpy as np
 
 from embedkit.errors import InputError
+from embedkit.search.exact import exact_top_k
 
 GOLD_SCORE = 5.0  # the top of the STS scale: the two sentences mean the same (Cer et al. 2017)
 RECALL_KS = (1, 5, 10)
@@ -85,14 +86,14 @@ def rank_rows(
     vectors = np.asarray(vectors, dtype=np.float32)
     if vectors.ndim != 2 or len(vectors) != len(task.sentences):
         raise InputError(f"need one vector per corpus sentence ({len(task.sentences)}), got {vectors.shape}")
-    scores = vectors[task.queries] @ vectors.T
-    rows = np.arange(len(task.sentences))
-    rankings = []
-    for query, row_scores in zip(task.queries, scores, strict=True):
-        order = np.lexsort((rows, -row_scores))
-        left_out = _excluded(task, query, exclude)
-        rankings.append([int(r) for r in order[: depth + len(left_out)] if int(r) not in left_out][:depth])
-    return rankings
+    left_out = [_excluded(task, query, exclude) for query in task.queries]
+    if not left_out:
+        return []
+    wanted = depth + max(len(rows) for rows in left_out)
+    _, found = exact_top_k(vectors[task.queries], vectors, wanted)
+    return [
+        [int(r) for r in rows if int(r) not in out][:depth] for rows, out in zip(found, left_out, strict=True)
+    ]
 
 
 def recall_from_rankings(

@@ -21,7 +21,7 @@ class IndexReport:
     added: int
     count: int  # documents in the index afterwards
     seconds: float
-    truncated: int  # added documents cut at the model's max_seq_length
+    truncated: int  # added documents (or passages) cut at the model's max_seq_length
     backend: str
     device: str
     appended: bool
@@ -33,6 +33,13 @@ class IndexReport:
     hidden_files: int = 0  # hidden files and folders of a folder of text files, left out
     binary_files: int = 0  # binary files of such a folder, skipped
     recoded_files: tuple[str, ...] = ()  # files of such a folder read from another encoding than UTF-8
+    skipped_files: tuple[str, ...] = ()  # files of such a folder past a reader's bounds: one line each, why
     # the `--passages` that would have cut nothing, where whole documents were cut (None: none were)
     passage_advice: str | None = None
     prefixes: str = "no prefixes"  # the query and passage prefixes the index embeds with
+    truncated_ids: tuple[str, ...] = ()  # the first few documents cut (`embedkit.encode.truncation`)
+    truncated_documents: int = 0  # the documents cut (of an index of passages: those with a passage cut)
+    kept: int = 0  # a sync: documents the corpus gave unchanged, kept without embedding
+    deleted: int = 0  # a sync: documents the corpus no longer gave, deleted
+    synced: bool = False  # made by a sync (`added` is then the documents embedded)
+    written: bool = True  # a new version was written (a sync that found nothing changed writes none)

@@ -14,6 +14,11 @@ class is the one owner of the vector rows <-> document ids mapping, for both lay
 method taking or giving `rows` speaks of vector rows, and `rows_by_id` gives every row of a
 document (all its passages), which is what a delete must remove.
 
+Each document's `content_hash` (`embedkit.index.content_hash`) tells a sync (`embedkit index
+--sync`) which documents of a corpus read again are unchanged. A store written before the column
+existed gains it when opened for writing; its earlier rows hold NULL, and their hash is computed
+from their fields, the same value: such an index syncs without embedding its documents again.
+
 An index built with a lexical side also holds a tantivy BM25 index (`embedkit.index.lexical`) in
 `lexical/` beside the SQLite file. `add`, `remove` and `commit` go to both, in a staging version
 folder that becomes live only when both are complete (`embedkit.storage.versioned`).
@@ -37,6 +42,7 @@ from pathlib import Path
 from embedkit.data.document import Document, Passage, TextSpan
 from embedkit.data.values import check_ids
 from embedkit.errors import InputError
+from embedkit.index.content_hash import hash_fields, stored_metadata
 from embedkit.index.deletions import Deletions
 from embedkit.index.fields import MetadataFilters
 from embedkit.index.lexical import LEXICAL_DIR, LexicalIndex, LexicalSettings
@@ -48,7 +54,8 @@ CREATE TABLE documents (
     id TEXT NOT NULL UNIQUE,
     title TEXT NOT NULL,
     text TEXT NOT NULL,
-    metadata TEXT
+    metadata TEXT,
+    content_hash TEXT
 )
 """
 _PASSAGES_SCHEMA = (
@@ -56,6 +63,7 @@ _PASSAGES_SCHEMA = (
     "start INTEGER NOT NULL, end INTEGER NOT NULL)",
     "CREATE INDEX passages_document ON passages(document)",
 )
+_INSERT = "INSERT INTO documents (row, id, title, text, metadata, content_hash) VALUES (?, ?, ?, ?, ?, ?)"
 MAX_PARAMS = 900  # SQLite's bound on the `?` of one statement is 999 in older builds
 READ_BATCH = 10_000  # documents read at once when walking the whole store
 # The BM25 postings earlier embedkit versions kept in the SQLite file: such a store opens with
@@ -120,6 +128,8 @@ class DocStore:
                 _staged(path) if writable else sqlite3.connect(f"{path.resolve().as_uri()}?mode=ro", uri=True)
             )
             db.execute("SELECT row, id, title, text, metadata FROM documents LIMIT 1").fetchall()
+            if writable:
+                _add_hash_column(db)
         except sqlite3.DatabaseError as exc:
             raise store_error(exc, path) from None
         try:
@@ -200,9 +210,7 @@ class DocStore:
         if self._first_added is None:
             self._first_added = first_document
         try:
-            self._db.executemany(
-                "INSERT INTO documents VALUES (?, ?, ?, ?, ?)", _records(first_document, whole)
-            )
+            self._db.executemany(_INSERT, _records(first_document, whole))
             if spans:
                 self._db.executemany("INSERT INTO passages VALUES (?, ?, ?, ?)", spans)
             self.filters.note([doc.metadata for doc in whole])  # what `--where` may name
@@ -298,6 +306,25 @@ class DocStore:
             found.setdefault(doc_id, []).append(int(row))
         return found
 
+    def content_hashes(self, ids: Sequence[str]) -> dict[str, str]:
+        """Id -> `content_hash` of the documents `ids` held (unknown ids left out); computed from
+        the fields where the store predates the column."""
+        hashed = self._has_hash_column()
+        column = "content_hash" if hashed else "NULL"
+        sql = f"SELECT id, {column}, title, text, metadata FROM documents WHERE id IN ({{}})"
+        return {
+            doc_id: stored or hash_fields(title, text, metadata)
+            for doc_id, stored, title, text, metadata in self._query_in(sql, [str(i) for i in ids])
+        }
+
+    def _has_hash_column(self) -> bool:
+        return any(name == "content_hash" for _, name, *_ in self._db.execute("PRAGMA table_info(documents)"))
+
+    def ids(self) -> Iterator[str]:
+        """Every document's id, in row order."""
+        for (doc_id,) in self._db.execute("SELECT id FROM documents ORDER BY row"):
+            yield doc_id
+
     def titles(self) -> Iterator[str]:
         """Every document's title, in row order (an empty one for a document without)."""
         for (title,) in self._db.execute("SELECT title FROM documents ORDER BY row"):
@@ -385,15 +412,19 @@ def _staged(path: Path) -> sqlite3.Connection:
     return db
 
 
+def _add_hash_column(db: sqlite3.Connection) -> None:
+    """Give a store written before `content_hash` existed the column (its rows hold NULL)."""
+    columns = {name for _, name, *_ in db.execute("PRAGMA table_info(documents)")}
+    if "content_hash" not in columns:
+        db.execute("ALTER TABLE documents ADD COLUMN content_hash TEXT")
+
+
 def _records(first_row: int, documents: Sequence[Document]) -> list[tuple]:
     """`documents` table records of `documents` at rows first_row, first_row + 1, ..."""
-    return [
-        (
-            first_row + i,
-            str(doc.id),
-            doc.title or "",
-            doc.text,
-            json.dumps(doc.metadata, ensure_ascii=False, default=str) if doc.metadata else None,
-        )
-        for i, doc in enumerate(documents)
-    ]
+    records = []
+    for i, doc in enumerate(documents):
+        metadata = stored_metadata(doc)
+        title = doc.title or ""
+        digest = hash_fields(title, doc.text, metadata)
+        records.append((first_row + i, str(doc.id), title, doc.text, metadata, digest))
+    return records

@@ -138,6 +138,14 @@ class LocalStore:
             self._filters[where] = rows_where(self.docs, where)
         return self._filters[where]
 
+    def rows_by_id(self, ids: Sequence[str]) -> dict[str, list[int]]:
+        """Every vector row of each document of `ids` held (its passages' rows), ascending."""
+        return self.docs.rows_by_id(ids)
+
+    def held_rows(self) -> np.ndarray:
+        """Every vector row that holds a document (or a passage), ascending: a listing's order."""
+        return np.asarray(self.docs.rows_between(0, self.docs.next_row()), dtype=np.int64)
+
     def reachable(self, allowed: np.ndarray | None) -> int:
         return len(self) if allowed is None else min(len(self), len(allowed))
 
@@ -320,11 +328,14 @@ def _exact(index, queries: np.ndarray, k: int, rows: np.ndarray) -> tuple[np.nda
 
 
 def _top(queries: np.ndarray, vectors: np.ndarray, rows: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]:
-    """The best `k` of `rows` (their `vectors`) for each query by inner product, padded with -1."""
-    scores = queries @ vectors.T  # (q, len(rows))
-    top = np.argsort(-scores, axis=1, kind="stable")[:, :k]
+    """The best `k` of `rows` (their `vectors`) for each query by inner product, padded with -1
+    (`embedkit.search.exact`'s tie rule: among equal scores the lower row)."""
+    from embedkit.search.exact import exact_top_k
+
     found_scores = np.full((len(queries), k), -np.inf, dtype=np.float32)
     found_rows = np.full((len(queries), k), -1, dtype=np.int64)
-    found_scores[:, : top.shape[1]] = np.take_along_axis(scores, top, axis=1)
-    found_rows[:, : top.shape[1]] = rows[top]
+    if len(rows) and len(queries):
+        scores, columns = exact_top_k(queries, vectors, k, tie_rank=rows)
+        found_scores[:, : columns.shape[1]] = scores
+        found_rows[:, : columns.shape[1]] = rows[columns]
     return found_scores, found_rows

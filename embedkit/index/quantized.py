@@ -138,6 +138,8 @@ def rescored(
 ) -> tuple[np.ndarray, np.ndarray]:
     """The best `k` of each query's candidate `rows` (-1: none) by exact cosine against `full`,
     best first: (scores, rows) [q, k], padded with row -1 and score -inf."""
+    from embedkit.search.exact import top_k
+
     out_scores = np.full((len(queries), k), -np.inf, dtype=np.float32)
     out_rows = np.full((len(queries), k), -1, dtype=np.int64)
     for q, candidates in enumerate(rows):
@@ -145,8 +147,8 @@ def rescored(
         if not len(found):
             continue
         scores = np.asarray(full[found], dtype=np.float32) @ queries[q]
-        best = np.argsort(-scores, kind="stable")[:k]
-        out_scores[q, : len(best)], out_rows[q, : len(best)] = scores[best], found[best]
+        best_scores, best_rows = top_k(scores[None, :], found[None, :], k)
+        out_scores[q, : best_rows.shape[1]], out_rows[q, : best_rows.shape[1]] = best_scores[0], best_rows[0]
     return out_scores, out_rows
 
 

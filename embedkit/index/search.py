@@ -16,6 +16,8 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from embedkit.arguments import query_vectors as checked_vectors
+from embedkit.arguments import text_list
 from embedkit.encode.prefixes import recorded_prefixes
 from embedkit.errors import InputError
 from embedkit.index.faiss_gpu import placement_for
@@ -168,16 +170,19 @@ class SearchIndex:
         `embedkit.index.where`) or an approximate index found fewer. An index of passages gives
         each document once, scored by its best passage.
         """
-        k = bounded_k(k, self.document_count)
-        queries = np.asarray(query_vectors, dtype=np.float32)
-        queries = queries[None, :] if queries.ndim == 1 else queries
+        k = bounded_k(k, self.document_count)  # checked as `whole_number`, then at most the documents
+        queries = checked_vectors("query_vectors", query_vectors)
+        if queries.shape[1] != self.dim:
+            raise InputError(f"query_vectors of shape {queries.shape}; this index holds {self.dim}-d vectors")
+        if where is not None and not isinstance(where, str):
+            raise InputError(f"where must be a filter expression (a string), not {type(where).__name__}")
         allowed = self.store.compile_filter(where) if where is not None else None
         side = pipeline.dense_side(self.store, queries, k, allowed)
         if self.passages:
             width = min(k, self.document_count)
             ranked = [[(b[doc], s) for doc, s in r] for r, b in zip(side.rankings, side.best, strict=True)]
         else:
-            width = min(k, len(self)) if len(self) and (allowed is None or len(allowed)) else 0
+            width = min(k, len(self)) if len(self) and self.store.reachable(allowed) else 0
             ranked = side.rankings
         held = self.store.held_at(sorted({row for ranking in ranked for row, _ in ranking}))
         scores = np.full((len(ranked), width), -np.inf, dtype=np.float32)
@@ -223,7 +228,11 @@ class SearchIndex:
         `fusion` / `alpha` say otherwise. With `where`, each side searches only the documents
         that pass it, so fusion sees no other.
         """
-        items = [queries] if isinstance(queries, str) else list(queries)
+        items = text_list("queries", queries, blank=True, empty=True)  # as the pipeline takes them
+        if encoder is not None and (
+            isinstance(encoder, (str, bytes)) or not callable(getattr(encoder, "encode", None))
+        ):
+            raise InputError(f"encoder must be an open encoder (with encode), not {type(encoder).__name__}")
         request = self.request(k, **settings)
         model = self.checked(encoder) if request.mode != "lexical" else None
         return pipeline.search(self.store, items, model, request, self.prefixes)
@@ -245,6 +254,31 @@ class SearchIndex:
         held = self.store.held_at(rows)
         found = [held.get(r) for r in rows]
         return [unit.document if self.passages and unit is not None else unit for unit in found]  # type: ignore[union-attr,misc]
+
+    def documents_held(
+        self, where: str | None = None, offset: int = 0, limit: int | None = None
+    ) -> list[Document]:
+        """The documents held that pass `where` (None: all), once each, in the order they were
+        added, `offset` of them skipped and at most `limit` read; a collection on a server is not
+        listed (an `InputError`)."""
+        if not isinstance(self.store, LocalStore):
+            raise InputError(f"{self.path} is a collection on a server: its documents are not listed")
+        rows = self.store.held_rows() if where is None else self.store.compile_filter(where)
+        stop = None if limit is None else offset + limit
+        if not self.passages:  # a row per document: only those asked for are read
+            return [d for d in self.documents_at(rows[offset:stop].tolist()) if d is not None]
+        found = {d.id: d for d in self.documents_at(rows.tolist()) if d is not None}  # passages: once
+        return list(found.values())[offset:stop]
+
+    def vectors_of_documents(self, ids: Sequence[str]) -> np.ndarray:
+        """The stored vectors of the documents `ids`, all held, [len(ids), dim] (`vectors_of_rows`);
+        an index of passages holds a vector per passage, not per document: an `InputError`."""
+        if self.passages or not isinstance(self.store, LocalStore):
+            raise InputError(
+                f"{self.path} holds no vector per document (an index of passages, or on a server)"
+            )
+        rows = self.store.rows_by_id(ids)
+        return self.vectors_of_rows([rows[i][0] for i in ids])
 
     def get_documents(self, ids: Sequence[str]) -> list[Document | None]:
         """Stored documents by id (None for an unknown id), in the order asked."""

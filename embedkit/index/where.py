@@ -5,8 +5,9 @@ The grammar (lark, LALR; keywords are case-insensitive):
     expr       := or
     or         := and ("or" and)*
     and        := not ("and" not)*
-    not        := "not" not | "(" expr ")" | comparison
+    not        := "not" not | "(" expr ")" | "(" expr ")" "is" "not" "true" | comparison
     comparison := FIELD OP value | FIELD "in" "[" value ("," value)* "]"   (or "(" ... ")")
+                | FIELD "contains" value
     OP         := "=" | "==" | "!=" | "<" | "<=" | ">" | ">="
     FIELD      := a name [A-Za-z_][A-Za-z0-9_.-]* or any name in backticks: `publication year`
     value      := NUMBER | "string" | 'string' | DATE | true | false
@@ -21,6 +22,12 @@ Fields are the top-level keys of the documents' metadata (a JSONL corpus's extra
   `not`, `and`, `or` follow SQL's three-valued logic: a document passes where the filter is true.
   So `lang != "en"` and `not lang = "en"` both leave out documents without `lang`, as in SQL and
   in Milvus (whose filter expressions `embedkit.remote.milvus.milvus_filter` writes).
+  `(lang = "en") is not true` is SQL's two-valued negation: true where the part is false or
+  unknown, so documents without `lang` pass (Chroma's `$ne` and `$nin`, `embedkit.index.where_dict`).
+- `contains` tests a list's members: `tags contains "wing"` is true where `tags` is a list holding
+  the string "wing" (a number equals a number, a boolean a boolean), false where it is a list
+  without it, unknown where the field is no list. A list field is compared only so (`tags = "a"`
+  is refused): what a document holds is searched as it is held.
 - Numbers are exact (`exact_number`): an integer literal is a 64-bit int (beyond is refused, as
   the stores hold no more), a literal with a fraction a Decimal; `where_sql` compares integers
   with either exactly and floats with the literal's nearest float.
@@ -55,11 +62,13 @@ GRAMMAR = r"""
 ?and_: not_ (_AND not_)*
 ?not_: negation
      | "(" or_ ")"
+     | "(" or_ ")" _IS _NOT _TRUE -> untrue
      | comparison
 negation: _NOT not_
 comparison: field OP value -> compare
           | field _IN "[" value ("," value)* "]" -> member
           | field _IN "(" value ("," value)* ")" -> member
+          | field _CONTAINS value -> contains
 field: NAME | QUOTED_NAME
 value: NUMBER -> number
      | STRING -> string
@@ -70,6 +79,8 @@ _OR: "or"i
 _AND: "and"i
 _NOT: "not"i
 _IN: "in"i
+_IS: "is"i
+_CONTAINS: "contains"i
 _TRUE: "true"i
 _FALSE: "false"i
 OP: "==" | "=" | "!=" | "<=" | ">=" | "<" | ">"
@@ -86,6 +97,8 @@ _FRIENDLY = {
     "QUOTED_NAME": "a field",
     "OP": "a comparison",
     "_IN": "in",
+    "_IS": "is",
+    "_CONTAINS": "contains",
     "NUMBER": "a value",
     "STRING": "a value",
     "DATE": "a value",
@@ -136,8 +149,20 @@ class Member:
 
 
 @dataclass(frozen=True)
+class Contains:
+    """`field contains value`: a list field holding `value` among its members."""
+
+    field: str
+    value: Value
+    position: int
+
+
+@dataclass(frozen=True)
 class Not:
     part: Expr
+    # `(part) is not true`: true where the part is false or unknown (SQL's IS NOT TRUE), so a
+    # document without the field passes, as Chroma's $ne, $nin and $not_contains keep it
+    untrue: bool = False
 
 
 @dataclass(frozen=True)
@@ -150,7 +175,7 @@ class Or:
     parts: tuple[Expr, ...]
 
 
-Expr = Union[Compare, Member, Not, And, Or]  # noqa: UP007 (a runtime alias: Python 3.10 has no `|` of strings)
+Expr = Union[Compare, Member, Contains, Not, And, Or]  # noqa: UP007 (a runtime alias: Python 3.10 has no `|` of strings)
 
 
 @functools.cache
@@ -243,8 +268,14 @@ def _builder():  # -> the lark Transformer class that turns a syntax tree into a
         def member(self, field: tuple[str, int], *values: Value) -> Member:
             return Member(field[0], values, field[1])
 
+        def contains(self, field: tuple[str, int], value: Value) -> Contains:
+            return Contains(field[0], value, field[1])
+
         def negation(self, part: Expr) -> Not:
             return Not(part)
+
+        def untrue(self, part: Expr) -> Not:
+            return Not(part, untrue=True)
 
         def and_(self, *parts: Expr) -> And:
             return And(parts)
@@ -296,7 +327,7 @@ def check_size(expr: Expr) -> None:
                 f"where: the `in` list at position {node.position} has {len(node.values):,} values; "
                 f"a list takes at most {MAX_IN_VALUES:,}"
             )
-        if isinstance(node, (Compare, Member)):
+        if isinstance(node, (Compare, Member, Contains)):
             comparisons += len(node.values) if isinstance(node, Member) else 1
             if comparisons > MAX_COMPARISONS:  # what bounds the SQL's parameters too
                 raise InputError(
@@ -345,6 +376,13 @@ def check(expr: Expr, fields: dict[str, set[str]]) -> None:
             raise InputError(
                 f"where: unknown metadata field {field!r} at position {position} (fields: {known})"
             )
+        if op == "contains":
+            if "array" not in fields[field]:
+                raise InputError(
+                    f"where: contains at position {position} tests a list's members; field {field!r} "
+                    "holds no lists"
+                )
+            continue
         held = _held(fields[field])
         wanted = compared_as(value, op, fields[field])
         if op in ("<", "<=", ">", ">=") and wanted not in ("number", "date"):
@@ -355,8 +393,12 @@ def check(expr: Expr, fields: dict[str, set[str]]) -> None:
         if wanted not in held:
             plural = {"number": "numbers", "string": "strings", "date": "dates", "bool": "booleans"}
             holds = " and ".join(plural[kind] for kind in sorted(held)) or "nothing comparable"
+            lists = (
+                f" (lists: test a member with {field} contains {value!r})" if "array" in fields[field] else ""
+            )
             raise InputError(
                 f"where: field {field!r} at position {position} holds {holds}, not {_a(wanted)} ({value!r})"
+                + lists
             )
 
 
@@ -388,6 +430,8 @@ def _comparisons(expr: Expr):  # -> Iterator[(field, op, value, position)]
     elif isinstance(expr, Member):
         for value in expr.values:
             yield expr.field, "=", value, expr.position
+    elif isinstance(expr, Contains):
+        yield expr.field, "contains", expr.value, expr.position
     elif isinstance(expr, Not):
         yield from _comparisons(expr.part)
     else:

@@ -17,7 +17,20 @@ from decimal import Decimal
 from typing import TYPE_CHECKING
 
 from embedkit.data.values import INT64_MAX, INT64_MIN
-from embedkit.index.where import And, Compare, Date, Expr, Member, Not, Or, Value, check, compared_as, parse
+from embedkit.index.where import (
+    And,
+    Compare,
+    Contains,
+    Date,
+    Expr,
+    Member,
+    Not,
+    Or,
+    Value,
+    check,
+    compared_as,
+    parse,
+)
 
 if TYPE_CHECKING:
     import numpy as np
@@ -50,14 +63,17 @@ def filter_query(expr: Expr, fields: dict[str, set[str]], params: list[object]) 
     read_at: dict[str, int] = {}  # column -> the layer of the node that reads it
 
     def column(node: Expr) -> tuple[str, int]:  # (its column, its layer)
-        if isinstance(node, (Compare, Member)):
+        if isinstance(node, (Compare, Member, Contains)):
             sql, height = _comparison_sql(node, fields, params), 0  # params in the order of the text
         else:
             parts = [column(part) for part in (node.parts if isinstance(node, (And, Or)) else (node.part,))]
             height = 1 + max(h for _, h in parts)
             names = [name for name, _ in parts]
             read_at.update((name, height) for name in names)
-            sql = f"NOT {names[0]}" if isinstance(node, Not) else _balanced(names, node)
+            if isinstance(node, Not):  # `(expr) is not true` is two-valued: unknown counts as not true
+                sql = f"({names[0]} IS NOT 1)" if node.untrue else f"NOT {names[0]}"
+            else:
+                sql = _balanced(names, node)
         while len(layers) <= height:
             layers.append([])
         name = f"n{sum(map(len, layers))}"
@@ -78,9 +94,11 @@ def filter_query(expr: Expr, fields: dict[str, set[str]], params: list[object]) 
     return f"WITH {', '.join(tables)} SELECT row FROM layer{top} WHERE {root}"
 
 
-def _comparison_sql(expr: Compare | Member, fields: dict[str, set[str]], params: list[object]) -> str:
+def _comparison_sql(expr: Compare | Member | Contains, fields: dict[str, set[str]], params: list) -> str:
     if isinstance(expr, Member):
         return _member_sql(expr, fields[expr.field], params)
+    if isinstance(expr, Contains):
+        return _contains_sql(expr, params)
     return _compare_sql(expr, compared_as(expr.value, expr.op, fields[expr.field]), params)
 
 
@@ -137,6 +155,26 @@ def _member_sql(expr: Member, types: set[str], params: list[object]) -> str:
             params += [path, path, *values]
             parts.append(f"(CASE WHEN {_OF_TYPE['string']} THEN {_VALUE} IN ({marks}) END)")
     return parts[0] if len(parts) == 1 else "(" + " OR ".join(parts) + ")"
+
+
+def _contains_sql(expr: Contains, params: list[object]) -> str:
+    """`field contains value`: NULL (unknown) where the field is no list, else whether a member of
+    the list equals `value`, of the same kind (numbers: an integer exactly, a fraction as its
+    nearest float; a date literal as its text)."""
+    path = json_path(expr.field)
+    value = expr.value
+    if isinstance(value, bool):
+        test, operand = "m.type = ?", "true" if value else "false"
+    elif isinstance(value, (int, Decimal)):
+        test, operand = (
+            "m.type IN ('integer', 'real') AND m.value = ?",
+            value if isinstance(value, int) else float(value),
+        )
+    else:
+        test, operand = "m.type = 'text' AND m.value = ?", value.text if isinstance(value, Date) else value
+    params += [path, path, operand]
+    member = f"EXISTS (SELECT 1 FROM json_each(metadata, ?) AS m WHERE {test})"
+    return f"(CASE WHEN json_type(metadata, ?) = 'array' THEN {member} END)"
 
 
 def _date_sql(path: str, test: str, values: list[Value], params: list[object]) -> str:

@@ -23,20 +23,17 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-import numpy as np
-
 from embedkit.data.corpus import ReadStats, is_line_file
-from embedkit.data.fingerprint import CorpusFingerprint, combined
-from embedkit.data.textfolder import check_folder, is_text_folder
+from embedkit.data.textfolder import check_folder, is_documents
 from embedkit.encode.default_onnx import recorded_model_path
 from embedkit.encode.dimensions import TruncatedEncoder, keep_dimensions
 from embedkit.encode.prefixes import Prefixes, check_recorded, recorded_prefixes, resolve_prefixes
+from embedkit.encode.truncation import CutDocuments
 from embedkit.errors import InputError
 from embedkit.evaluation.fusion_calibration import calibrate_version
 from embedkit.evaluation.fusion_rule import needs_calibration
 from embedkit.index.build_report import IndexReport
 from embedkit.index.docstore import DocStore
-from embedkit.index.edits import remove_documents
 from embedkit.index.faiss_gpu import placement_for
 from embedkit.index.folder import (
     DOCS_FILE,
@@ -57,6 +54,7 @@ from embedkit.index.meta import IndexMeta, new_index_id, now
 from embedkit.index.passages import PassageSettings, PassageSplitter, fitting_passages, passage_settings
 from embedkit.index.quantized import check_quantize, quantization
 from embedkit.index.version_copy import copy_store, read_faiss_copy, write_faiss
+from embedkit.jobs.index_changes import SyncTracker, Tally, Unchanged, sync_into_index, unchanged_report
 from embedkit.jobs.index_vectors import Target, VectorWriter
 from embedkit.jobs.streaming import (
     Corpus,
@@ -91,6 +89,9 @@ class IndexOptions:
     append: bool = False  # add to the index in `out`
     upsert: bool = False  # with `append`: documents whose ids the index holds replace them
     overwrite: bool = False  # replace the index in `out`
+    # keep the index in `out` in step with the corpus: unchanged documents kept, changed and new
+    # ones embedded, those gone deleted (`embedkit.jobs.index_changes`); no index there: a new one
+    sync: bool = False
     lexical: bool = True  # a new index also gets a BM25 index of title + text (hybrid search)
     calibrate: bool = True  # choose the fusion on pseudo queries (`embedkit.evaluation.fusion_calibration`)
     passages: PassageSettings | str | None = None  # split documents into passages (a new index)
@@ -132,6 +133,9 @@ class Filled:
     masked: int  # vectors of deleted documents still in the FAISS file
     held: int | None  # documents held, where they differ from the vectors (passages)
     read: ReadStats
+    cut: CutDocuments  # the documents the model cut at its maximum length
+    kept: int = 0  # `sync`: documents of the index the corpus gives unchanged
+    deleted: int = 0  # `sync`: documents of the index the corpus no longer gives
 
 
 @locked("out")
@@ -153,19 +157,27 @@ def build_index(
     `InputError`), and the BM25 side it has. Document ids must be unique: an id already present is
     an `InputError`, unless `upsert`, where the index's document of that id (every row of it) is
     deleted in the same new version (`embedkit.index.edits`). A `.txt` corpus appended numbers
-    its lines on from the largest numeric id the index holds.
+    its lines on from the largest numeric id the index holds. `sync`: only what changed is
+    embedded, and what the corpus no longer gives deleted (`embedkit.jobs.index_changes`); where
+    nothing changed, no version is written.
     """
     plan = prepare(corpus, Path(out), model, options or IndexOptions())
     start, truncated = time.perf_counter(), plan.encoder.truncated
-    with new_version(plan.out) as tmp:
-        filled = fill(plan, tmp, progress)
-        truncated = plan.encoder.truncated - truncated  # the corpus's texts, not the calibration's
-        advice = None  # the passages that would have kept every word
-        if truncated and plan.split is None:
-            with DocStore.open(tmp / DOCS_FILE) as docs:
-                advice = fitting_passages(plan.encoder.path, docs.titles())
-        calibration = calibrated(plan, filled, tmp) if fusion is None else None
-        meta = record(plan, filled, tmp, calibration or fusion)
+    try:
+        with new_version(plan.out) as tmp:
+            filled = fill(plan, tmp, progress)
+            truncated = plan.encoder.truncated - truncated  # the corpus's texts, not the calibration's
+            advice = None  # the passages that would have kept every word
+            if truncated and plan.split is None:
+                with DocStore.open(tmp / DOCS_FILE) as docs:
+                    advice = fitting_passages(plan.encoder.path, docs.titles())
+            calibration = calibrated(plan, filled, tmp) if fusion is None else None
+            meta = record(plan, filled, tmp, calibration or fusion)
+    except Unchanged as same:  # the staging folder is gone, the live version untouched
+        seconds = time.perf_counter() - start
+        return unchanged_report(
+            plan.out, plan.old or {}, plan.encoder, plan.prefixes.describe(), same, seconds
+        )
     return IndexReport(
         plan.out,
         filled.kind,
@@ -186,8 +198,14 @@ def build_index(
         hidden_files=filled.read.hidden,
         binary_files=filled.read.binary,
         recoded_files=tuple(filled.read.recoded),
+        skipped_files=tuple(filled.read.skipped),
         prefixes=plan.prefixes.describe(),
         passage_advice=advice.describe() if advice is not None else None,
+        truncated_ids=tuple(filled.cut.names),
+        truncated_documents=filled.cut.count,
+        kept=filled.kept,
+        deleted=filled.deleted,
+        synced=plan.options.sync,
     )
 
 
@@ -198,6 +216,9 @@ def prepare(corpus: Corpus, out: Path, model: Encoder | str | Path | None, optio
         raise InputError(f"unknown index kind {options.kind!r}: use {', '.join(KINDS)}")
     if options.upsert and not options.append:
         raise InputError("--upsert replaces documents of an existing index: use it with --append")
+    if options.sync:
+        held = sync_into_index(out, options.append, options.overwrite)
+        options = replace(options, append=held, upsert=held)
     old = read_index_meta(out) if options.append else None
     if old is None:
         check_new_target(out, options.overwrite)
@@ -211,7 +232,7 @@ def prepare(corpus: Corpus, out: Path, model: Encoder | str | Path | None, optio
     if old is not None and placement is not None and old["kind"] == "hnsw":
         raise InputError(f"faiss has no GPU HNSW index: append to this index without {placement.asked}")
     split = passage_settings(options.passages, old)
-    if isinstance(corpus, (str, Path)) and is_text_folder(Path(corpus)):  # checked before the model opens
+    if isinstance(corpus, (str, Path)) and is_documents(Path(corpus)):  # checked before the model opens
         check_folder(Path(corpus))
     # line ids go on after the index's, not from 1 again; an upsert keeps them, to meet its lines
     if old is not None and not options.upsert and isinstance(corpus, (str, Path)) and is_line_file(corpus):
@@ -272,12 +293,15 @@ def fill(plan: Plan, tmp: Path, progress: bool) -> Filled:
             raise InputError(
                 f"{store.path} holds {writer.first_row} documents but the index {index.ntotal} vectors"
             )
-        tally = _Tally(plan.old)
+        tally = Tally(plan.old)
+        sync = SyncTracker(store) if plan.options.sync and plan.old is not None else None
         splitter = PassageSplitter(plan.encoder.path, plan.split) if plan.split else None
         size = plan.options.corpus.chunk_size
         pending: list = []  # documents (or passages) read, not yet embedded: a chunk is `size` of them
         with ProgressBar(None, "indexing", enabled=progress, rate_unit="sent/s", transient=True) as bar:
             for documents in chunked(read_corpus(plan.corpus, plan.options.corpus, tally.read), size):
+                if sync is not None:  # only the new and the changed are embedded
+                    documents = sync.changed(documents)
                 tally.add(documents)
                 pending += splitter.split(documents) if splitter is not None else documents
                 while len(pending) >= size:
@@ -285,7 +309,9 @@ def fill(plan: Plan, tmp: Path, progress: bool) -> Filled:
                     pending = pending[size:]
             if pending:
                 _embed(plan, store, writer, tally, pending, bar)
-        if not tally.count:
+        if sync is not None:
+            sync.finish(tally, writer, corpus_name(plan.corpus))
+        elif not tally.count:
             raise InputError(f"empty corpus: {corpus_name(plan.corpus)} holds no documents")
         kind, reason, params, index = writer.finish(tally.count)
         store.commit()
@@ -295,18 +321,20 @@ def fill(plan: Plan, tmp: Path, progress: bool) -> Filled:
         store.close()
     return Filled(
         index, kind, reason, params, tally.count, writer.added, tally.fingerprint(),
-        tally.replaced, lexical, masked, held, tally.read,
+        tally.replaced, lexical, masked, held, tally.read, tally.cut,
+        sync.kept if sync else 0, sync.deleted if sync else 0,
     )  # fmt: skip
 
 
 def _embed(
-    plan: Plan, store: DocStore, writer: VectorWriter, tally: _Tally, chunk: list, bar: ProgressBar
+    plan: Plan, store: DocStore, writer: VectorWriter, tally: Tally, chunk: list, bar: ProgressBar
 ) -> None:
     """One chunk: an upsert's replaced documents removed, then its texts embedded (with the
     passage prefix) and stored, vectors and documents at the same rows."""
     if plan.options.upsert:
         tally.replace(store, writer, chunk)
     vectors = embed_chunk(plan.encoder, chunk, plan.options.corpus, True, plan.prefixes.passage)
+    tally.cut.note(plan.encoder, chunk)
     store.add(writer.next_row, chunk)
     writer.write(vectors)
     bar.advance(len(chunk))
@@ -329,37 +357,6 @@ def _appends_on_gpu(plan: Plan) -> bool:
     return plan.placement is not None and not plan.options.upsert
 
 
-class _Tally:
-    """The documents read: their count and fingerprint, and (upsert) those they replaced."""
-
-    def __init__(self, old: dict[str, Any] | None) -> None:
-        self.read = ReadStats()
-        self.count = 0
-        self.replaced = 0
-        self._new = CorpusFingerprint()
-        self._appending = old is not None
-        self._old = old.get("corpus_fingerprint") if old else None  # less the documents replaced
-
-    def add(self, documents: list) -> None:
-        for doc in documents:
-            self._new.add_fields(doc.id, doc.title, doc.text)
-        self.count += len(documents)
-
-    def replace(self, store: DocStore, writer: VectorWriter, chunk: list) -> None:
-        """Remove the index's documents (every row) whose ids `chunk` holds: those held before this
-        run; a repeated id within the corpus stays a duplicate (an `InputError` at `add`)."""
-        found = store.rows_by_id(list(dict.fromkeys(str(unit.id) for unit in chunk)))
-        earlier = {doc_id: [r for r in rows if r < writer.first_row] for doc_id, rows in found.items()}
-        rows = np.asarray(sorted(r for held in earlier.values() for r in held), dtype=np.int64)
-        if len(rows):
-            writer.index, self._old = remove_documents(writer.index, store, writer.kind, rows, self._old)
-            self.replaced += sum(1 for held in earlier.values() if held)
-
-    def fingerprint(self) -> str | None:
-        """The index's: this corpus's, added to the appended index's (None: that one is unknown)."""
-        return combined(self._old, self._new.hex) if self._appending else self._new.hex
-
-
 def calibrated(plan: Plan, filled: Filled, tmp: Path) -> Calibration | None:
     """A new calibration where one is due: a new index, or one grown by half since its last; None
     where none is due, or there is no lexical side to fuse. An index of passages is calibrated on
@@ -380,6 +377,8 @@ def record(plan: Plan, filled: Filled, tmp: Path, fusion: Calibration | None) ->
     source = {"corpus": corpus_name(plan.corpus), "added": filled.documents}
     if plan.options.upsert:
         source["replaced"] = filled.replaced
+    if plan.options.sync:
+        source |= {"kept": filled.kept, "deleted": filled.deleted}
     meta = IndexMeta(
         model=str(recorded_model_path(encoder)),
         model_relative=relative_model(recorded_model_path(encoder), plan.out),

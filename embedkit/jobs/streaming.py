@@ -23,6 +23,7 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
+from embedkit.encode.truncation import CutDocuments
 from embedkit.errors import InputError, RunFailure
 from embedkit.jobs.run_report import EncoderRun, RunStart
 from embedkit.progress import ProgressBar
@@ -166,6 +167,8 @@ class EmbedReport(EncoderRun):
 
     out: Path
     ids_path: Path
+    truncated_ids: tuple[str, ...] = ()  # the first few documents cut (`embedkit.encode.truncation`)
+    truncated_documents: int = 0
 
 
 def ids_path_for(out: Path) -> Path:
@@ -200,8 +203,16 @@ def embed_to_file(
     ids_path = ids_path_for(out)
     start = RunStart.of(encoder)
     with atomic_files(out, ids_path) as (npy_tmp, ids_tmp):
-        _write_npy(encoder, corpus, npy_tmp, ids_tmp, n, options, normalize, progress)
-    return EmbedReport.measured(encoder, start, count=n, out=out, ids_path=ids_path)
+        cut = _write_npy(encoder, corpus, npy_tmp, ids_tmp, n, options, normalize, progress)
+    return EmbedReport.measured(
+        encoder,
+        start,
+        count=n,
+        out=out,
+        ids_path=ids_path,
+        truncated_ids=tuple(cut.names),
+        truncated_documents=cut.count,
+    )
 
 
 def _write_npy(
@@ -213,12 +224,15 @@ def _write_npy(
     options: CorpusOptions,
     normalize: bool | None,
     progress: bool,
-) -> None:
-    """Fill `npy` (a memory map of [n, dim]) and `ids`; the map is closed when this returns."""
+) -> CutDocuments:
+    """Fill `npy` (a memory map of [n, dim]) and `ids`; the map is closed when this returns. Returns
+    the documents the model cut at its maximum length."""
     matrix = npy_for_writing(npy, (n, encoder.dim))  # its space reserved: a full disk is no SIGBUS
+    cut = CutDocuments()
     with ids.open("w", encoding="utf-8", newline="\n") as ids_file:
 
         def write(offset: int, documents: list[Document], vectors: np.ndarray) -> None:
+            cut.note(encoder, documents)  # the chunk just embedded
             matrix[offset : offset + len(documents)] = vectors
             ids_file.writelines(f"{one_line_id(doc.id)}\n" for doc in documents)
 
@@ -226,6 +240,7 @@ def _write_npy(
             encoder, corpus, write, expected=n, options=options, normalize=normalize, progress=progress
         )
     matrix.flush()
+    return cut
 
 
 def as_encoder(

@@ -316,31 +316,48 @@ class MilvusCollection:
         return found
 
 
-def milvus_filter(expr: Expr) -> str:
+def milvus_filter(expr: Expr, negated: bool = False) -> str:
     """A `--where` tree (`embedkit.index.where`) as a Milvus boolean expression over `metadata`.
 
     Milvus compares JSON values with SQL's three-valued logic, as the local filter does; `in` is
     written as `==` alternatives (Milvus Lite takes `in` on fields only). Dates compare as text
     there: the same answers as locally where the documents' dates share the literal's ISO format.
+    `contains` is Milvus's `json_contains`, which is false, not unknown, where the field is no
+    list: the same answers as locally except under a `not` (`negated`: an odd number of them
+    above), where it is refused rather than answered otherwise.
     """
-    from embedkit.index.where import And, Compare, Date, Member, Not
+    from embedkit.index.where import And, Compare, Contains, Member, Not
 
     if isinstance(expr, Not):
-        return f"not ({milvus_filter(expr.part)})"
+        if expr.untrue:  # Milvus has no IS NOT TRUE: its `not` would leave out what this keeps
+            raise InputError("where: `(...) is not true` is not run on Milvus: use not (...)")
+        return f"not ({milvus_filter(expr.part, not negated)})"
+    if isinstance(expr, Contains):
+        if negated:
+            raise InputError(
+                f"where: `not` over contains (position {expr.position}) is not run on Milvus: its "
+                "json_contains is false, not unknown, for a document whose field is no list"
+            )
+        field = json.dumps(expr.field, ensure_ascii=False)
+        return f"json_contains(metadata[{field}], {_milvus_literal(expr.value)})"
     if isinstance(expr, Member):
         alternatives = [milvus_filter(Compare(expr.field, "=", v, expr.position)) for v in expr.values]
         return "(" + " or ".join(alternatives) + ")"
     if not isinstance(expr, Compare):
         joiner = " and " if isinstance(expr, And) else " or "
-        return "(" + joiner.join(milvus_filter(part) for part in expr.parts) + ")"
-    value = expr.value
-    if isinstance(value, bool):
-        literal = "true" if value else "false"
-    elif isinstance(value, int):
-        literal = str(value)  # exact: Milvus holds 64-bit integers, as the filter's parser does
-    elif isinstance(value, (float, Decimal)):
-        literal = repr(float(value))  # a fraction compares as a float there
-    else:
-        literal = json.dumps(value.text if isinstance(value, Date) else value, ensure_ascii=False)
+        return "(" + joiner.join(milvus_filter(part, negated) for part in expr.parts) + ")"
     op = "==" if expr.op == "=" else expr.op
-    return f"metadata[{json.dumps(expr.field, ensure_ascii=False)}] {op} {literal}"
+    return f"metadata[{json.dumps(expr.field, ensure_ascii=False)}] {op} {_milvus_literal(expr.value)}"
+
+
+def _milvus_literal(value: Any) -> str:
+    """A filter's literal as Milvus writes it."""
+    from embedkit.index.where import Date
+
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, int):
+        return str(value)  # exact: Milvus holds 64-bit integers, as the filter's parser does
+    if isinstance(value, (float, Decimal)):
+        return repr(float(value))  # a fraction compares as a float there
+    return json.dumps(value.text if isinstance(value, Date) else value, ensure_ascii=False)

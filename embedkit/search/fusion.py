@@ -49,7 +49,6 @@ row's fused score does not depend on the order of the input lists beyond its ran
 from __future__ import annotations
 
 import math
-import operator
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, NamedTuple
 
@@ -165,16 +164,12 @@ def weighted(
 # (faiss allocates k results a query; tantivy's top-k collector reserves k places, and a k of
 # 10**12 aborts the process there). The server refuses a k over its --max-k before this.
 def bounded_k(k: int, held: int | None = None) -> int:
-    """`k` checked (an integer, at least 1: else an `InputError`) and, given `held` (what the
-    store holds), at most `held` (never below 1, so an empty store still reads as a search of 1)."""
-    if isinstance(k, bool):
-        raise InputError(f"k must be an integer, not {k!r}")
-    try:
-        wanted = operator.index(k)  # ints and numpy's integers; 2.5 and "3" are refused
-    except TypeError:
-        raise InputError(f"k must be an integer, not {k!r}") from None
-    if wanted < 1:
-        raise InputError(f"k must be at least 1, got {wanted}")
+    """`k` checked (`embedkit.arguments.whole_number`: an integer, at least 1, else an
+    `InputError`) and, given `held` (what the store holds), at most `held` (never below 1, so an
+    empty store still reads as a search of 1)."""
+    from embedkit.arguments import whole_number
+
+    wanted = whole_number("k", k)
     return wanted if held is None else min(wanted, max(1, int(held)))
 
 

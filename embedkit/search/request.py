@@ -3,7 +3,9 @@
 The one owner of the search modes and of an index's recorded fusion choice (`Calibration`, in
 `IndexMeta.fusion`, made by `embedkit.evaluation.fusion_calibration`) and how it becomes the fusion
 of a search: `embedkit search`, `/search`, the search page, `eval retrieval`, `adapt` and the Python
-API all resolve a `SearchRequest` here, so none of them can differ in a default.
+API all resolve a `SearchRequest` here (`SearchRequest.resolved`: the user's settings over the index's
+recorded choice over the library's defaults) and check their settings here (`check_choices`), so
+none of them can differ in a default or in what it accepts.
 """
 
 from __future__ import annotations
@@ -13,7 +15,7 @@ from dataclasses import asdict, dataclass, field, replace
 from typing import TYPE_CHECKING, Any
 
 from embedkit.errors import InputError
-from embedkit.search.fusion import DEFAULT_ALPHA, DEFAULT_FUSION, FUSION_METHODS, bounded_k, check_fusion
+from embedkit.search.fusion import DEFAULT_ALPHA, DEFAULT_FUSION, FUSION_METHODS, check_fusion
 
 if TYPE_CHECKING:
     from embedkit.search.hits import Hit
@@ -47,22 +49,45 @@ class SearchRequest:
         """This request with its mode, fusion and weight filled from the index, and checked:
         a bad value, or lexical and hybrid on an index without a lexical side (`no_lexical`
         says why), is an `InputError` before any work."""
+        self.check_types()
         mode = self.mode or default_mode(meta, has_lexical, self.fusion)
         fusion, alpha = fusion_for(meta, self.fusion, self.alpha)
-        if mode not in SEARCH_MODES:
-            raise InputError(f"unknown search mode {mode!r}: use {', '.join(SEARCH_MODES)}")
-        bounded_k(self.k)
-        check_fusion(fusion, alpha)
+        check_choices(mode, fusion, alpha)
         if mode != "dense" and not has_lexical:
             raise InputError(no_lexical or "this index has no lexical side: search it with --mode dense")
         depth = max(self.k, self.depth or FUSION_DEPTH) if mode == "hybrid" else self.k
         return replace(self, mode=mode, fusion=fusion, alpha=alpha, depth=depth)
+
+    def check_types(self) -> None:
+        """An `InputError` naming the setting of a wrong type (a Python caller's `k=2.5`,
+        `where=[...]`), before any of them is compared or computed with (`embedkit.arguments`)."""
+        from embedkit.arguments import flag, optional_text, optional_weight, whole_number
+
+        whole_number("k", self.k)
+        optional_text("mode", self.mode)
+        optional_text("fusion", self.fusion)
+        optional_weight("alpha", self.alpha)
+        if self.depth is not None:
+            whole_number("depth", self.depth)
+        if self.where is not None and not isinstance(self.where, str):
+            raise InputError(f"where must be a filter expression (a string), not {type(self.where).__name__}")
+        flag("snippets", self.snippets)
+        flag("passages", self.passages)
 
     def record(self) -> dict[str, Any]:
         """How the search ran, as `embedkit search --json` and `/search` report it: the mode, and
         in hybrid mode the fusion and dense weight."""
         fused = {"fusion": self.fusion, "alpha": self.alpha} if self.mode == "hybrid" else {}
         return {"mode": self.mode, **fused}
+
+
+def check_choices(mode: str | None, fusion: str | None = None, alpha: float | None = None) -> None:
+    """The one check of a search's mode, fusion and dense weight, each None where the index's
+    default is left to decide: an `InputError` before an index or a model loads. Every entry point
+    (the CLI, the server, the Python API, `eval retrieval`, `adapt`) checks here."""
+    if mode is not None and mode not in SEARCH_MODES:
+        raise InputError(f"unknown search mode {mode!r}: use {', '.join(SEARCH_MODES)}")
+    check_fusion(fusion or DEFAULT_FUSION, DEFAULT_ALPHA if alpha is None else alpha)
 
 
 def label(method: str, alpha: float | None) -> str:

@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING, Protocol, TypeVar
 if TYPE_CHECKING:
     import numpy as np
 
-    from embedkit.data.document import TextSpan
+    from embedkit.data.document import Document, TextSpan
 
 Ranking = list[tuple[int, float]]  # (row, score), best first
 Allowed = TypeVar("Allowed")  # a store's compiled filter: its allowed set
@@ -60,6 +60,10 @@ class SearchStore(Protocol[Allowed]):
     def held_at(self, rows: Sequence[int]) -> dict[int, TextSpan]:
         """Row -> what it holds (its document, or in a store of passages its passage), for the
         rows that exist."""
+        ...
+
+    def documents_by_id(self, ids: Sequence[str]) -> list[Document | None]:
+        """Each id's whole document, None where the store holds no live document of that id."""
         ...
 
     def document_numbers(self, rows: Sequence[int]) -> dict[int, int]:

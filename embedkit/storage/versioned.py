@@ -9,7 +9,12 @@ ROOT/
 A writer builds a new version in `ROOT/.staging-PID-XXXX/`, renames it to `v-N` (invisible to
 readers until it is named by CURRENT), then rewrites CURRENT (temp file + rename): that rename is
 the one step that makes the new version live, so a reader sees the old or the new version and a
-kill at any step leaves the old one live. Writers hold `embedkit.storage.locking.write_lock(ROOT)`, so any
+kill at any step leaves the old one live. A folder's first build has no old version to leave live:
+it writes the journal `.embedkit-first-build` before its staging folder and removes it once CURRENT
+names the version, so a first build killed at any step (even after its version was renamed, before
+CURRENT) is told apart from a damaged pointer: every command sees a folder that holds no index yet
+(`unfinished_first_build`), the same build run again starts over, and `clean` removes what it
+left. Writers hold `embedkit.storage.locking.write_lock(ROOT)`, so any
 staging folder found by the next writer (or `embedkit clean ROOT`) is a killed run's and is removed.
 
 A folder without CURRENT is the older flat layout: its files are read where they are, and the
@@ -32,7 +37,7 @@ from pathlib import Path
 from embedkit.errors import InputError
 from embedkit.storage.atomic import apply_umask, fault_point, write_text_atomic
 from embedkit.storage.checksums import CHECKSUMS, verify_checksums, write_checksums
-from embedkit.storage.version_names import MARKER, POINTER, STAGING, VERSION, is_version_folder
+from embedkit.storage.version_names import FIRST_BUILD, MARKER, POINTER, STAGING, VERSION, is_version_folder
 from embedkit.storage.write_failures import named_write_failures
 
 __all__ = [
@@ -54,6 +59,11 @@ def current_dir(root: str | Path) -> Path:
 
     root = Path(root)
     if not os.path.lexists(root / POINTER):
+        if unfinished_first_build(root):
+            raise InputError(
+                f"{root} holds no index: its first build has not finished (it was stopped, or is still "
+                f"running); run that build again, or `embedkit clean {root}` to remove what it left"
+            )
         return root
     name = read_input_text(root / POINTER, "version pointer").strip()
     if not VERSION.match(name):
@@ -72,6 +82,13 @@ def owns(root: str | Path) -> bool:
     return (Path(root) / MARKER).is_file()
 
 
+def unfinished_first_build(root: str | Path) -> bool:
+    """Whether `root` holds a first build that was stopped before CURRENT named its version (its
+    journal is there, CURRENT is not): nothing in it is published, so it holds no index."""
+    root = Path(root)
+    return (root / FIRST_BUILD).is_file() and not os.path.lexists(root / POINTER)
+
+
 def damaged_pointer(root: str | Path) -> str | None:
     """What is wrong with the pointer of embedkit's versioned folder `root`, or None when it names a
     version that is there. A damaged pointer leaves no way to tell the live version from the old
@@ -80,7 +97,7 @@ def damaged_pointer(root: str | Path) -> str | None:
     root = Path(root)
     versions = _versions(root)
     if not (root / POINTER).exists():
-        if not versions:
+        if not versions or unfinished_first_build(root):
             return None  # a first write killed before its version: nothing but the marker
         names = ", ".join(v.name for v in versions)
         return f"{root / POINTER} is missing (the folder holds {names})"
@@ -109,8 +126,33 @@ def pointer_repair(root: str | Path) -> str:
 
 
 def holds_no_version(root: str | Path) -> bool:
-    """Whether `root` holds nothing but what a killed first write leaves: the marker, staging folders."""
+    """Whether `root` holds nothing but what a killed first write leaves: the marker, staging folders,
+    or a first build that did not finish (`unfinished_first_build`)."""
+    if unfinished_first_build(root):
+        return True
     return all(p.name == MARKER or STAGING.match(p.name) for p in Path(root).iterdir())
+
+
+def _discard_first_build(root: Path) -> list[Path]:
+    """Remove what an unfinished first build left (its staging folders, its unpublished versions and
+    its journal, last); the caller holds the write lock and has checked `unfinished_first_build`."""
+    removed: list[Path] = []
+    for entry in sorted(root.iterdir(), key=lambda p: p.name == FIRST_BUILD):
+        ours = bool(STAGING.match(entry.name)) or (bool(VERSION.match(entry.name)) and _written_here(entry))
+        if (ours and entry.is_dir()) or entry.name == FIRST_BUILD:
+            removed += _removed(entry)
+    return removed
+
+
+def _removed(entry: Path) -> list[Path]:
+    """Remove `entry` (a folder with what it holds), never through a symbolic link; [entry] if gone."""
+    if entry.is_symlink():
+        return []
+    if entry.is_dir():
+        shutil.rmtree(entry, ignore_errors=True)
+    else:
+        entry.unlink(missing_ok=True)
+    return [] if entry.exists() else [entry]
 
 
 def _versions(root: Path) -> list[Path]:
@@ -131,6 +173,10 @@ def new_version(root: str | Path, *, keep_files: tuple[str, ...] = ()) -> Iterat
         root.mkdir(parents=True, exist_ok=True)
         if not (root / MARKER).is_file():
             write_text_atomic(root / MARKER, "embedkit versioned folder (see embedkit/versioned.py)\n")
+        first = not os.path.lexists(root / POINTER) and holds_no_version(root)
+        if first:  # a killed first build's leftovers go; the journal says this one is under way
+            _discard_first_build(root)
+            write_text_atomic(root / FIRST_BUILD, "a first build under way (see embedkit/versioned.py)\n")
         stage = Path(tempfile.mkdtemp(prefix=f".staging-{os.getpid()}-", dir=root))
     try:
         with named_write_failures(root):  # the disk full, the folder made unwritable: one line
@@ -146,6 +192,7 @@ def new_version(root: str | Path, *, keep_files: tuple[str, ...] = ()) -> Iterat
             flat = [p for p in root.iterdir() if p.is_file() and not is_versioned(root)]
             write_text_atomic(root / POINTER, final.name + "\n")  # the one step that switches readers
             fault_point("version-switched")
+            (root / FIRST_BUILD).unlink(missing_ok=True)
             for path in flat:  # the older flat layout's files, now replaced by the version
                 if path.name not in keep_files and not path.name.startswith("."):
                     path.unlink(missing_ok=True)
@@ -153,6 +200,8 @@ def new_version(root: str | Path, *, keep_files: tuple[str, ...] = ()) -> Iterat
     finally:
         if stage.exists():
             shutil.rmtree(stage, ignore_errors=True)
+        if first and unfinished_first_build(root):  # a failed first write publishes nothing
+            _discard_first_build(root)
         if created and not is_versioned(root) and holds_no_version(root):
             shutil.rmtree(root, ignore_errors=True)  # a failed first write leaves no folder behind
 
@@ -173,6 +222,8 @@ def clean(root: str | Path) -> list[Path]:
     root = Path(root)
     if not root.is_dir() or not owns(root):
         return []
+    if unfinished_first_build(root):
+        return _discard_first_build(root)
     problem = damaged_pointer(root)
     if problem is not None:
         raise InputError(f"{problem}: nothing removed; `embedkit verify {root}` names the repair")
@@ -186,14 +237,10 @@ def clean(root: str | Path) -> list[Path]:
             keep.add(older[-1].name)  # the previous version: a reader may be opening it right now
     for entry in root.iterdir():
         temporary = entry.name.startswith(f".{POINTER}.") and entry.name.endswith(".tmp")
+        temporary = temporary or entry.name == FIRST_BUILD  # CURRENT is there: a finished build's journal
         stale = (bool(STAGING.match(entry.name)) and entry.is_dir()) or temporary
         if VERSION.match(entry.name) and entry.name not in keep:
             stale = _written_here(entry)  # a folder embedkit published, never a user's look-alike
-        if stale and not entry.is_symlink():
-            if entry.is_dir():
-                shutil.rmtree(entry, ignore_errors=True)
-            else:
-                entry.unlink(missing_ok=True)
-            if not entry.exists():
-                removed.append(entry)
+        if stale:
+            removed += _removed(entry)
     return removed

@@ -149,7 +149,8 @@ def test_each_row_printed_and_the_exit_code(check, monkeypatch, tmp_path, capsys
     }
     monkeypatch.setattr(check, "STEPS", steps)
     out = tmp_path / "check.json"
-    monkeypatch.setattr(sys, "argv", ["gpu_check.py", "--json", str(out), "--work", str(tmp_path / "w")])
+    argv = ["gpu_check.py", "--json", str(out), "--work", str(tmp_path / "w"), "--no-train-1m"]
+    monkeypatch.setattr(sys, "argv", argv)
     with pytest.raises(SystemExit) as ended:
         check.main()
     assert ended.value.code == 1
@@ -169,7 +170,7 @@ def test_each_row_printed_and_the_exit_code(check, monkeypatch, tmp_path, capsys
         "faiss_flat_x_cpu": "SKIP",
         "faiss_flat_recall": "SKIP",
         "faiss_index_same_top10": "SKIP",
-        "train_1m_s": "SKIP",  # not asked for (--train-1m)
+        "train_1m_s": "SKIP",  # left out (--no-train-1m)
     }
     assert "the parity gate failed" in printed and "gpu-check on a GPU" in printed
     assert "6 of 14 rows failed" in printed

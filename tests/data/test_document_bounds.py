@@ -2,13 +2,15 @@
 be read is one line naming it (docs/guarantees.md, section 10).
 
 References: each limit is lowered to a size the test can reach (or, for the file size, met with a
-sparse file), and a file one step over it must be refused naming the file and the limit, one at
-it read; every refusal of `embedkit index` is one line, exit 2, and leaves no index.
+sparse file), and a file one step over it must be skipped with one line naming the file and the
+limit (the rest of the folder read), one at it read; a damaged file is refused: every refusal of
+`embedkit index` is one line, exit 2, and leaves no index.
 """
 
 from __future__ import annotations
 
 import io
+import re
 from pathlib import Path
 
 import pytest
@@ -16,7 +18,7 @@ from typer.testing import CliRunner
 
 from embedkit.cli.app import app
 from embedkit.data import converters
-from embedkit.data.corpus import read_documents
+from embedkit.data.corpus import ReadStats, read_documents
 from embedkit.errors import InputError
 
 fpdf = pytest.importorskip("fpdf")
@@ -55,6 +57,15 @@ def _refused(folder: Path, match: str) -> str:
         list(read_documents(folder))
     assert "\n" not in str(caught.value)
     return str(caught.value)
+
+
+def _skipped(folder: Path, match: str) -> str:
+    """Read `folder`: only ok.md is a document, and one file is skipped with a line matching `match`."""
+    stats = ReadStats()
+    assert [d.id for d in read_documents(folder, stats=stats)] == ["ok.md"]
+    (reason,) = stats.skipped
+    assert re.search(match, reason) and "\n" not in reason, reason
+    return reason
 
 
 def _encrypted_pdf(user_password: str = "secret") -> bytes:
@@ -119,7 +130,7 @@ def test_pages_are_bounded(tmp_path, monkeypatch):
     folder = _folder(tmp_path, "book.pdf", _pdf_bytes(pages=3))
     assert len(list(read_documents(folder))) == 2
     (folder / "book.pdf").write_bytes(_pdf_bytes(pages=4))
-    _refused(folder, r"book\.pdf has 4 pages; a PDF of a folder corpus may have at most 3")
+    _skipped(folder, r"book\.pdf has 4 pages; a PDF of a folder corpus may have at most 3")
 
 
 @pytest.mark.parametrize("kind", ["pdf", "docx", "html"])
@@ -132,26 +143,26 @@ def test_converted_text_is_bounded_as_a_text_file_is(kind, tmp_path, monkeypatch
     }[kind]()
     folder = _folder(tmp_path, f"long.{kind}", raw)
     monkeypatch.setattr(converters, "MAX_TEXT_BYTES", len(words) - 1)
-    _refused(folder, rf"long\.{kind} holds over 0 MiB of text, the most one document")
+    _skipped(folder, rf"long\.{kind} holds over 0 MiB of text, the most one document")
     monkeypatch.setattr(converters, "MAX_TEXT_BYTES", len(words))
     assert len(list(read_documents(folder))) == 2
 
 
-def test_a_docx_that_unpacks_too_large_is_refused_before_it_is_inflated(tmp_path, monkeypatch):
+def test_a_docx_that_unpacks_too_large_is_skipped_before_it_is_inflated(tmp_path, monkeypatch):
     raw = _docx_bytes(["a short document"])
     import zipfile
 
     unpacked = sum(i.file_size for i in zipfile.ZipFile(io.BytesIO(raw)).infolist())
     folder = _folder(tmp_path, "bomb.docx", raw)
     monkeypatch.setattr(converters, "MAX_UNPACKED_BYTES", unpacked - 1)
-    _refused(folder, r"bomb\.docx unpacks to .* MiB; a DOCX of a folder corpus may unpack to at most")
+    _skipped(folder, r"bomb\.docx unpacks to .* MiB; a DOCX of a folder corpus may unpack to at most")
     monkeypatch.setattr(converters, "MAX_UNPACKED_BYTES", unpacked)
     assert len(list(read_documents(folder))) == 2
 
 
-def test_a_converted_file_over_its_size_limit_is_refused_unread(tmp_path):
+def test_a_converted_file_over_its_size_limit_is_skipped_unread(tmp_path):
     folder = _folder(tmp_path, "huge.pdf", b"")
     with open(folder / "huge.pdf", "wb") as f:
         f.truncate(converters.MAX_FILE_BYTES + 1)  # sparse
-    message = _refused(folder, r"huge\.pdf is over 64 MiB, the most one PDF file of a folder corpus may be")
+    message = _skipped(folder, r"huge\.pdf is over 64 MiB, the most one PDF file of a folder corpus may be")
     assert "split it" in message

@@ -206,3 +206,32 @@ def test_index_and_search_show_the_titles(documents, tmp_path: Path, tiny_bert: 
     assert found.exit_code == 0, found.output
     hits = json.loads(found.stdout)["hits"]
     assert {hit["id"]: hit["title"] for hit in hits} == expected
+
+
+def test_a_single_document_file_is_a_corpus_of_one(documents, tmp_path, tiny_bert):
+    """Each Markdown, PDF, HTML and DOCX file given alone reads as it does in its folder (its id its
+    name); a single .txt file stays one document a line."""
+    root, _ = documents
+    in_folder = {d.id: d for d in read_documents(root)}
+    singles = [name for name in in_folder if not name.endswith(".txt")]
+    assert {Path(name).suffix for name in singles} >= {".md", ".pdf", ".html", ".docx"}
+    for name in singles:
+        alone = list(read_documents(root / name))
+        folder_doc = in_folder[name]
+        assert [(d.id, d.title, d.text, d.metadata) for d in alone] == [
+            (Path(name).name, folder_doc.title, folder_doc.text, folder_doc.metadata)
+        ]
+    assert [d.text for d in read_documents(root / "notes.txt")] == [
+        "# a text file has no headings",
+        "plain words",
+    ]
+    out = tmp_path / "one-idx"
+    result = CliRunner().invoke(
+        app,
+        ["index", str(root / "titled.pdf"), "--out", str(out), "--model", str(tiny_bert), "--no-calibrate"],
+    )
+    assert result.exit_code == 0, result.output
+    assert "indexed 1 documents" in result.output
+    other = tmp_path / "other-idx"
+    result = CliRunner().invoke(app, ["index", str(root / "core.docx"), "--out", str(other), "--column", "x"])
+    assert result.exit_code == 2 and "a document file has no columns" in result.output

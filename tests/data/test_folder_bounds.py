@@ -188,14 +188,17 @@ def test_alias_bombs_of_any_shape_are_refused_or_read_fast(tmp_path_factory, wid
     assert time.monotonic() - start < 5
 
 
-def test_a_file_over_the_limit_is_refused_before_it_is_read_whole(tmp_path, tiny_bert):
+def test_a_file_over_the_limit_is_skipped_before_it_is_read_whole(tmp_path, tiny_bert):
     folder = tmp_path / "notes"
     folder.mkdir()
     with open(folder / "big.txt", "wb") as f:
-        f.truncate(MAX_FILE_BYTES + 1)  # sparse: no NUL is read, the size alone refuses it
+        f.truncate(MAX_FILE_BYTES + 1)  # sparse: no NUL is read, the size alone skips it
     (folder / "small.txt").write_text("wing flow", encoding="utf-8")
     code, lines = _index(folder, tmp_path, tiny_bert)
-    assert code == 2 and len(lines) == 1 and f"over {MAX_FILE_BYTES // 2**20} MiB" in lines[0], lines
+    notes = [line for line in lines if line.startswith("note: skipped")]
+    assert code == 0 and len(notes) == 1, lines
+    assert f"big.txt is over {MAX_FILE_BYTES // 2**20} MiB" in notes[0], lines
+    assert any("indexed 1 documents" in line for line in lines), lines
 
 
 @pytest.mark.parametrize(

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import json
+import shutil
 from pathlib import Path
 
 import numpy as np
@@ -101,3 +103,39 @@ def test_a_second_first_run_waits_for_the_export_under_way(
         process.wait(timeout=60)
     assert encoder.backend == "onnx" and seen == [True], seen
     assert "another process exports the bundled model" in capfd.readouterr().err
+
+
+def test_the_cache_is_keyed_by_the_model_not_where_it_is_installed(
+    bundled: list[Path], tiny_bert: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+):
+    """Two virtual environments install the same model at two paths: one export serves both."""
+    installs = [tmp_path / "venv-a" / "model", tmp_path / "venv-b" / "site-packages" / "model"]
+    for install in installs:
+        shutil.copytree(tiny_bert, install, copy_function=shutil.copyfile)  # new mtimes, new inodes
+    opened = []
+    for install in installs:
+        monkeypatch.setattr(default_onnx, "default_base_model_path", lambda install=install: install)
+        opened.append(load_encoder(install, device="cpu"))
+    assert len(bundled) == 1 and opened[0].path == opened[1].path
+    assert len(list((tmp_path / "cache" / "onnx").iterdir())) == 1
+
+
+@pytest.mark.parametrize("change", ["weights", "config", "tokenizer"])
+def test_a_model_with_other_content_gets_its_own_cache_entry(tiny_bert: Path, tmp_path: Path, change: str):
+    from safetensors.numpy import load_file, save_file
+
+    changed = tmp_path / "model"
+    shutil.copytree(tiny_bert, changed)
+    if change == "weights":
+        tensors = load_file(changed / "model.safetensors")
+        name = next(n for n in sorted(tensors) if n.endswith("weight") and tensors[n].ndim == 2)
+        tensors[name] = tensors[name] + np.float32(1e-3)
+        save_file(tensors, changed / "model.safetensors")
+    elif change == "config":
+        config = json.loads((changed / "config.json").read_text())
+        config["layer_norm_eps"] = config.get("layer_norm_eps", 1e-12) * 10
+        (changed / "config.json").write_text(json.dumps(config))
+    else:
+        vocab = changed / "vocab.txt"
+        vocab.write_text(vocab.read_text() + "newword\n")
+    assert default_onnx.onnx_folder_for(changed) != default_onnx.onnx_folder_for(tiny_bert)

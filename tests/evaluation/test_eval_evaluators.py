@@ -83,7 +83,9 @@ def _ndcg10(run: dict[str, float], judged: dict[str, int]) -> float:
 @pytest.mark.parametrize("ignore_identical", [True, False])
 def test_retrieval_matches_brute_force(tmp_path: Path, ignore_identical: bool) -> None:
     encoder = HashEncoder()
-    evaluator = RetrievalEvaluator(write_beir(tmp_path / "beir"), ignore_identical_ids=ignore_identical)
+    evaluator = RetrievalEvaluator(
+        write_beir(tmp_path / "beir"), ignore_identical_ids=ignore_identical, mode="dense"
+    )
     report = evaluator.evaluate(encoder)
     assert evaluator.primary_metric == "ndcg@10"
     assert tuple(report.metrics) == RETRIEVAL_METRICS
@@ -101,7 +103,8 @@ def test_retrieval_matches_brute_force(tmp_path: Path, ignore_identical: bool) -
 
 def test_evaluate_retrieval_function_and_bad_split(encoder, tmp_path: Path) -> None:
     folder = write_beir(tmp_path / "beir")
-    assert evaluate_retrieval(encoder, folder) == RetrievalEvaluator(folder)(encoder)
+    dense = RetrievalEvaluator(folder, mode="dense")
+    assert evaluate_retrieval(encoder, folder, mode="dense") == dense(encoder)
     with pytest.raises(InputError, match=r"has no qrels/dev.tsv"):
         RetrievalEvaluator(folder, split="dev")
     with pytest.raises(InputError, match=r"no STS files given"):
@@ -115,10 +118,10 @@ def test_retrieval_through_a_flat_index_matches_exact_search(tmp_path: Path) -> 
 
     folder = write_beir(tmp_path / "beir")
     build_index(folder, tmp_path / "index", encoder, IndexOptions(kind="flat"))
-    exact = RetrievalEvaluator(folder).evaluate(encoder)
-    by_folder = RetrievalEvaluator(folder, index=tmp_path / "index").evaluate(encoder)
+    exact = RetrievalEvaluator(folder, mode="dense").evaluate(encoder)
+    by_folder = RetrievalEvaluator(folder, index=tmp_path / "index", mode="dense").evaluate(encoder)
     with SearchIndex.load(tmp_path / "index") as index:
-        by_object = RetrievalEvaluator(folder, index=index).evaluate(encoder)
+        by_object = RetrievalEvaluator(folder, index=index, mode="dense").evaluate(encoder)
     for report in (by_folder, by_object):
         assert report.search == str(tmp_path / "index")
         assert report.metrics == pytest.approx(exact.metrics, abs=1e-6)

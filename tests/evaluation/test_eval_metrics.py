@@ -160,11 +160,11 @@ def test_spearman_edge_cases() -> None:
 
 
 def test_exact_search_matches_brute_force_with_ties_and_excluded_ids(monkeypatch: pytest.MonkeyPatch) -> None:
-    import embedkit.evaluation.memory_store as evaluation
+    import embedkit.search.exact as exact
 
     # tiny blocks so the running top-k merges across many chunks
-    monkeypatch.setattr(evaluation, "SEARCH_CHUNK", 7)
-    monkeypatch.setattr(evaluation, "QUERY_BLOCK", 3)
+    monkeypatch.setattr(exact, "SEARCH_CHUNK", 7)
+    monkeypatch.setattr(exact, "QUERY_BLOCK", 3)
     rng = np.random.default_rng(0)
     docs = rng.integers(-2, 3, (50, 3)).astype(np.float32)  # small integers: many equal scores
     queries = rng.integers(-2, 3, (8, 3)).astype(np.float32)

@@ -38,6 +38,6 @@ def test_cranfield_ndcg_at_10(minilm: Path, shared_data: Path) -> None:
     from embedkit.encode.loading import load_encoder
     from embedkit.evaluation import RetrievalEvaluator
 
-    report = RetrievalEvaluator(shared_data / "cranfield").evaluate(load_encoder(minilm))
+    report = RetrievalEvaluator(shared_data / "cranfield", mode="dense").evaluate(load_encoder(minilm))
     assert (report.queries, report.documents) == (225, 1400)
     assert report.metrics["ndcg@10"] == pytest.approx(CRANFIELD_NDCG10, abs=0.001)

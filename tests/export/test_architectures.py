@@ -51,6 +51,26 @@ ATTENTION_FUSED = {
 TEXTS = [*SENTENCES, "a", "ÜBER 42 wing-flow (mach 2.5)!", " ".join(SENTENCES)]  # the last is truncated
 
 
+# int8 operators whose input 1 is the weight of a u8 x weight product (onnxruntime's CPU kernels)
+INT8_PRODUCTS = ("MatMulInteger", "DynamicQuantizeMatMul", "QAttention", "MatMulIntegerToFloat")
+
+
+def signed_weight_products(path: Path) -> list[str]:
+    """The int8 graph's matrix products whose weights are int8: u8 x s8, which CPUs without VNNI
+    saturate (onnxruntime's quantization docs). Read from the file, so it holds on every CPU."""
+    import onnx
+
+    graph = onnx.load(str(path)).graph
+    types = {init.name: init.data_type for init in graph.initializer}
+    # an activation quantized at run time (e.g. the keys in an unfused attention) is uint8
+    types |= {n.output[0]: onnx.TensorProto.UINT8 for n in graph.node if n.op_type == "DynamicQuantizeLinear"}
+    return [
+        node.name
+        for node in graph.node
+        if node.op_type in INT8_PRODUCTS and types.get(node.input[1]) != onnx.TensorProto.UINT8
+    ]
+
+
 def test_every_architecture_is_covered():
     assert set(HEADS) == set(ATTENTION_FUSED) == set(ENCODER_ARCHITECTURES)
 
@@ -85,6 +105,9 @@ def test_export_at_every_precision_matches_sentence_transformers(model, tmp_path
         got = OnnxEncoder(result.out_dir, device="cpu", precision=precision).encode(TEXTS, batch_size=4)
         assert got.shape == reference.shape
         assert np.min(np.sum(got * reference, axis=1)) >= floor, precision  # both unit length
+    # every int8 product is u8 x u8: the vectors above are the ones every x86 CPU computes
+    assert meta["int8"]["weight_type"] == "QUInt8"
+    assert signed_weight_products(result.out_dir / "model_int8.onnx") == []
     fp32 = OnnxEncoder(result.out_dir, device="cpu").encode(TEXTS, batch_size=4)
     np.testing.assert_allclose(fp32, reference, atol=2e-5)
 

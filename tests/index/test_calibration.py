@@ -25,7 +25,7 @@ from embedkit.errors import InputError
 from embedkit.evaluation.fusion_calibration import CalibrationConfig, calibrate_index, pseudo_task
 from embedkit.evaluation.fusion_rule import CANDIDATES, LEXICAL, choose
 from embedkit.jobs.index_build import IndexOptions
-from embedkit.search.request import Calibration, fusion_for, label
+from embedkit.search.request import Calibration, default_choice, fusion_for, label
 
 pytest.importorskip("faiss")
 runner = CliRunner()
@@ -41,7 +41,7 @@ def test_calibration_picks_what_a_brute_force_search_says_is_best(tmp_path: Path
         write_jsonl_docs(tmp_path / "c.jsonl", docs), out, encoder, IndexOptions(kind="flat", calibrate=False)
     )
     assert SearchIndex.load(out).meta.get("fusion") is None
-    chosen = calibrate_index(out, encoder, config=CONFIG)
+    chosen = calibrate_index(out, encoder, config=CONFIG).calibration
 
     # the reference: the same pseudo queries searched through `SearchIndex.search_text` over an index
     # of the searched texts (query sources without their query), every candidate, nDCG@10 by hand
@@ -80,9 +80,18 @@ def test_calibration_picks_what_a_brute_force_search_says_is_best(tmp_path: Path
             assert low - 0.006 <= mean <= high + 0.006 and (low < high or min(values) == max(values))
     expected = choose(scores, CONFIG.seed)
     assert (chosen.method, chosen.alpha) == (expected.method, expected.alpha)
-    with SearchIndex.load(out) as index:  # recorded in the new version's metadata
-        assert index.meta["fusion"]["method"] == chosen.method
+    _check_recorded(out, chosen)
+    with SearchIndex.load(out) as index:
         assert index.default_fusion() == fusion_for(index.meta)
+
+
+def _check_recorded(out: Path, chosen: Calibration) -> None:
+    """Recorded in a new version where the choice changes the search; the default kept: nothing."""
+    with SearchIndex.load(out) as index:
+        if (chosen.method, chosen.alpha) == default_choice():
+            assert index.meta.get("fusion") is None
+        else:
+            assert Calibration.from_json(index.meta["fusion"]) == chosen
 
 
 def test_search_uses_the_recorded_choice_and_flags_override(tmp_path: Path, tiny_bert: Path) -> None:
@@ -343,7 +352,7 @@ def test_an_index_of_passages_is_calibrated_on_documents_ranked_by_their_best_pa
     build_index(write_jsonl_docs(tmp_path / "c.jsonl", docs), out, encoder, options)
     with SearchIndex.load(out) as index:
         assert index.passages and len(index) >= 2 * index.document_count
-    chosen = calibrate_index(out, encoder, config=CONFIG)
+    chosen = calibrate_index(out, encoder, config=CONFIG).calibration
     assert chosen.documents == len(docs) and sum(chosen.queries.values()) >= CONFIG.min_queries
 
     task = pseudo_task([Document(d["_id"], d["text"], d["title"]) for d in docs], CONFIG)
@@ -367,8 +376,8 @@ def test_an_index_of_passages_is_calibrated_on_documents_ranked_by_their_best_pa
                     np.mean([g for g, q in zip(gains, task.queries, strict=True) if q.kind == kind])
                 )
                 assert chosen.table[name][kind] == pytest.approx(mean, abs=0.006), (name, kind)
-    with SearchIndex.load(out) as index:  # recorded, and the default search's fusion
-        assert Calibration.from_json(index.meta["fusion"]) == chosen
+    _check_recorded(out, chosen)
+    with SearchIndex.load(out) as index:
         assert index.default_fusion() == fusion_for(index.meta)
         expected_mode = "dense" if chosen.method == "dense" else "hybrid"
         assert index.default_mode() == expected_mode
@@ -383,10 +392,32 @@ def test_building_an_index_of_passages_calibrates_it(tmp_path: Path, tiny_bert: 
     assert report.calibrated is not None and report.calibrated.table  # scored, not a fallback
     with SearchIndex.load(out) as index:
         built = Calibration.from_json(index.meta["fusion"])
-    again = calibrate_index(out, encoder)
+    again = calibrate_index(out, encoder).calibration
     assert (built.method, built.alpha, built.table, built.queries) == (
         again.method,
         again.alpha,
         again.table,
         again.queries,
     )
+
+
+def _versions(out: Path) -> list[str]:
+    return sorted(p.name for p in out.iterdir() if p.name.startswith("v-"))
+
+
+def test_calibrate_writes_nothing_where_the_index_keeps_its_fusion(tmp_path: Path, tiny_bert: Path) -> None:
+    """Three one-line documents give too few pseudo queries: the default is kept. An index that
+    searches with the default already gets no new version; one that recorded another fusion does."""
+    docs = [{"_id": f"d{i}", "title": "", "text": f"shock wave number {i}"} for i in range(3)]
+    corpus, out = write_jsonl_docs(tmp_path / "c.jsonl", docs), tmp_path / "idx"
+    build_index(corpus, out, tiny_bert, IndexOptions(kind="flat", calibrate=False, device="cpu"))
+    before = _versions(out)
+    result = runner.invoke(app, ["calibrate", str(out), "--device", "cpu"])
+    assert result.exit_code == 0, result.output
+    assert "unchanged, no new version written" in " ".join(result.output.split())
+    assert _versions(out) == before and SearchIndex.load(out).meta.get("fusion") is None
+    set_recorded_fusion(out, {"method": "zscore", "alpha": 0.5, "reason": "recorded by hand"})
+    outcome = calibrate_index(out, device="cpu")
+    assert outcome.written and (outcome.calibration.method, outcome.calibration.alpha) == default_choice()
+    assert len(_versions(out)) == 2 and _versions(out) != before  # the previous version kept beside it
+    assert Calibration.from_json(SearchIndex.load(out).meta["fusion"]) == outcome.calibration

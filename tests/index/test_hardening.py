@@ -300,12 +300,12 @@ def test_retrieval_with_an_index_of_another_corpus_is_refused(tmp_path, tiny_ber
     table["a question"] = rng.standard_normal(DIM)
     encoder = QuietTableEncoder(tiny_bert, table)
     build_index(folders["wrong"] / "corpus.jsonl", tmp_path / "idx", encoder)
-    evaluator = RetrievalEvaluator(folders["right"], index=tmp_path / "idx")
+    evaluator = RetrievalEvaluator(folders["right"], index=tmp_path / "idx", mode="dense")
     with pytest.raises(InputError, match="was not built from .*right's corpus"):
         evaluator.evaluate(encoder)
     build_index(folders["right"] / "corpus.jsonl", tmp_path / "idx", encoder, IndexOptions(overwrite=True))
-    report = RetrievalEvaluator(folders["right"], index=tmp_path / "idx").evaluate(encoder)
-    exact = RetrievalEvaluator(folders["right"]).evaluate(encoder)
+    report = RetrievalEvaluator(folders["right"], index=tmp_path / "idx", mode="dense").evaluate(encoder)
+    exact = RetrievalEvaluator(folders["right"], mode="dense").evaluate(encoder)
     assert report.metrics == pytest.approx(exact.metrics)
 
 

@@ -129,12 +129,15 @@ def test_a_front_matter_number_is_refused_or_read_unchanged(tmp_path_factory, te
     if key and len(text) > 1_024:  # YAML allows an implicit key of at most 1,024 characters
         with pytest.raises(InputError, match=r"a\.md: the front matter is not valid YAML"):
             list(read_documents(folder))
+    elif key:  # a field name is text, kept as written whatever its digits
+        (document,) = read_documents(folder)
+        assert document.metadata == {text: "x"}
     elif held is None:
         with pytest.raises(InputError, match=r"a\.md: .*beyond the 64-bit integers"):
             list(read_documents(folder))
     else:
         (document,) = read_documents(folder)
-        assert (document.metadata == {str(held): "x"}) if key else (document.metadata == {"v": held})
+        assert document.metadata == {"v": held}
 
 
 @hypothesis.settings(max_examples=40, deadline=None)
@@ -152,8 +155,8 @@ def test_an_api_metadata_number_is_refused_in_one_line(
     for _ in range(depth):
         meta = {"inner": [meta]}
     collection = embedkit.create_collection(tmp_path_factory.mktemp("api") / "c", tiny_bert)
-    with pytest.raises(InputError, match="beyond the 64-bit integers") as caught:
-        collection.add(["wing flow"], ids=["a"], metadatas=[{"v": meta}])
+    with pytest.raises(InputError, match=r"beyond (the )?64") as caught:
+        collection.add(ids=["a"], documents=["wing flow"], metadatas=[{"v": meta}])
     assert "\n" not in str(caught.value) and len(str(caught.value)) < 1_000
     assert not (collection.path / "CURRENT").exists()  # nothing written
 
@@ -214,7 +217,7 @@ def test_ids_with_a_lone_surrogate_are_one_line_on_every_path(indexes, bad: str,
             with pytest.raises(InputError, match="is not valid UTF-8 text"):
                 call(ids)
         with pytest.raises(InputError, match="is not valid UTF-8 text"):
-            notes.upsert(["wing"], ids=[bad])
+            notes.upsert(ids=[bad], documents=["wing"])
         assert notes.count() == N  # nothing deleted, nothing added
 
 

@@ -132,10 +132,10 @@ def test_eval_and_reembed_use_the_recorded_prefixes(tmp_path, tiny_bert):
         IndexOptions(query_prefix=given.query, passage_prefix=given.passage),
     )
     encoder = Recording(load_encoder(tiny_bert, device="cpu"))
-    exact = RetrievalEvaluator(beir, prefixes=given).evaluate(encoder)
+    exact = RetrievalEvaluator(beir, prefixes=given, mode="dense").evaluate(encoder)
     assert sorted(encoder.seen) == sorted([f"search: {q}" for q in QUERIES] + [f"doc: {t}" for t in DOCS])
     encoder.seen.clear()
-    indexed = RetrievalEvaluator(beir, index=tmp_path / "idx").evaluate(encoder)
+    indexed = RetrievalEvaluator(beir, index=tmp_path / "idx", mode="dense").evaluate(encoder)
     assert encoder.seen == [f"search: {q}" for q in QUERIES]  # the index's prefix, recorded there
     assert indexed.per_query == exact.per_query
     reembed_index(tmp_path / "idx", tiny_bert, device="cpu")

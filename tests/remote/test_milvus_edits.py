@@ -37,6 +37,8 @@ WHERE = [
     "lang in ('de', 'fr') or flag = true",
     "published < 2018-06-01",
     "not (year >= 2010 or lang = 'de')",
+    'tags contains "b"',
+    'tags contains 2 or not (lang = "en" or not tags contains "a")',
 ]
 
 
@@ -53,6 +55,8 @@ def _records(prefix: str, n: int, offset: int = 0) -> list[dict]:
             record["lang"] = ["en", "de", "fr"][i % 3]
         record["published"] = f"20{15 + i % 6}-0{1 + i % 9}-1{i % 10}"
         record["flag"] = i % 4 == 0
+        if i % 6:  # a list field, filtered by membership (`contains`)
+            record["tags"] = [["a", "b"], ["b"], ["c", 2], [1, 2, "a"], []][i % 5]
         records.append(record)
     return records
 
@@ -114,3 +118,5 @@ def test_filters_run_inside_milvus(pushed) -> None:
             remote.search_text(QUERIES, k=3, encoder=encoder, where="colour = 'red'")
         with pytest.raises(InputError, match="position 6"):
             remote.search_text(QUERIES, k=3, encoder=encoder, where="year 2010")
+        with pytest.raises(InputError, match="not run on Milvus"):  # its json_contains has no unknown
+            remote.search_text(QUERIES, k=3, encoder=encoder, where='year > 1 and not tags contains "a"')

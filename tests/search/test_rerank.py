@@ -128,9 +128,9 @@ def test_eval_retrieval_reranks_the_first_hits_of_its_run(tmp_path: Path, tiny_c
 
     folder = write_beir(tmp_path / "beir")
     corpus = {r["_id"]: r for r in map(json.loads, (folder / "corpus.jsonl").read_text().splitlines())}
-    plain = RetrievalEvaluator(folder).evaluate(HashEncoder()).run
+    plain = RetrievalEvaluator(folder, mode="dense").evaluate(HashEncoder()).run
     scorer = CrossEncoderModel(tiny_cross_encoder, device="cpu")
-    run = RetrievalEvaluator(folder, rerank=scorer, rerank_depth=5).evaluate(HashEncoder()).run
+    run = RetrievalEvaluator(folder, rerank=scorer, rerank_depth=5, mode="dense").evaluate(HashEncoder()).run
     reference = st.CrossEncoder(str(tiny_cross_encoder), device="cpu")
     for qid, query in QUERIES.items():
         first = sorted(plain[qid], key=plain[qid].get, reverse=True)

@@ -190,3 +190,46 @@ def test_every_entry_point_ranks_a_pushed_collection_alike(collection: dict, tin
         for mode, fusion in CASES:
             api = ranked(index.search_text(QUERIES, K, encoder=encoder, **settings(mode, fusion, WHERE)))
             assert served(client, {"queries": QUERIES, "k": K, **settings(mode, fusion, WHERE)}) == api
+
+
+def test_no_settings_is_one_search_at_every_entry_point(collection: dict, tiny_onnx: Path) -> None:
+    """Asked for nothing, the CLI, `/search`, the Python API and an evaluation resolve the same
+    request (the index's default mode and fusion), so `eval retrieval` measures what users search."""
+    from embedkit.search import pipeline
+
+    index_dir, queries = collection["passages"], collection["folder"] / "queries.txt"
+    encoder = load_encoder(tiny_onnx, device="cpu")
+    asked: dict[str, object] = {}
+    real_search = pipeline.search
+
+    def recording(where: str):
+        def search(store, texts, model, request, prefixes):
+            asked[where] = (request.mode, request.fusion, request.alpha, request.k, request.where)
+            return real_search(store, texts, model, request, prefixes)
+
+        return search
+
+    config = ServeConfig(model=str(tiny_onnx), index=str(index_dir), max_wait_ms=0)
+    mp = pytest.MonkeyPatch()
+    try:
+        with SearchIndex.load(index_dir) as index, TestClient(create_app(Engine(config))) as client:
+            ready(client)
+            mp.setattr(pipeline, "search", recording("api"))
+            api = ranked(index.search_text(QUERIES, K, encoder=encoder))
+            mp.setattr(pipeline, "search", recording("eval"))
+            run = RetrievalEvaluator(collection["beir"], index=index).evaluate(encoder).run
+            mp.setattr(pipeline, "search", recording("served"))
+            assert served(client, {"queries": QUERIES, "k": K}) == api
+            mp.setattr(pipeline, "search", recording("cli"))
+            result = CliRunner().invoke(
+                app, ["search", str(index_dir), "--queries", str(queries), "--json", "-k", str(K)]
+            )
+            assert result.exit_code == 0, result.output
+            assert from_json([json.loads(line)["hits"] for line in result.stdout.splitlines()]) == api
+            assert [list(run[f"q{i}"].items()) for i in range(len(QUERIES))] == api
+            assert index.default_mode() == "hybrid"
+    finally:
+        mp.undo()
+    assert set(asked) == {"api", "eval", "served", "cli"}
+    assert len(set(asked.values())) == 1, asked
+    assert next(iter(asked.values()))[0] == "hybrid"

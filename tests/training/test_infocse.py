@@ -21,7 +21,7 @@ from embedkit.encode.torch_head import pool
 from embedkit.training import checkpoint as ckpt
 from embedkit.training.batches import pad_batch
 from embedkit.training.config import INFOCSE_WEIGHT, TrainConfig
-from embedkit.training.infocse import IGNORE, mask_tokens, special_token_ids
+from embedkit.training.infocse import IGNORE, mask_tokens, prediction_slots, special_token_ids
 from embedkit.training.model import ContrastiveModel
 from embedkit.training.trainer import train
 
@@ -289,3 +289,10 @@ def test_resume_restores_the_auxiliary_network(tmp_path: Path, tiny_bert: Path, 
     expected = weights(tmp_path / "whole")
     for name, tensor in weights(run).items():
         torch.testing.assert_close(tensor, expected[name], rtol=0, atol=1e-6)
+
+
+def test_the_head_predicts_a_fixed_number_of_slots_above_any_likely_masking() -> None:
+    # mean + 6 standard deviations of Binomial(N, rate), + 8: 56 x 0.4 = 22.4, sd 3.67 -> 45 + 8
+    assert prediction_slots(56, 0.4) == 53
+    assert prediction_slots(4096, 0.4) == 1827 + 8  # 1638.4 + 6 x 31.35, a 0.45 share
+    assert prediction_slots(10, 0.4) == 10  # never more than the tokens

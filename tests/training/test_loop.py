@@ -52,11 +52,13 @@ class RecordingJob:
         self.best = RecordingBest(self.calls)
         self.best_score = None
 
-    def check(self) -> None:
+    def check(self) -> str:
         self.calls.append(("check",))
+        return "checked"
 
-    def build(self) -> None:
-        self.calls.append(("build",))
+    def build(self, checked: str) -> RecordingJob:
+        self.calls.append(("build", checked))
+        return self
 
     def begin(self) -> int:
         self.calls.append(("begin",))
@@ -96,7 +98,8 @@ class RecordingJob:
 def test_phases_in_order_keep_best_and_the_kept_weights() -> None:
     job = RecordingJob({2: 0.5, 4: 0.3, 6: 0.5, 8: 0.9}, kept=8)
     assert run(job) == "result"
-    assert job.calls[:4] == [("check",), ("build",), ("begin",), ("progress", 0)]
+    # each phase hands on what it made: check's result to build
+    assert job.calls[:4] == [("check",), ("build", "checked"), ("begin",), ("progress", 0)]
     steps = [c for c in job.calls if c[0] == "step"]
     assert steps == [("step", s, s % 2 == 0, s in (4, 8)) for s in range(1, 9)]
     # a tie with the best (step 6) keeps the earlier step's weights
@@ -122,3 +125,36 @@ def test_a_resumed_run_starts_after_its_checkpoint_and_other_ranks_write_nothing
     assert [c[1] for c in job.calls if c[0] == "step"] == [5, 6, 7, 8]
     assert not [c for c in job.calls if c[0].startswith("best.") or c[0] == "selected"]
     assert ("save", 8) in job.calls  # the job's own save decides which process writes
+
+
+def test_the_train_job_hands_on_what_its_phases_build(tmp_path, tiny_bert, monkeypatch) -> None:
+    """`TrainJob` is frozen, and the run it builds sets no attribute after its constructor."""
+    import dataclasses
+
+    from training_runs import CORPUS, config
+
+    from embedkit.training import train_run
+    from embedkit.training.trainer import TrainJob, train
+
+    assert TrainJob.__dataclass_params__.frozen  # type: ignore[attr-defined]
+    job = TrainJob(CORPUS, tmp_path, config(tiny_bert), None, False, False, False, None)  # type: ignore[arg-type]
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        job.out = tmp_path / "other"  # type: ignore[misc]
+    late: list[str] = []
+    constructed: set[int] = set()
+    init, setattr_ = train_run.TrainRun.__init__, train_run.TrainRun.__setattr__
+
+    def built(self, *args, **kwargs) -> None:
+        init(self, *args, **kwargs)
+        constructed.add(id(self))
+
+    def watched(self, name: str, value: object) -> None:
+        if id(self) in constructed:
+            late.append(name)
+        setattr_(self, name, value)
+
+    monkeypatch.setattr(train_run.TrainRun, "__init__", built)
+    monkeypatch.setattr(train_run.TrainRun, "__setattr__", watched)
+    cfg = config(tiny_bert, eval_steps=2, save_steps=2)  # checkpoints and the last step's read
+    train(CORPUS, tmp_path / "out", cfg, progress=False)
+    assert constructed and late == []

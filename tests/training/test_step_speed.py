@@ -14,9 +14,10 @@ import torch
 
 from embedkit.encode.batching import TokenBatcher, pad_encodings
 from embedkit.errors import InputError
-from embedkit.training import step_speed, trainer
+from embedkit.training import step_speed, train_run, trainer
 from embedkit.training.config import TrainConfig
-from embedkit.training.model import ContrastiveModel, make_optimizer, make_scheduler, optimizer_step
+from embedkit.training.model import ContrastiveModel
+from embedkit.training.optimizer import make_optimizer, make_scheduler, optimizer_step
 from embedkit.training.token_table import TokenTable
 
 pytestmark = pytest.mark.usefixtures("one_thread")
@@ -132,13 +133,13 @@ def test_token_table_batches_equal_padded_encodings(tiny_bert: Path) -> None:
 def test_one_shuffle_per_epoch(tmp_path: Path, tiny_bert: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """The epoch's order is drawn once, not once a step (an O(N) draw per step is quadratic)."""
     calls: list[int] = []
-    real = trainer.epoch_order
+    real = train_run.epoch_order
 
     def counted(n: int, seed: int, epoch: int) -> np.ndarray:
         calls.append(epoch)
         return real(n, seed, epoch)
 
-    monkeypatch.setattr(trainer, "epoch_order", counted)
+    monkeypatch.setattr(train_run, "epoch_order", counted)
     cfg = config(tiny_bert, method="simcse", max_steps=7)  # 12 sentences, batch 4: 3 steps an epoch
     trainer.train(CORPUS, tmp_path / "out", cfg, progress=False)
     assert calls == [0, 1, 2]
@@ -149,7 +150,7 @@ def test_fixed_shapes_pad_to_max_seq_length(tmp_path: Path, tiny_bert: Path) -> 
     assert step_speed.fixed_shapes(TrainConfig(), CUDA)
     assert not step_speed.fixed_shapes(TrainConfig(pad_to_max_length=False), CUDA)
     widths: list[int] = []
-    real = trainer._rank_batch
+    real = train_run.rank_batch
 
     def recording(*args, **kwargs):
         batch = real(*args, **kwargs)
@@ -158,7 +159,7 @@ def test_fixed_shapes_pad_to_max_seq_length(tmp_path: Path, tiny_bert: Path) -> 
 
     import unittest.mock
 
-    with unittest.mock.patch.object(trainer, "_rank_batch", recording):
+    with unittest.mock.patch.object(train_run, "rank_batch", recording):
         cfg = config(tiny_bert, method="micse", max_seq_length=40, pad_to_max_length=True, max_steps=2)
         result = trainer.train(CORPUS, tmp_path / "fixed", cfg, progress=False)
         assert widths == [40, 40] and np.isfinite(result.final_losses["loss"])
@@ -175,15 +176,16 @@ def test_compile_is_applied_only_under_cuda(
 ) -> None:
     compiled: list[tuple[object, dict]] = []
     monkeypatch.setattr(torch, "compile", lambda module, **kw: compiled.append((module, kw)) or module)
+    monkeypatch.setattr(step_speed, "side_stream", lambda device: f"stream on {device.type}")
     model = ContrastiveModel.from_folder(tiny_bert, config(tiny_bert, method="micse"))
     assert not step_speed.compile_model(model, "off", CUDA) and not compiled
     with pytest.raises(InputError, match="compile=default needs a CUDA device"):
         step_speed.compile_model(model, "default", torch.device("cpu"))
     assert not compiled and not model.runners
     assert step_speed.compile_model(model, "reduce-overhead", CUDA)
-    assert [m for m, _ in compiled] == [model.backbone, model.momentum]
+    assert [m for m, _ in compiled] == [model.backbone, model.momentum, model.objective]
     assert all(kw == {"mode": "reduce-overhead"} for _, kw in compiled)
-    assert set(model.runners) == {"backbone", "momentum"}
+    assert set(model.runners) == {"backbone", "momentum", "objective"}
     assert set(model.state_dict()) == set(ContrastiveModel.from_folder(tiny_bert, model.config).state_dict())
     # the trainer refuses it on the CPU before anything is written
     with pytest.raises(InputError, match="needs a CUDA device"):
@@ -191,6 +193,33 @@ def test_compile_is_applied_only_under_cuda(
     assert not (tmp_path / "out").exists()
     with pytest.raises(InputError, match="unknown compile 'fast'"):
         TrainConfig(compile="fast").validate()
+
+
+def test_cuda_graphs_are_the_default_on_cuda_only(tiny_bert: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    cpu = torch.device("cpu")
+    assert TrainConfig().compile == "auto"
+    assert step_speed.compile_mode("auto", CUDA) == "reduce-overhead"
+    assert step_speed.compile_mode("auto", cpu) == "off"
+    assert step_speed.compile_mode("off", CUDA) == "off"
+    assert step_speed.compile_mode("default", CUDA) == "default"
+    assert step_speed.side_stream(cpu) is None
+    compiled: list[dict] = []
+    monkeypatch.setattr(torch, "compile", lambda module, **kw: compiled.append(kw) or module)
+    monkeypatch.setattr(step_speed, "side_stream", lambda device: f"stream on {device.type}")
+    model = ContrastiveModel.from_folder(tiny_bert, config(tiny_bert, method="micse"))
+    assert not step_speed.compile_model(model, "auto", cpu) and not compiled
+    assert model.momentum_stream == "stream on cpu"  # what side_stream gives: None on a real CPU
+    # CUDA graphs by default; the momentum forward, then a graph replay, stays on the step's stream
+    model = ContrastiveModel.from_folder(tiny_bert, config(tiny_bert, method="micse"))
+    assert step_speed.compile_model(model, "auto", CUDA)
+    assert compiled == [{"mode": "reduce-overhead"}] * 3 and model.momentum_stream is None
+    # uncompiled (or compiled without graphs) on CUDA, the momentum forward gets a stream of its own
+    model = ContrastiveModel.from_folder(tiny_bert, config(tiny_bert, method="micse"))
+    assert not step_speed.compile_model(model, "off", CUDA)
+    assert model.momentum_stream == "stream on cuda"
+    simcse = ContrastiveModel.from_folder(tiny_bert, config(tiny_bert, method="simcse"))
+    step_speed.compile_model(simcse, "off", CUDA)
+    assert simcse.momentum_stream is None  # no momentum encoder
 
 
 def _views_and_steps(model: ContrastiveModel, batch: dict[str, torch.Tensor]) -> list[torch.Tensor]:
@@ -229,6 +258,30 @@ def test_compiled_step_keeps_dropout_random(tiny_bert: Path, backend: str) -> No
         eager = model.backbone(**model.model_inputs(batch)).last_hidden_state
         compiled = model.runners["backbone"](**model.model_inputs(batch)).last_hidden_state
     torch.testing.assert_close(compiled, eager, rtol=1e-4, atol=1e-5)
+
+
+def test_compiled_step_hands_ami_its_maps_and_gradient(still_bert: Path) -> None:
+    """Compiled (AOT autograd, as CUDA graphs run it), AMI's layers still hand their maps to the
+    compiled loss terms: the same terms and the same gradient into an AMI layer's queries."""
+    batcher = TokenBatcher(still_bert, 16)
+    table = TokenTable.tokenize(batcher.tokenizer, CORPUS[:4], 16, batcher.pad_id)
+    batch = step_speed.to_device(table.batch(np.arange(4), 16), torch.device("cpu"))
+    results = []
+    for compiled in (False, True):
+        torch.manual_seed(0)
+        model = ContrastiveModel.from_folder(
+            still_bert, config(still_bert, method="ami-simcse", ami_weight=1.0)
+        )
+        if compiled:
+            model.runners["backbone"] = torch.compile(model.backbone, backend="aot_eager")
+            model.runners["objective"] = torch.compile(model.objective, backend="aot_eager")
+        out = model.step(batch, torch.Generator().manual_seed(0))
+        out.loss.backward()
+        query = model.backbone.encoder.layer[model.ami_layers[-1]].attention.self.query.weight
+        results.append(({k: v.item() for k, v in out.terms.items()}, query.grad.clone()))
+    (eager_terms, eager_grad), (compiled_terms, compiled_grad) = results
+    assert eager_terms["ami"] < -1e-3 and compiled_terms == pytest.approx(eager_terms, rel=1e-5)
+    torch.testing.assert_close(compiled_grad, eager_grad, rtol=1e-4, atol=1e-7)
 
 
 # --- larger batches: the queue follows -------------------------------------------------------------

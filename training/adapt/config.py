@@ -8,7 +8,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from embedkit.errors import InputError
-from embedkit.search.fusion import FUSION_METHODS
+from embedkit.search.request import check_choices
 from embedkit.training.adapt.queries import QUERY_KINDS
 from embedkit.training.adapt.signals import LABEL_FREE
 from embedkit.training.config import PRECISIONS
@@ -94,8 +94,7 @@ class AdaptConfig:
             raise InputError("--select judged needs judged queries: --dev-retrieval BEIR_FOLDER")
         if not 0 <= self.margin < 1 or not 0 <= self.min_base_overlap <= 1:
             raise InputError("--margin must be in [0, 1) and the base overlap in [0, 1] (nDCG@10 and shares)")
-        if self.fusion not in FUSION_METHODS:
-            raise InputError(f"unknown fusion {self.fusion!r}: use {', '.join(FUSION_METHODS)}")
+        check_choices(None, self.fusion, None)  # the teacher's fusion, checked as every search's
         if self.precision not in PRECISIONS:
             raise InputError(f"unknown precision {self.precision!r}: use {', '.join(PRECISIONS)}")
         positive = (

@@ -63,7 +63,7 @@ from embedkit.training.adapt.student import StudentEmbedder, step_loss
 from embedkit.training.batches import resolve_precision
 from embedkit.training.checkpoint import BASE, AdaptState, BestWeights, CandidateVectors, Kept
 from embedkit.training.loop import DevScore, Due, Schedule
-from embedkit.training.model import make_optimizer, make_scheduler, optimizer_step
+from embedkit.training.optimizer import make_optimizer, make_scheduler, optimizer_step
 from embedkit.training.save import write_model_folder
 
 TEACHER_CHUNK = 128  # queries per hybrid search call (one progress-bar tick)
@@ -158,7 +158,7 @@ class AdaptJob:
         if config.dev_retrieval:
             from embedkit.evaluation.retrieval import RetrievalEvaluator
 
-            self.dev_judged = RetrievalEvaluator(config.dev_retrieval, batch_size=64)
+            self.dev_judged = RetrievalEvaluator(config.dev_retrieval, batch_size=64, mode="dense")
         if index.passages:  # the mining pairs each document with one vector
             raise InputError(f"adapt works on an index of whole documents; {index.path} holds passages")
         documents = [d for d in index.documents_at(range(len(index))) if d is not None]
@@ -174,8 +174,9 @@ class AdaptJob:
         held_out = f"{len(self.dev_queries):,} held out"
         self.note(f"{len(self.train_queries):,} pseudo queries ({by_kind(self.train_queries)}), {held_out}")
 
-    def build(self) -> None:
-        """The teacher's candidates, then the student and its optimizer, schedule and sampler."""
+    def build(self, checked: None = None) -> AdaptJob:
+        """The teacher's candidates, then the student and its optimizer, schedule and sampler; the
+        job itself runs the steps."""
         config, device, documents = self.config, self.device, self.documents
         word_sets = {row: set(words(doc.full_text)) for row, doc in enumerate(documents)}
         self.mined = teacher_candidates(self.index, self.train_queries, word_sets, config, self.show_progress)
@@ -196,6 +197,7 @@ class AdaptJob:
         # a checkpoint at each dev evaluation but the last: after it, the model folder is written
         self.schedule = Schedule(config.steps, config.eval_steps, config.eval_steps, save_last=False)
         self.best = BestWeights(self.run_dir, student.model, "model.safetensors", self.spec.path)
+        return self
 
     def begin(self) -> int:
         """The base model's dev scores (its top 10 too, for the overlap), or the checkpoint's state."""
