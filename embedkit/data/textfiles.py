@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from embedkit.data.input_files import open_input
-from embedkit.data.values import Unheld, json_value, number_problem
+from embedkit.data.values import JSON_NUMBERS, Unheld, number_problem
 from embedkit.errors import InputError
 
 
@@ -123,7 +123,7 @@ def json_objects(path: Path, *, keep_blank: bool = False) -> Iterator[tuple[int,
             continue
         try:
             # its numbers as the stores hold them (values.number_from_text), each name once
-            obj = json_value(line, object_pairs_hook=_object_once_each_name)
+            obj = json.loads(line, object_pairs_hook=_object_once_each_name, **JSON_NUMBERS)
         except _RepeatedName as exc:  # Python's reader would keep the last, the first silently lost
             raise InputError(f"{path}: line {number} names the field {exc.args[0]!r} twice") from None
         except json.JSONDecodeError as exc:

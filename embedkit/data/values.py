@@ -22,10 +22,11 @@ are text: a number, a boolean or null becomes the name JSON gives it (`1`, `true
 names that become one are refused, never one field silently dropped.
 
 Every number written as text (a JSONL value, a YAML value, a qrels grade, a filter literal) is
-converted by `number_from_text`, which decides on the digits before converting: Python refuses to
-turn over 4,300 digits into an int (a `ValueError` far from the input), and no store holds more
-than 19. A number no store holds comes back as `Unheld`, which `check_value` refuses naming its
-field; `number_problem` is the one judgement of a number, read from text or handed in from Python.
+converted by `number_from_text` (`JSON_NUMBERS` for JSON), which decides on the digits before
+converting: Python refuses to turn over 4,300 digits into an int (a `ValueError` far from the
+input), and no store holds more than 19. A number no store holds comes back as `Unheld`, which
+`check_value` refuses naming its field; `number_problem` is the one judgement of a number, read
+from text or handed in from Python.
 An id, stored or looked up (delete, get), is checked by `check_id`.
 
 No torch, no numpy: `embedkit.data` and `embedkit.index.where` both import it (a numpy value is told
@@ -106,14 +107,9 @@ def number_problem(value: int | float | Unheld) -> str | None:
     return None
 
 
-def json_value(text: str, **hooks: Any) -> Any:
-    """`json.loads(text, **hooks)` with every number converted by `number_from_text` (no
-    `ValueError` for a long integer, NaN and Infinity as `Unheld`); `json.JSONDecodeError` and
-    `RecursionError` as `json.loads` raises them."""
-    import json
-
-    numbers_read = {"parse_int": number_from_text, "parse_float": number_from_text}
-    return json.loads(text, **numbers_read, parse_constant=number_from_text, **hooks)
+# `json.loads(text, **JSON_NUMBERS)`: every number converted by `number_from_text` (no `ValueError`
+# for a long integer; NaN, Infinity and 1e400 as `Unheld`, refused with their field by `check_value`)
+JSON_NUMBERS = {name: number_from_text for name in ("parse_int", "parse_float", "parse_constant")}
 
 
 

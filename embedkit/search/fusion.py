@@ -49,6 +49,7 @@ row's fused score does not depend on the order of the input lists beyond its ran
 from __future__ import annotations
 
 import math
+import numbers
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, NamedTuple
 
@@ -164,13 +165,15 @@ def weighted(
 # (faiss allocates k results a query; tantivy's top-k collector reserves k places, and a k of
 # 10**12 aborts the process there). The server refuses a k over its --max-k before this.
 def bounded_k(k: int, held: int | None = None) -> int:
-    """`k` checked (`embedkit.arguments.whole_number`: an integer, at least 1, else an
+    """`k` checked (an integer, at least 1, as `embedkit.arguments.whole_number` has it: else an
     `InputError`) and, given `held` (what the store holds), at most `held` (never below 1, so an
-    empty store still reads as a search of 1)."""
-    from embedkit.arguments import whole_number
-
-    wanted = whole_number("k", k)
-    return wanted if held is None else min(wanted, max(1, int(held)))
+    empty store still reads as a search of 1). Checked here, not there: a search's flow stays in
+    its own modules."""
+    if isinstance(k, bool) or not isinstance(k, numbers.Integral):
+        raise InputError(f"k must be a whole number, not {type(k).__name__}")
+    if k < 1:
+        raise InputError(f"k must be at least 1, got {int(k) if k > -(2**63) else 'a number beyond 64 bits'}")
+    return int(k) if held is None else min(int(k), max(1, int(held)))
 
 
 def _clean(ranking: Ranking) -> dict[int, float]:
