@@ -14,6 +14,8 @@ import re
 from pathlib import Path
 from typing import Any
 
+from embedkit.data.values import number_from_text
+
 try:  # typer's internals since 0.29; absent before
     from typer._coercion import RuntimeParam, build_runtime_param
     from typer._param_types import coerce_cli_path
@@ -36,7 +38,11 @@ def plain_value(annotation: Any, info: Any, value: Any) -> Any:
     if (annotation is str and isinstance(value, str)) or (annotation is bool and isinstance(value, bool)):
         return value
     if annotation is int and not isinstance(value, bool):
-        number = int(value) if isinstance(value, int) or _INTEGER.fullmatch(str(value)) else None
+        if isinstance(value, int):
+            number: int | None = value
+        else:  # embedkit's one conversion of a number written as text: no int() of 5,000 digits
+            written = number_from_text(str(value)) if _INTEGER.fullmatch(str(value)) else None
+            number = written if isinstance(written, int) else None
         return number if number is not None and _in_range(number, info) else _TYPER
     if annotation is float and not isinstance(value, bool):
         plain = isinstance(value, (int, float)) or _DECIMAL.fullmatch(str(value))

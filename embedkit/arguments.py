@@ -15,7 +15,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from embedkit.data.values import check_text
+from embedkit.data.values import check_id, check_text, number_problem
 from embedkit.errors import InputError
 
 
@@ -23,6 +23,8 @@ def _shown(value: Any) -> str:
     """A value as an error line shows it: its type, and its repr where that is short."""
     if isinstance(value, (list, tuple, dict, set)) and len(value) > 4:  # never the repr of a deep one
         return type(value).__name__
+    if isinstance(value, numbers.Integral) and number_problem(int(value)) is not None:
+        return f"{type(value).__name__} beyond 64 bits"  # repr() of over 4,300 digits is a ValueError
     text = repr(value)
     return f"{type(value).__name__} {text}" if len(text) <= 40 and "\n" not in text else type(value).__name__
 
@@ -33,7 +35,7 @@ def whole_number(name: str, value: Any, *, least: int = 1) -> int:
         raise InputError(f"{name} must be a whole number, not {_shown(value)}")
     number = int(value)
     if number < least:
-        raise InputError(f"{name} must be at least {least}, got {number}")
+        raise InputError(f"{name} must be at least {least}, got {_shown(number)}")
     return number
 
 
@@ -122,9 +124,7 @@ def text_list(
 def id_list(name: str, value: Any) -> list[str]:
     """`value` as a list of ids: non-empty strings, valid Unicode (a single id is a list of one)."""
     listed = text_list(name, value, blank=True)
-    if any(not i for i in listed):
-        raise InputError(f"{name}[{listed.index('')}] is empty: every id is a non-empty string")
-    return listed
+    return [check_id(doc_id, f"{name}[{position}]") for position, doc_id in enumerate(listed)]  # one id check
 
 
 def metadata_list(name: str, value: Any, count: int) -> list[dict[str, Any] | None]:

@@ -9,7 +9,7 @@ from typing import Any
 
 from embedkit.data.input_files import check_input_file
 from embedkit.data.textfiles import find_data_file, json_objects, record_id, string_field, text_lines
-from embedkit.data.values import check_document
+from embedkit.data.values import check_document, number_from_text, shown_number
 from embedkit.errors import InputError
 
 
@@ -100,7 +100,7 @@ def read_qrels(path: Path) -> dict[str, dict[str, int]]:
             raise InputError(f"{path}: line {number} has {len(fields)} tab-separated fields, expected 3")
         query_id, doc_id, grade = (f.strip() for f in fields)
         try:
-            value = int(grade)
+            value = number_from_text(grade)
         except ValueError:
             if first:  # the header
                 first = False
@@ -109,6 +109,9 @@ def read_qrels(path: Path) -> dict[str, dict[str, int]]:
                 f"{path}: line {number}: bad relevance grade {grade!r} (expected an integer)"
             ) from None
         first = False
+        if not isinstance(value, int):
+            shown = shown_number(grade)
+            raise InputError(f"{path}: line {number}: bad relevance grade {shown} (expected a 64-bit int)")
         if (query_id, doc_id) in lines:
             raise InputError(
                 f"{path}: lines {lines[query_id, doc_id]} and {number} both judge query {query_id!r} "

@@ -111,6 +111,17 @@ def _bounded_loader():  # -> a SafeLoader subclass counting how deep nodes are c
             finally:
                 self.depth -= 1
 
+        def construct_yaml_int(self, node):
+            """A decimal integer through `number_from_text` (PyYAML's `int()` raises a ValueError
+            past 4,300 digits); YAML's other forms (0x.., 0o.., 1_000, 1:30) as PyYAML reads them,
+            their size checked with every stored value (`check_value`)."""
+            from embedkit.data.values import number_from_text
+
+            text = self.construct_scalar(node).replace("_", "")
+            if re.fullmatch(r"[-+]?[1-9][0-9]*", text):
+                return number_from_text(text)
+            return super().construct_yaml_int(node)
+
         def construct_mapping(self, node, deep=False):
             """The mapping with each field name as written; YAML's merge keys (`<<`) as PyYAML
             merges them (the mapping's own names win over merged ones)."""
@@ -129,6 +140,7 @@ def _bounded_loader():  # -> a SafeLoader subclass counting how deep nodes are c
                     mapping[key_node.value] = self.construct_object(value_node, deep=deep)
             return mapping
 
+    BoundedLoader.add_constructor("tag:yaml.org,2002:int", BoundedLoader.construct_yaml_int)
     return BoundedLoader
 
 

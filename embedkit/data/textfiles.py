@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any, Literal, overload
 
 from embedkit.data.input_files import open_input
+from embedkit.data.values import JSON_NUMBERS, Unheld, number_problem
 from embedkit.errors import InputError
 
 
@@ -131,7 +132,8 @@ def json_objects(path: Path, *, keep_blank: bool = False) -> Iterator[tuple[int,
                 yield number, None
             continue
         try:
-            obj = json.loads(line, object_pairs_hook=_object_once_each_name)
+            # its numbers as the stores hold them (values.number_from_text), each name once
+            obj = json.loads(line, object_pairs_hook=_object_once_each_name, **JSON_NUMBERS)
         except _RepeatedName as exc:  # Python's reader would keep the last, the first silently lost
             raise InputError(f"{path}: line {number} names the field {exc.args[0]!r} twice") from None
         except json.JSONDecodeError as exc:
@@ -169,15 +171,30 @@ def record_id(
     if column is not None:
         if column not in record:
             raise InputError(f"{path}: line {number} has no {column!r} field")
-        return str(record[column])
+        return _id_text(record[column], column, path, number)
     for key in keys:
         if key in record:
-            return str(record[key])
+            return _id_text(record[key], key, path, number)
     if default is not None:
         return default
     found = ", ".join(repr(k) for k in record) or "none"
     wanted = " or ".join(repr(k) for k in keys)
     raise InputError(f"{path}: line {number} has no {wanted} (keys found: {found})")
+
+
+def _id_text(value: Any, key: str, path: Path, number: int) -> str:
+    """A record's id as text: a string as it is, a number as JSON writes it (a number no store
+    holds, NaN included, is refused as in any other field); anything else is an `InputError`."""
+    if isinstance(value, str):
+        return value
+    if isinstance(value, (int, float, Unheld)) and not isinstance(value, bool):
+        problem = number_problem(value)
+        if problem is not None:
+            raise InputError(f"{path}: line {number}: the id {key!r} {problem}")
+        return str(value)
+    kind = {bool: "a boolean", type(None): "null", list: "an array", dict: "an object"}.get(type(value))
+    kind = kind or type(value).__name__
+    raise InputError(f"{path}: line {number}: the id {key!r} is {kind}: write a string")
 
 
 def string_field(record: dict[str, Any], key: str, path: Path, number: int) -> str:

@@ -21,6 +21,14 @@ its ISO text, as a front matter's dates always were); anything else (a set, byte
 are text: a number, a boolean or null becomes the name JSON gives it (`1`, `true`, `null`), and two
 names that become one are refused, never one field silently dropped.
 
+Every number written as text (a JSONL value, a YAML value, a qrels grade, a filter literal) is
+converted by `number_from_text` (`JSON_NUMBERS` for JSON), which decides on the digits before
+converting: Python refuses to turn over 4,300 digits into an int (a `ValueError` far from the
+input), and no store holds more than 19. A number no store holds comes back as `Unheld`, which
+`check_value` refuses naming its field; `number_problem` is the one judgement of a number, read
+from text or handed in from Python.
+An id, stored or looked up (delete, get), is checked by `check_id`.
+
 No torch, no numpy: `embedkit.data` and `embedkit.index.where` both import it (a numpy value is told
 by its type's module, without importing numpy).
 """
@@ -30,7 +38,9 @@ from __future__ import annotations
 import datetime
 import math
 import numbers
-from collections.abc import Mapping
+import re
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 from decimal import Decimal
 from typing import Any
 
@@ -39,6 +49,69 @@ from embedkit.errors import InputError
 INT64_MIN = -(2**63)
 INT64_MAX = 2**63 - 1
 MAX_DEPTH = 64  # arrays and objects inside each other in one metadata value
+MAX_INT_DIGITS = len(str(INT64_MAX))  # 19: a longer integer is beyond every store, whatever its digits
+_INTEGER = re.compile(r"[+-]?[0-9]+")
+
+
+@dataclass(frozen=True, repr=False)
+class Unheld:
+    """A number read from text that no store holds (an integer beyond 64 bits, NaN, Infinity, a
+    float beyond 64-bit floats), kept as written so that `check_value` refuses it naming its field."""
+
+    text: str
+
+    def __str__(self) -> str:
+        return shown_number(self.text)
+
+    __repr__ = __str__
+
+
+def number_from_text(text: str) -> int | float | Unheld:
+    """The number `text` writes (JSON's and YAML's integers and floats, NaN and Infinity included):
+    an int where it is an integer, else a float; `Unheld` where no store holds it. An integer's
+    size is judged on its digits before `int()` sees them. A `ValueError` where it is no number."""
+    if _INTEGER.fullmatch(text):
+        digits = text.lstrip("+-").lstrip("0") or "0"  # int() counts leading zeros in its limit too
+        if len(digits) > MAX_INT_DIGITS:
+            return Unheld(text)
+        value: int | float = -int(digits) if text.startswith("-") else int(digits)
+    else:
+        value = float(text)  # any length: floats have no digit limit, and overflow to infinity
+    return value if number_problem(value) is None else Unheld(text)
+
+
+def shown_number(text: str) -> str:
+    """`text` as an error line shows it: a number of over 40 characters by its ends and length."""
+    if len(text) <= 40:
+        return text
+    return f"{text[:12]}...{text[-6:]} ({len(text):,} characters)"
+
+
+def number_problem(value: int | float | Unheld) -> str | None:
+    """Why no store holds the number `value`, or None: the one judgement of every number."""
+    beyond = f"beyond the 64-bit integers a store holds ({INT64_MIN} to {INT64_MAX}): write it as a string"
+    no_float = "a number JSON does not have (NaN, Infinity, beyond 64-bit floats): leave it out or write text"
+    if isinstance(value, Unheld):
+        if _INTEGER.fullmatch(value.text):
+            return f"holds the integer {value}, {beyond}"
+        return f"holds {value}, {no_float}"
+    if isinstance(value, bool):
+        return None
+    if isinstance(value, int) and not in_int64(value):
+        # str() of an int over 4,300 digits is a ValueError: a huge one is told by its bits
+        bits = value.bit_length()
+        size = f"{len(str(abs(value))):,} digits" if bits < 10_000 else f"{bits:,} bits"
+        return f"holds an integer of {size}, {beyond}"
+    if isinstance(value, float) and not math.isfinite(value):
+        return f"holds {value!r}, {no_float}"
+    return None
+
+
+# `json.loads(text, **JSON_NUMBERS)`: every number converted by `number_from_text` (no `ValueError`
+# for a long integer; NaN, Infinity and 1e400 as `Unheld`, refused with their field by `check_value`)
+JSON_NUMBERS = {name: number_from_text for name in ("parse_int", "parse_float", "parse_constant")}
+
+
 
 
 def lone_surrogate(text: str) -> int | None:
@@ -81,17 +154,8 @@ def check_value(value: Any, what: str) -> None:
 
 
 def _problem(item: Any) -> str | None:
-    if isinstance(item, bool):
-        return None
-    if isinstance(item, int) and not in_int64(item):
-        return (
-            f"holds the integer {item}, beyond the 64-bit integers a store holds "
-            f"({INT64_MIN} to {INT64_MAX}): write it as a string"
-        )
-    if isinstance(item, float) and not math.isfinite(item):
-        return (
-            f"holds {item!r}, a number JSON does not have (NaN or Infinity): leave it out or write a string"
-        )
+    if isinstance(item, (int, float, Unheld)):
+        return number_problem(item)
     position = lone_surrogate(item) if isinstance(item, str) else None
     if position is not None:
         return f"holds text that is not valid UTF-8 ({surrogate_bytes(item, position)})"
@@ -163,6 +227,8 @@ def _field_name(key: Any, what: str, path: str) -> str:
         name = str.__str__(key)
     elif key is None or isinstance(key, bool):
         name = {None: "null", True: "true", False: "false"}[key]
+    elif isinstance(key, Unheld):
+        raise InputError(f"{what}: a field name{_under(path)} {number_problem(key)}")
     elif isinstance(key, (int, float, Decimal, datetime.date)):
         try:
             scalar = _json_scalar(key)
@@ -183,7 +249,7 @@ def _field_name(key: Any, what: str, path: str) -> str:
 
 def _json_scalar(value: Any) -> Any:
     """The JSON scalar (None, bool, int, float, str) that is exactly `value`, or `_NotJson`."""
-    if value is None or isinstance(value, bool):
+    if value is None or isinstance(value, (bool, Unheld)):  # Unheld: refused by `_problem`, naming it
         return value
     if isinstance(value, str):
         return str.__str__(value)  # a str subclass (an enum's member) as its text
@@ -217,12 +283,39 @@ def _decimal(value: Decimal) -> int | float:
     return as_float
 
 
+def check_id(doc_id: Any, what: str = "a document id") -> str:
+    """`doc_id` where it can be an id (a non-empty string that is valid UTF-8), else an
+    `InputError`: the one check of an id taken from a user, to store or to look up."""
+    if not isinstance(doc_id, str) or not doc_id:
+        raise InputError(f"{what} must be a non-empty string, not {_short(doc_id)}")
+    position = lone_surrogate(doc_id)
+    if position is not None:
+        raise InputError(
+            f"{what} is not valid UTF-8 text ({surrogate_bytes(doc_id, position)} at character "
+            f"{position + 1} of {doc_id!r})"
+        )
+    return doc_id
+
+
+def check_ids(ids: Sequence[Any], what: str = "a document id") -> list[str]:
+    """Every id of `ids` through `check_id` (a lookup by id: delete, get), as a list."""
+    if isinstance(ids, (str, bytes)):
+        raise InputError("ids is a list of ids, not one string")
+    return [check_id(doc_id, what) for doc_id in ids]
+
+
+def _short(value: Any) -> str:
+    shown = repr(value) if not isinstance(value, int) or number_problem(value) is None else "a long integer"
+    return shown if len(shown) <= 60 else shown[:57] + "..."
+
+
 def check_document(
     doc_id: str, title: str, text: str, metadata: Mapping[Any, Any], what: str
 ) -> dict[str, Any]:
     """Every field of a document that a command stores or embeds, checked as it is read; returns
     the metadata as the stores hold it (`json_metadata`)."""
-    for name, value in (("id", doc_id), ("title", title), ("text", text)):
+    check_id(doc_id, f"{what}: the id")
+    for name, value in (("title", title), ("text", text)):
         position = lone_surrogate(value)
         if position is not None:
             raise InputError(

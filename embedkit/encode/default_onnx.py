@@ -16,6 +16,7 @@ indexes built with either form accept the other.
 
 from __future__ import annotations
 
+import errno
 import hashlib
 import os
 import sys
@@ -26,7 +27,7 @@ from embedkit import __version__
 from embedkit.encode.identity import model_fingerprint
 from embedkit.encode.model_folder import ModelSpec, default_base_model_path, read_model_spec
 from embedkit.errors import EmbedkitError
-from embedkit.storage.user_cache import cache_dir
+from embedkit.storage.user_cache import CACHE_ENV, cache_dir
 
 BACKEND_ENV = "EMBEDKIT_DEFAULT_BACKEND"
 
@@ -53,23 +54,61 @@ def onnx_folder_for(source: Path) -> Path:
 def default_onnx_spec(spec: ModelSpec) -> ModelSpec | None:
     """The ONNX form of the bundled model `spec`, exported on first use; None where it cannot be had.
 
-    None (the torch folder is used) when opted out, or when the export cannot run here (no
-    `onnx` package, say): that case warns once, naming the fix.
+    None (the torch folder is used) when opted out, or when the export cannot run here: an
+    unusable cache folder, no `onnx` package. Each such case warns once, in one line naming the
+    cause and its fix. A first run in another process that is exporting is waited for.
     """
     if os.environ.get(BACKEND_ENV, "").lower() == "torch" or not is_bundled_default(spec):
         return None
     folder = onnx_folder_for(spec.path)
     if not (folder / "model.onnx").is_file():
         try:
-            _export(spec.path, folder)
-        except (ImportError, OSError, EmbedkitError) as exc:
-            warnings.warn(
-                f"cannot export the bundled model to ONNX ({str(exc).splitlines()[0]}); using torch. "
-                f"Install the `cpu` extra, or set {BACKEND_ENV}=torch to skip this",
-                stacklevel=3,
+            folder.parent.mkdir(parents=True, exist_ok=True)
+            if not os.access(folder.parent, os.W_OK):  # say so now, not as a lock file's failure
+                raise PermissionError(errno.EACCES, os.strerror(errno.EACCES), str(folder.parent))
+            _export_once(spec.path, folder)
+        except ImportError as exc:
+            return _torch_instead(f"cannot export it to ONNX here ({exc})", "install the `cpu` extra")
+        except OSError as exc:
+            return _torch_instead(
+                f"the cache folder cannot hold its ONNX form ({_obstacle(folder.parent, exc)})",
+                f"set {CACHE_ENV} to a writable folder",
             )
-            return None
+        except EmbedkitError as exc:
+            return _torch_instead(f"cannot export it to ONNX ({str(exc).splitlines()[0]})", "")
     return read_model_spec(folder)
+
+
+def _obstacle(wanted: Path, exc: OSError) -> str:
+    """What stands in the way of the folder `wanted`, named by a path that exists: the nearest
+    one above it that is no folder (`/dev/null` under `/dev/null/cache`), else the OS's reason."""
+    for path in (wanted, *wanted.parents):
+        if os.path.lexists(path):
+            return f"{path}: {exc.strerror or exc}" if path.is_dir() else f"{path} is not a folder"
+    return f"{wanted}: {exc.strerror or exc}"  # pragma: no cover - "/" always exists
+
+
+def _torch_instead(cause: str, fix: str) -> None:
+    """Say, in one line, that the bundled model runs with torch, and why."""
+    skip = f"set {BACKEND_ENV}=torch to skip this"
+    advice = f"{fix}, or {skip}" if fix else skip
+    warnings.warn(f"the bundled model runs with torch: {cause}; {advice}", stacklevel=3)
+
+
+def _export_once(source: Path, folder: Path) -> None:
+    """Export into `folder` under its write lock; a run of another process exporting there is
+    waited for (and its export used), never raced or silently replaced by torch."""
+    from embedkit.storage.locking import TargetBusy, write_lock
+
+    try:
+        with write_lock(folder, wait=False):
+            _export(source, folder)
+        return
+    except TargetBusy:
+        print(f"embedkit: another process exports the bundled model to {folder}: waiting", file=sys.stderr)
+    with write_lock(folder, wait=True):
+        if not (folder / "model.onnx").is_file():  # that process failed: export here
+            _export(source, folder)
 
 
 def _export(source: Path, folder: Path) -> None:
@@ -79,7 +118,6 @@ def _export(source: Path, folder: Path) -> None:
         f"embedkit: exporting the bundled all-MiniLM-L6-v2 to ONNX once (about a minute); cached in {folder}",
         file=sys.stderr,
     )
-    folder.parent.mkdir(parents=True, exist_ok=True)
     export_model(source, folder, progress=False)
 
 

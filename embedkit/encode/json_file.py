@@ -18,8 +18,8 @@ def read_json(path: Path) -> dict[str, Any]:
 
     try:
         data = json.loads(read_input_text(path))
-    except json.JSONDecodeError as exc:
-        raise InputError(f"cannot read {path}: {exc}") from None
+    except ValueError as exc:  # not JSON, or an integer of over 4,300 digits Python will not convert
+        raise InputError(f"cannot read {path}: {str(exc)[:200]}") from None
     if not isinstance(data, dict):
         raise InputError(f"cannot read {path}: expected a JSON object")
     return data

@@ -16,7 +16,7 @@ from pathlib import Path
 
 import numpy as np
 
-from embedkit.errors import InputError
+from embedkit.index.store_errors import store_error
 
 _SCHEMA = "CREATE TABLE IF NOT EXISTS deleted (row INTEGER PRIMARY KEY, masked INTEGER NOT NULL)"
 
@@ -40,7 +40,7 @@ class Deletions:
         try:
             rows = self._db.execute("SELECT row FROM deleted WHERE masked = 1 ORDER BY row").fetchall()
         except sqlite3.DatabaseError as exc:
-            raise InputError(f"corrupt document store {self.path}: {exc}") from None
+            raise store_error(exc, self.path) from None
         return np.asarray([r for (r,) in rows], dtype=np.int64)
 
     def last_row(self) -> int:

@@ -41,11 +41,13 @@ from pathlib import Path
 from typing import Any, cast
 
 from embedkit.data.document import Document, Passage, TextSpan
+from embedkit.data.values import check_ids
 from embedkit.errors import InputError
 from embedkit.index.content_hash import hash_fields, stored_metadata
 from embedkit.index.deletions import Deletions
 from embedkit.index.fields import MetadataFilters
 from embedkit.index.lexical import LEXICAL_DIR, LexicalIndex, LexicalSettings
+from embedkit.index.store_errors import store_error
 
 _SCHEMA = """
 CREATE TABLE documents (
@@ -86,7 +88,7 @@ class DocStore:
             query = f"SELECT COUNT(*) FROM sqlite_master WHERE type = 'table' AND name IN ({marks})"
             self.legacy_lexical = connection.execute(query, LEGACY_LEXICAL_TABLES).fetchone()[0] > 0
         except sqlite3.DatabaseError as exc:
-            raise InputError(f"corrupt document store {path}: {exc}") from None
+            raise store_error(exc, path) from None
         if lexical is not None:
             self.lexical = LexicalIndex.open(self.lexical_dir, lexical)
         query = "SELECT COUNT(*) FROM sqlite_master WHERE type = 'table' AND name = 'passages'"
@@ -130,7 +132,7 @@ class DocStore:
             if writable:
                 _add_hash_column(db)
         except sqlite3.DatabaseError as exc:
-            raise InputError(f"corrupt document store {path}: {exc}") from None
+            raise store_error(exc, path) from None
         try:
             return cls(db, path, lexical)
         except BaseException:
@@ -181,13 +183,13 @@ class DocStore:
         try:
             return self._db.execute(query).fetchone()[0]
         except sqlite3.DatabaseError as exc:
-            raise InputError(f"corrupt document store {self.path}: {exc}") from None
+            raise store_error(exc, self.path) from None
 
     def _max_row(self, table: str) -> int:
         try:
             (last,) = self._db.execute(f"SELECT MAX(row) FROM {table}").fetchone()
         except sqlite3.DatabaseError as exc:
-            raise InputError(f"corrupt document store {self.path}: {exc}") from None
+            raise store_error(exc, self.path) from None
         return -1 if last is None else int(last)
 
     def largest_number_id(self) -> int:
@@ -302,7 +304,7 @@ class DocStore:
         else:
             sql = "SELECT id, row FROM documents WHERE id IN ({})"
         found: dict[str, list[int]] = {}
-        for doc_id, row in sorted(self._query_in(sql, [str(i) for i in ids]), key=lambda pair: pair[1]):
+        for doc_id, row in sorted(self._query_in(sql, check_ids(ids)), key=lambda pair: pair[1]):
             found.setdefault(doc_id, []).append(int(row))
         return found
 
@@ -341,9 +343,10 @@ class DocStore:
 
     def by_ids(self, ids: Sequence[str]) -> list[Document | None]:
         """Documents with ids `ids` (None where unknown), in the order asked."""
-        found = self._select("id", [str(i) for i in ids])
+        wanted = check_ids(ids)  # SQLite cannot even encode an id with a lone surrogate
+        found = self._select("id", wanted)
         by_id = {doc.id: doc for doc in found.values()}
-        return [by_id.get(str(i)) for i in ids]
+        return [by_id.get(i) for i in wanted]
 
     def ids_of_rows(self, rows: Sequence[int]) -> dict[int, str]:
         """Row -> document id for the given rows; lighter than `by_rows` (no texts are read)."""
@@ -365,7 +368,7 @@ class DocStore:
             try:
                 found.extend(self._db.execute(sql.format(",".join("?" * len(part))), part).fetchall())
             except sqlite3.DatabaseError as exc:
-                raise InputError(f"corrupt document store {self.path}: {exc}") from None
+                raise store_error(exc, self.path) from None
         return found
 
     def held_at(self, rows: Sequence[int]) -> dict[int, TextSpan]:

@@ -19,7 +19,7 @@ from typing import Any
 
 import numpy as np
 
-from embedkit.errors import InputError
+from embedkit.index.store_errors import store_error
 
 # Text that begins as an ISO date (YYYY-MM-DD): what `--where` compares as a date.
 ISO_DATE_GLOB = "[0-9][0-9][0-9][0-9]-[0-1][0-9]-[0-3][0-9]*"
@@ -107,17 +107,16 @@ class MetadataFilters:
             try:
                 self._fields = read_fields(self._db)
             except sqlite3.DatabaseError as exc:
-                raise InputError(f"corrupt document store {self.path}: {exc}") from None
+                raise store_error(exc, self.path) from None
         return self._fields
 
-    def rows_matching(self, sql: str, params: Sequence[object]) -> np.ndarray:
-        """Vector rows whose documents satisfy the SQL condition `sql`, sorted; in a store of
-        passages every passage of each such document."""
-        query = f"SELECT row FROM documents WHERE {sql}"
+    def rows_matching(self, query: str, params: Sequence[object]) -> np.ndarray:
+        """Vector rows of the documents the SELECT `query` gives (their `row`), sorted; in a
+        store of passages every passage of each such document."""
         if self.passages:
             query = f"SELECT row FROM passages WHERE document IN ({query})"
         try:
             found = [r for (r,) in self._db.execute(f"{query} ORDER BY row", list(params))]
         except sqlite3.DatabaseError as exc:
-            raise InputError(f"corrupt document store {self.path}: {exc}") from None
+            raise store_error(exc, self.path) from None
         return np.asarray(found, dtype=np.int64)

@@ -38,6 +38,7 @@ from typing import TYPE_CHECKING, Any, Protocol, cast
 import numpy as np
 
 from embedkit.errors import InputError
+from embedkit.search.fusion import bounded_k
 
 if TYPE_CHECKING:
     import tantivy
@@ -330,10 +331,10 @@ class LexicalIndex:
         growing batches, best first, until `k` allowed ones are found or the hits run out, so the
         answer is exact; a filter that leaves few rows costs up to every hit of the query.
         """
-        if k < 1:
-            raise InputError(f"k must be at least 1, got {k}")
+        k = bounded_k(k)
         try:
             searcher = self._search()
+            k = bounded_k(k, searcher.num_docs)  # tantivy reserves k places: never more than it holds
             results: list[list[tuple[int, float]]] = []
             for text in queries:
                 query = self.query(text)

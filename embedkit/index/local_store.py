@@ -47,6 +47,7 @@ from embedkit.index.quantized import (
 )
 from embedkit.index.rows import labels
 from embedkit.index.where_sql import rows_where
+from embedkit.search.fusion import bounded_k
 
 Ranking = list[tuple[int, float]]
 FILTER_CACHE = 32  # metadata filters whose allowed rows a loaded index keeps (a server's repeats)
@@ -167,9 +168,7 @@ class LocalStore:
             queries = queries[None, :]
         if queries.ndim != 2 or queries.shape[1] != self.dim:
             raise InputError(f"query vectors of shape {queries.shape}; this index holds {self.dim}-d vectors")
-        if k < 1:
-            raise InputError(f"k must be at least 1, got {k}")
-        k = max(1, min(k, len(self)))
+        k = bounded_k(k, len(self))
         if not len(queries) or not len(self) or (allowed is not None and not len(allowed)):
             return np.empty((len(queries), 0), np.float32), np.empty((len(queries), 0), np.int64)
         normalized = np.ascontiguousarray(l2_normalize(queries))

@@ -17,13 +17,14 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from embedkit.arguments import query_vectors as checked_vectors
-from embedkit.arguments import text_list, whole_number
+from embedkit.arguments import text_list
 from embedkit.encode.prefixes import recorded_prefixes
 from embedkit.errors import InputError
 from embedkit.index.faiss_gpu import placement_for
 from embedkit.index.folder import check_encoder_for, fit_encoder, index_files_dir, open_model_for
 from embedkit.index.local_store import LocalStore
 from embedkit.search import pipeline
+from embedkit.search.fusion import bounded_k
 from embedkit.search.hits import Hit
 from embedkit.search.request import SearchRequest, default_mode, fusion_for
 
@@ -169,7 +170,7 @@ class SearchIndex:
         `embedkit.index.where`) or an approximate index found fewer. An index of passages gives
         each document once, scored by its best passage.
         """
-        k = whole_number("k", k)
+        k = bounded_k(k, self.document_count)  # checked as `whole_number`, then at most the documents
         queries = checked_vectors("query_vectors", query_vectors)
         if queries.shape[1] != self.dim:
             raise InputError(f"query_vectors of shape {queries.shape}; this index holds {self.dim}-d vectors")

@@ -53,7 +53,7 @@ from datetime import datetime
 from decimal import Decimal, InvalidOperation
 from typing import TYPE_CHECKING, Union
 
-from embedkit.data.values import INT64_MAX, INT64_MIN, check_text, in_int64
+from embedkit.data.values import INT64_MAX, INT64_MIN, check_text, in_int64, number_from_text, shown_number
 from embedkit.errors import InputError
 
 if TYPE_CHECKING:
@@ -297,11 +297,11 @@ def exact_number(token: str, position: int) -> int | Decimal:
     """A number literal as written: an int (64-bit, as the stores hold integers; beyond is an
     `InputError`), or a Decimal where it has a fraction, never a float that rounds it."""
     if re.fullmatch(r"[+-]?\d+", token):
-        value = int(token)
-        if not in_int64(value):
+        value = number_from_text(token)  # judged on its digits: no int() of 5,000 of them
+        if not isinstance(value, int):
             raise InputError(
-                f"where: the integer {token} at position {position} is beyond the 64-bit integers the "
-                f"document store holds ({INT64_MIN} to {INT64_MAX})"
+                f"where: the integer {shown_number(token)} at position {position} is beyond the 64-bit "
+                f"integers the document store holds ({INT64_MIN} to {INT64_MAX})"
             )
         return value
     try:
@@ -310,7 +310,9 @@ def exact_number(token: str, position: int) -> int | Decimal:
     except (InvalidOperation, OverflowError, ValueError):  # pragma: no cover - the grammar's NUMBER
         finite = False
     if not finite:
-        raise InputError(f"where: the number {token} at position {position} is beyond 64-bit floats")
+        raise InputError(
+            f"where: the number {shown_number(token)} at position {position} is beyond 64-bit floats"
+        )
     if exact == exact.to_integral_value() and in_int64(int(exact)):
         return int(exact)  # 2.0 and 2e3 are the integers they name
     return exact

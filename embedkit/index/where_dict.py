@@ -15,9 +15,9 @@ document out, `embedkit.index.where`). A dict nested deeper than the filter's li
 
 from __future__ import annotations
 
-import math
 from typing import Any
 
+from embedkit.data.values import number_problem
 from embedkit.errors import InputError
 from embedkit.index.where import MAX_DEPTH
 
@@ -74,10 +74,11 @@ def _comparison(field: str, value: Any) -> str:
 def _literal(value: Any) -> str:
     if isinstance(value, bool):
         return "true" if value else "false"
-    if isinstance(value, int):
-        return str(value)
-    if isinstance(value, float) and math.isfinite(value):
-        return repr(value)
+    if isinstance(value, (int, float)):
+        problem = number_problem(value)  # before str(): an int of 5,000 digits is a ValueError there
+        if problem is not None:
+            raise InputError(f"where: a value {problem}")
+        return str(value) if isinstance(value, int) else repr(value)
     if isinstance(value, str):
         return '"' + value.replace("\\", "\\\\").replace('"', '\\"') + '"'
     raise InputError(f"where: a value is a string, a finite number or a boolean, not {_shown(value)}")

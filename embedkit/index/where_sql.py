@@ -2,8 +2,10 @@
 
 Each comparison is NULL (unknown) for a document that lacks the field or holds another type there,
 so `not`, `and` and `or` follow SQL's three-valued logic and only documents for which the filter is
-true pass. The SQL stays shallow whatever the filter's size: `and`/`or` of many parts as a balanced
-tree, an `in` list as SQL's `IN` (SQLite refuses an expression tree over 1,000 levels deep).
+true pass. The SQL stays shallow whatever the filter's size and shape: each level of `and`, `or`
+and `not` a layer of its own (`filter_query`: SQLite's parser overflows on about 30 nested
+parentheses), `and`/`or` of many parts as a balanced tree, an `in` list as SQL's `IN` (SQLite
+refuses an expression tree over 1,000 levels deep).
 Numbers: integers compare exactly (SQLite compares integers with integers and floats exactly), a
 literal with a fraction becomes, for integers, the integer bound it implies (`_number_sql`).
 """
@@ -42,8 +44,7 @@ def rows_where(store: DocStore, text: str) -> np.ndarray:
     fields = store.filters.fields()
     check(expr, fields)
     params: list[object] = []
-    sql = _sql(expr, fields, params)
-    return store.filters.rows_matching(sql, params)
+    return store.filters.rows_matching(filter_query(expr, fields, params), params)
 
 
 def json_path(field: str) -> str:
@@ -51,12 +52,49 @@ def json_path(field: str) -> str:
     return '$."' + field.replace("\\", "\\\\").replace('"', '\\"') + '"'
 
 
-def _sql(expr: Expr, fields: dict[str, set[str]], params: list[object]) -> str:
-    if isinstance(expr, Not):
-        inner = _sql(expr.part, fields, params)
-        return f"(({inner}) IS NOT 1)" if expr.untrue else f"NOT ({inner})"
-    if isinstance(expr, (And, Or)):
-        return _balanced([_sql(part, fields, params) for part in expr.parts], expr)
+def filter_query(expr: Expr, fields: dict[str, set[str]], params: list[object]) -> str:
+    """A SELECT of the `row` of each document that passes `expr`, its SQL as shallow whatever
+    the filter's depth: SQLite's parser holds at most 100 open terms, and `a or (b and (c or ...))`
+    nested 30 deep overflows it. So each level of `and`, `or` and `not` is a layer of its own (a
+    common table expression over the one below, whose columns are the parts' truth values: 1, 0
+    or NULL, SQL's three-valued logic as before); a layer nests only its balanced `and`/`or`
+    (log2 of 1,000 comparisons: 10 levels) and a comparison's CASE."""
+    layers: list[list[tuple[str, str]]] = []  # layers[h]: (sql, column) of nodes h above a comparison
+    read_at: dict[str, int] = {}  # column -> the layer of the node that reads it
+
+    def column(node: Expr) -> tuple[str, int]:  # (its column, its layer)
+        if isinstance(node, (Compare, Member, Contains)):
+            sql, height = _comparison_sql(node, fields, params), 0  # params in the order of the text
+        else:
+            parts = [column(part) for part in (node.parts if isinstance(node, (And, Or)) else (node.part,))]
+            height = 1 + max(h for _, h in parts)
+            names = [name for name, _ in parts]
+            read_at.update((name, height) for name in names)
+            if isinstance(node, Not):  # `(expr) is not true` is two-valued: unknown counts as not true
+                sql = f"({names[0]} IS NOT 1)" if node.untrue else f"NOT {names[0]}"
+            else:
+                sql = _balanced(names, node)
+        while len(layers) <= height:
+            layers.append([])
+        name = f"n{sum(map(len, layers))}"
+        layers[height].append((sql, name))
+        return name, height
+
+    root, top = column(expr)
+    if top == 0:  # one comparison: no layers
+        return f"SELECT row FROM documents WHERE {layers[0][0][0]}"
+    made_at = {name: height for height, entries in enumerate(layers) for _, name in entries}
+    tables = []
+    for height, entries in enumerate(layers):
+        # a column goes up through each layer between the one that makes it and the one that reads it
+        carried = [name for name, made in made_at.items() if made < height < read_at.get(name, 0)]
+        columns = [*carried, *(f"{sql} AS {name}" for sql, name in entries)]
+        source = "documents" if height == 0 else f"layer{height - 1}"
+        tables.append(f"layer{height} AS (SELECT row, {', '.join(columns)} FROM {source})")
+    return f"WITH {', '.join(tables)} SELECT row FROM layer{top} WHERE {root}"
+
+
+def _comparison_sql(expr: Compare | Member | Contains, fields: dict[str, set[str]], params: list) -> str:
     if isinstance(expr, Member):
         return _member_sql(expr, fields[expr.field], params)
     if isinstance(expr, Contains):

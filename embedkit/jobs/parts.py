@@ -192,8 +192,8 @@ def _read_part(folder: Path, shard: Shard) -> Part:
         check_input_file(path, "part file")
     try:
         data = json.loads(read_input_text(sidecar, "part sidecar"))
-    except json.JSONDecodeError as exc:
-        raise InputError(f"corrupt part sidecar {sidecar}: {exc}") from None
+    except ValueError as exc:  # not JSON, or an integer of over 4,300 digits Python will not convert
+        raise InputError(f"corrupt part sidecar {sidecar}: {str(exc)[:200]}") from None
     info = PartInfo.from_json(data, sidecar)
     if (info.shard, info.shards) != (shard.index, shard.count):
         raise InputError(f"{sidecar} describes part {info.shard} of {info.shards}, not {shard.name}")

@@ -22,6 +22,7 @@ from embedkit.errors import InputError
 from embedkit.index.lexical import term_spans
 from embedkit.index.search import SearchIndex
 from embedkit.remote.base import RemoteCollection, RemoteTarget, is_remote, open_collection
+from embedkit.search.fusion import bounded_k
 
 if TYPE_CHECKING:
     from embedkit.data.document import Document, TextSpan
@@ -68,16 +69,14 @@ class MilvusStore:
             raise InputError(
                 f"query vectors of shape {queries.shape}; {self.collection.target} holds {self.dim}-d vectors"
             )
-        if k < 1:
-            raise InputError(f"k must be at least 1, got {k}")
+        k = bounded_k(k, self.count)
         if not len(queries) or not self.count:
             return [[] for _ in queries]
-        k = min(k, self.count)
         found = self.collection.search_dense(np.ascontiguousarray(l2_normalize(queries)), k, allowed or "")
         return [hits[:k] for hits in found]
 
     def search_lexical(self, texts: Sequence[str], k: int, allowed: str | None) -> list[Ranking]:
-        return self.collection.search_lexical(list(texts), k, allowed or "")
+        return self.collection.search_lexical(list(texts), bounded_k(k, self.count), allowed or "")
 
     def vectors_of_rows(self, rows: Sequence[int]) -> np.ndarray:
         return self.collection.vectors([int(r) for r in rows])
@@ -89,9 +88,12 @@ class MilvusStore:
         return {row: row for row in self.collection.documents([int(r) for r in rows])}
 
     def documents_by_id(self, ids: Sequence[str]) -> list[Document | None]:
-        found = self.collection.rows_of_ids([str(i) for i in ids])
+        from embedkit.data.values import check_ids
+
+        wanted = check_ids(ids)
+        found = self.collection.rows_of_ids(wanted)
         documents = self.collection.documents(list(found.values()))
-        return [documents.get(found[str(i)]) if str(i) in found else None for i in ids]
+        return [documents.get(found[i]) if i in found else None for i in wanted]
 
     def term_spans(self, text: str) -> list[tuple[str, int, int]]:
         return term_spans(text)  # embedkit's analyzer: the server's offsets do not come back

@@ -49,6 +49,7 @@ row's fused score does not depend on the order of the input lists beyond its ran
 from __future__ import annotations
 
 import math
+import numbers
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, NamedTuple
 
@@ -119,7 +120,7 @@ def feedback_query(query: np.ndarray, feedback: np.ndarray, beta: float = PRF_WE
 
 def rrf(dense: Ranking, lexical: Ranking, k: int, *, rrf_k: float = RRF_K) -> list[FusedHit]:
     """Reciprocal-rank fusion: sum of 1 / (rrf_k + rank) over the sides that returned the row."""
-    _check_k(k)
+    bounded_k(k)
     if not (math.isfinite(rrf_k) and rrf_k >= 0):
         raise InputError(f"rrf_k must be a finite number >= 0, got {rrf_k}")
     sides = _clean(dense), _clean(lexical)
@@ -143,7 +144,7 @@ def weighted(
     normalization: str = "zscore",
 ) -> list[FusedHit]:
     """alpha * norm(dense) + (1 - alpha) * norm(lexical), normalised per query and side."""
-    _check_k(k)
+    bounded_k(k)
     if not (0.0 <= alpha <= 1.0):
         raise InputError(f"alpha (the dense weight) must be in [0, 1], got {alpha}")
     if normalization not in ("zscore", "minmax"):
@@ -158,9 +159,21 @@ def weighted(
     return _top(fused, sides, k)
 
 
-def _check_k(k: int) -> None:
+# The one bound on k, for every side and every store (here, where every search ends: fusion):
+# a search for k hits among `held` documents (or rows) is answered with min(k, held) of them, so
+# k beyond the documents an index holds gives every document and no side allocates room for k
+# (faiss allocates k results a query; tantivy's top-k collector reserves k places, and a k of
+# 10**12 aborts the process there). The server refuses a k over its --max-k before this.
+def bounded_k(k: int, held: int | None = None) -> int:
+    """`k` checked (an integer, at least 1, as `embedkit.arguments.whole_number` has it: else an
+    `InputError`) and, given `held` (what the store holds), at most `held` (never below 1, so an
+    empty store still reads as a search of 1). Checked here, not there: a search's flow stays in
+    its own modules."""
+    if isinstance(k, bool) or not isinstance(k, numbers.Integral):
+        raise InputError(f"k must be a whole number, not {type(k).__name__}")
     if k < 1:
-        raise InputError(f"k must be at least 1, got {k}")
+        raise InputError(f"k must be at least 1, got {int(k) if k > -(2**63) else 'a number beyond 64 bits'}")
+    return int(k) if held is None else min(int(k), max(1, int(held)))
 
 
 def _clean(ranking: Ranking) -> dict[int, float]:

@@ -32,7 +32,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from embedkit.data.document import Passage
-from embedkit.search.fusion import PRF_DOCS, feedback_query, fuse
+from embedkit.search.fusion import PRF_DOCS, bounded_k, feedback_query, fuse
 from embedkit.search.hits import Hit, with_documents
 from embedkit.search.snippets import snippets
 
@@ -65,6 +65,9 @@ def search(
     `encoder` embeds the queries (None only in lexical mode); `prefixes` are the index's.
     """
     items = list(queries)
+    held = store.document_count()  # k beyond it is every document (`bounded_k`), never k places
+    depth = bounded_k(request.depth or request.k, held)
+    request = replace(request, k=bounded_k(request.k, held), depth=depth)
     allowed = store.compile_filter(request.where) if request.where is not None else None
     depth, mode = int(request.depth or request.k), request.mode
     exclude = list(request.exclude) if request.exclude is not None else None

@@ -20,6 +20,7 @@ from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Protocol
 
 from embedkit.errors import InputError
+from embedkit.search.fusion import bounded_k
 from embedkit.search.hits import Hit
 
 if TYPE_CHECKING:
@@ -50,8 +51,7 @@ class Rerank:
     def __post_init__(self) -> None:
         if self.depth < 1:
             raise InputError(f"--rerank-depth must be at least 1, got {self.depth}")
-        if self.k < 1:
-            raise InputError(f"k must be at least 1, got {self.k}")
+        bounded_k(self.k)
 
     @property
     def candidates(self) -> int:

@@ -34,6 +34,14 @@ from embedkit.errors import InputError
 F = TypeVar("F", bound=Callable[..., Any])
 
 _WAIT: contextvars.ContextVar[bool] = contextvars.ContextVar("embedkit_wait_for_locks", default=False)
+# What a refused writer is told to do to wait: a command has `--wait` (`set_waiting`, which every
+# command calls first); the Python API has `wait_for_locks()`, and no `--wait` to pass.
+class TargetBusy(InputError):
+    """Another live process holds the write lock of the target."""
+
+
+_API_ADVICE = "or write inside `with embedkit.storage.locking.wait_for_locks():` to wait"
+_ADVICE: contextvars.ContextVar[str] = contextvars.ContextVar("embedkit_lock_advice", default=_API_ADVICE)
 _HELD: set[Path] = set()  # targets this process holds, so a nested writer (experiment -> train) passes
 
 
@@ -58,8 +66,10 @@ def wait_for_locks(enabled: bool = True) -> Iterator[None]:
 
 
 def set_waiting(enabled: bool) -> None:
-    """`wait_for_locks(enabled)` for the rest of this context (a command's whole run)."""
+    """`wait_for_locks(enabled)` for the rest of this context (a command's whole run, whose
+    refusal then names the command's `--wait`)."""
     _WAIT.set(enabled)
+    _ADVICE.set("or pass --wait")
 
 
 def _holder(path: Path) -> str:
@@ -95,8 +105,8 @@ def write_lock(target: str | os.PathLike[str], *, wait: bool | None = None) -> I
             fcntl.flock(fd, fcntl.LOCK_EX | (0 if wait else fcntl.LOCK_NB))
         except BlockingIOError:
             os.close(fd)
-            raise InputError(
-                f"{target} is being written by {_holder(path)}: wait for it to finish, or pass --wait"
+            raise TargetBusy(
+                f"{target} is being written by {_holder(path)}: wait for it to finish, {_ADVICE.get()}"
             ) from None
         # The holder before us may have deleted the file after we opened it: lock the live file only.
         try:

@@ -52,6 +52,59 @@ def test_opt_out_and_other_models_keep_torch(
     assert bundled == []
 
 
+@pytest.mark.parametrize("spot", ["under a file", "a file", "a device"])
+def test_an_unusable_cache_is_one_true_line_then_torch(
+    bundled: list[Path], tiny_bert: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capfd, spot: str
+):
+    blocker = tmp_path / "blocker"
+    blocker.write_text("a file, not a folder")
+    cache = {"under a file": blocker / "cache", "a file": blocker, "a device": Path("/dev/null/cache")}[spot]
+    monkeypatch.setenv(user_cache.CACHE_ENV, str(cache))
+    with pytest.warns(UserWarning) as caught:
+        encoder = load_encoder(tiny_bert, device="cpu")
+    assert encoder.backend == "torch" and bundled == []
+    (message,) = [str(w.message) for w in caught]
+    assert message.startswith("the bundled model runs with torch: the cache folder cannot hold its ONNX form")
+    assert user_cache.CACHE_ENV in message and "cpu` extra" not in message, message
+    named = message.split("(", 1)[1].split(" is not a folder", 1)[0]  # the obstacle, a path that exists
+    assert Path(named).exists() and not Path(named).is_dir(), message
+    assert "cached in" not in capfd.readouterr().err  # no promise of a cache that cannot be
+
+
+def test_a_second_first_run_waits_for_the_export_under_way(
+    bundled: list[Path], tiny_bert: Path, tmp_path: Path, capfd
+):
+    """Another process holding the export's lock (a first run exporting) is waited for, never raced
+    and never silently replaced by torch: the export here starts only once that lock is released."""
+    import subprocess
+    import sys
+    import time
+
+    folder = default_onnx.onnx_folder_for(tiny_bert)
+    folder.parent.mkdir(parents=True)
+    held, released = tmp_path / "held", tmp_path / "released"
+    holder = (
+        "import pathlib, sys, time\n"
+        "from embedkit.storage.locking import write_lock\n"
+        "with write_lock(sys.argv[1]):\n"
+        "    pathlib.Path(sys.argv[2]).touch(); time.sleep(3); pathlib.Path(sys.argv[3]).touch()\n"
+    )
+    process = subprocess.Popen([sys.executable, "-c", holder, str(folder), str(held), str(released)])
+    while not held.exists():
+        assert process.poll() is None, "the holder never took the lock"
+        time.sleep(0.02)
+    seen: list[bool] = []
+    export = default_onnx._export
+    default_onnx._export = lambda src, dst: seen.append(released.exists()) or export(src, dst)
+    try:
+        encoder = load_encoder(tiny_bert, device="cpu")
+    finally:
+        default_onnx._export = export
+        process.wait(timeout=60)
+    assert encoder.backend == "onnx" and seen == [True], seen
+    assert "another process exports the bundled model" in capfd.readouterr().err
+
+
 def test_the_cache_is_keyed_by_the_model_not_where_it_is_installed(
     bundled: list[Path], tiny_bert: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ):

@@ -73,7 +73,7 @@ def test_second_concurrent_append_fails_fast_and_nothing_is_lost(tmp_path, tiny_
     other = run_worker(second, wait=False)
     _, err = other.communicate(timeout=120)
     assert other.returncode == 2
-    assert "is being written by process" in err and "--wait" in err
+    assert "is being written by process" in err and "wait_for_locks()" in err and "--wait" not in err
     process.communicate(timeout=120)
     assert process.returncode == 0
     expected = {f"a{i}" for i in range(100)} | {f"b{i}" for i in range(100)}
