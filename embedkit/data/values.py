@@ -109,7 +109,9 @@ def number_problem(value: int | float | Unheld) -> str | None:
 
 # `json.loads(text, **JSON_NUMBERS)`: every number converted by `number_from_text` (no `ValueError`
 # for a long integer; NaN, Infinity and 1e400 as `Unheld`, refused with their field by `check_value`)
-JSON_NUMBERS = {name: number_from_text for name in ("parse_int", "parse_float", "parse_constant")}
+JSON_NUMBERS: dict[str, Any] = {
+    name: number_from_text for name in ("parse_int", "parse_float", "parse_constant")
+}
 
 
 

@@ -118,7 +118,8 @@ def _lowercase_first(tokenizer) -> None:  # tokenizer: tokenizers.Tokenizer
     from tokenizers.normalizers import Lowercase, Sequence
 
     normalizer = tokenizer.normalizer
-    steps = list(normalizer) if isinstance(normalizer, Sequence) else [normalizer] if normalizer else []
+    held: Any = normalizer  # tokenizers' Sequence normalizer iterates its steps (its stubs say not)
+    steps = list(held) if isinstance(normalizer, Sequence) else [normalizer] if normalizer else []
     if not any(isinstance(step, Lowercase) for step in steps):
         tokenizer.normalizer = Sequence([Lowercase(), *steps])
 

@@ -79,6 +79,10 @@ class _Slot:
     """One bucket's device buffers, binding and run options."""
 
     __slots__ = ("binding", "inputs", "output", "options")
+    binding: Any  # onnxruntime.IOBinding
+    inputs: dict[str, Any]  # input name -> onnxruntime.OrtValue on the device
+    output: Any  # onnxruntime.OrtValue on the device
+    options: Any  # onnxruntime.RunOptions
 
 
 class BoundRunner:

@@ -22,6 +22,7 @@ import os
 import sys
 import warnings
 from pathlib import Path
+from typing import Any
 
 from embedkit import __version__
 from embedkit.encode.identity import model_fingerprint
@@ -88,11 +89,12 @@ def _obstacle(wanted: Path, exc: OSError) -> str:
     return f"{wanted}: {exc.strerror or exc}"  # pragma: no cover - "/" always exists
 
 
-def _torch_instead(cause: str, fix: str) -> None:
-    """Say, in one line, that the bundled model runs with torch, and why."""
+def _torch_instead(cause: str, fix: str) -> ModelSpec | None:
+    """Say, in one line, that the bundled model runs with torch, and why; None: no ONNX form."""
     skip = f"set {BACKEND_ENV}=torch to skip this"
     advice = f"{fix}, or {skip}" if fix else skip
     warnings.warn(f"the bundled model runs with torch: {cause}; {advice}", stacklevel=3)
+    return None  # no ONNX form: the caller runs the model with torch
 
 
 def _export_once(source: Path, folder: Path) -> None:
@@ -121,7 +123,7 @@ def _export(source: Path, folder: Path) -> None:
     export_model(source, folder, progress=False)
 
 
-def recorded_model_path(encoder: object) -> Path:
+def recorded_model_path(encoder: Any) -> Path:
     """The model path an index records: the bundled torch folder for its ONNX form.
 
     The cache may be cleared; the bundled folder is where the model comes from, and opening it

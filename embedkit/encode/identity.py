@@ -221,7 +221,8 @@ def check_same_model(
         )
     spec = _read_recorded(recorded_model)
     proved = spec is not None and _weights_of(spec) == recorded
-    if proved and candidate in {model_identity(spec, p).fingerprint for p in ("fp32", "int8")}:
+    known = {model_identity(spec, p).fingerprint for p in ("fp32", "int8")} if spec is not None else set()
+    if proved and candidate in known:
         return
     why = (
         f"its model folder {recorded_model} is gone or unreadable"

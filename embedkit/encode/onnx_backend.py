@@ -146,7 +146,8 @@ def create_session(
     providers: list[Any] = ["CPUExecutionProvider"]
     if want_cuda:
         device_id = int(device.split(":", 1)[1]) if ":" in device else 0
-        providers.insert(0, ("CUDAExecutionProvider", cuda_options or {"device_id": device_id}))
+        provider_options: dict[str, Any] = cuda_options or {"device_id": device_id}
+        providers.insert(0, ("CUDAExecutionProvider", provider_options))
         preload_cuda_libraries()
         # onnxruntime-gpu 1.31 warns on every CUDA session that no plugin EP is registered, then
         # uses its built-in CUDA provider; where the session really runs is checked below.

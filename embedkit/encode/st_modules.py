@@ -274,7 +274,7 @@ def _module_config(path: Path, entry: dict[str, Any]) -> dict[str, Any]:
 def _dense(path: Path, entry: dict[str, Any]) -> DenseLayer:
     folder = _module_dir(path, entry)
     config, where = _module_config(path, entry), folder / "config.json"
-    sizes = {key: config.get(key) for key in ("in_features", "out_features")}
+    sizes: dict[str, Any] = {key: config.get(key) for key in ("in_features", "out_features")}
     for key, value in sizes.items():
         if not isinstance(value, int) or isinstance(value, bool) or value < 1:
             raise InputError(f"{where}: {key!r} must be a positive integer, got {value!r}")
@@ -294,7 +294,7 @@ def _dense(path: Path, entry: dict[str, Any]) -> DenseLayer:
         )
     return DenseLayer(
         folder=folder,
-        in_features=sizes["in_features"],
+        in_features=sizes["in_features"],  # checked above: positive integers
         out_features=sizes["out_features"],
         bias=bool(config.get("bias", True)),
         activation=_activation(config.get("activation_function", "torch.nn.modules.activation.Tanh"), where),

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import inspect
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import torch
@@ -67,7 +68,8 @@ class TorchEncoder(EncoderBase):
         self.device = torch_device(device)
         self.model = load_backbone(spec.path).to(self.device).eval()
         self.head = SentenceHead(modules).to(self.device).eval()
-        self.dim = modules.dim if modules.hidden_size else int(self.model.config.hidden_size)
+        config: Any = self.model.config  # a transformers PretrainedConfig
+        self.dim = modules.dim if modules.hidden_size else int(config.hidden_size)
         self.batcher = TokenBatcher(spec.path, self.max_seq_length)
         self.uses_token_type_ids = "token_type_ids" in inspect.signature(self.model.forward).parameters
         workers = tokenizer_workers_for(self.device) if tokenizer_workers is None else tokenizer_workers

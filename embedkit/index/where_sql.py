@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import math
 from decimal import Decimal
-from typing import TYPE_CHECKING, cast
+from typing import TYPE_CHECKING, Any, cast
 
 from embedkit.data.values import INT64_MAX, INT64_MIN
 from embedkit.index.where import (
@@ -94,7 +94,9 @@ def filter_query(expr: Expr, fields: dict[str, set[str]], params: list[object]) 
     return f"WITH {', '.join(tables)} SELECT row FROM layer{top} WHERE {root}"
 
 
-def _comparison_sql(expr: Compare | Member | Contains, fields: dict[str, set[str]], params: list) -> str:
+def _comparison_sql(
+    expr: Compare | Member | Contains, fields: dict[str, set[str]], params: list[Any]
+) -> str:
     if isinstance(expr, Member):
         return _member_sql(expr, fields[expr.field], params)
     if isinstance(expr, Contains):

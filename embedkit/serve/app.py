@@ -283,7 +283,7 @@ async def models(request: Request) -> Response:
 async def health(request: Request) -> Response:
     engine = server_of(request).engine
     if engine.ready and engine.model is not None:
-        status = {"status": "ok", "model": engine.model.name}
+        status: dict[str, Any] = {"status": "ok", "model": engine.model.name}
         if engine.model.index is not None:
             status["index_version"] = engine.model.index_version
         return json_response(status)
@@ -311,7 +311,8 @@ async def body_error(request: Request, exc: Exception) -> Response:
 async def http_error(request: Request, exc: Exception) -> Response:
     assert isinstance(exc, HTTPException)
     kind = "not_found" if exc.status_code == 404 else "invalid_request_error"
-    return error_response(ApiError(exc.status_code, str(exc.detail), kind, headers=exc.headers))
+    headers = dict(exc.headers) if exc.headers else None
+    return error_response(ApiError(exc.status_code, str(exc.detail), kind, headers=headers))
 
 
 async def server_error(request: Request, exc: Exception) -> Response:

@@ -120,7 +120,7 @@ class DynamicBatcher:
 
     def __init__(
         self,
-        run_batch: Callable[[list[Any], list[int]], np.ndarray],
+        run_batch: Callable[[Any, Any], np.ndarray],  # (texts, tokens), or (prepared, tokens)
         *,
         max_batch_tokens: int,
         max_wait_ms: float = 0.0,
@@ -343,7 +343,7 @@ class DynamicBatcher:
         ran = 0.0  # the model's run alone, not the preparation or the wait for a worker
         try:
             work: Any = texts
-            if self._preparer is not None:
+            if self._preparer is not None and self.prepare is not None:
                 work = await self._loop.run_in_executor(self._preparer, self.prepare, texts, tokens)
             vectors, ran = await self._loop.run_in_executor(self._executor, self._timed_run, work, tokens)
             vectors = np.asarray(vectors, dtype=np.float32)

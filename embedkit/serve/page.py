@@ -52,7 +52,7 @@ class ApiHelpers:
 
 def static_file(name: str) -> Response:
     """A file of `embedkit/serve/static` with its media type and the security headers."""
-    data = resources.files("embedkit.serve").joinpath("static", name).read_bytes()
+    data = resources.files("embedkit.serve").joinpath("static").joinpath(name).read_bytes()
     media = MEDIA_TYPES[name[name.rindex(".") :]]
     return Response(data, media_type=media, headers=SECURITY_HEADERS)
 
