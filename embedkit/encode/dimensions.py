@@ -46,8 +46,40 @@ class TruncatedEncoder(EncoderBase):
         self.encoder = encoder
         self.dim = dim
 
-    def __getattr__(self, name: str) -> Any:
-        return getattr(self.encoder, name)  # backend, path, fingerprint, truncated, batcher, ...
+    # What an index build, a search and the server read of an encoder, each the wrapped one's. Its
+    # stages are not handed on: they give the model's full vectors, and a caller that needs them
+    # (the server's embedding routes) holds the wrapped encoder itself.
+    @property
+    def backend(self) -> str:
+        return str(self.encoder.backend)
+
+    @property
+    def path(self) -> Any:
+        return self.encoder.path
+
+    @property
+    def device(self) -> Any:
+        return self.encoder.device
+
+    @property
+    def precision(self) -> Any:
+        return self.encoder.precision
+
+    @property
+    def fingerprint(self) -> str:
+        return str(self.encoder.fingerprint)
+
+    @property
+    def max_seq_length(self) -> int:
+        return int(self.encoder.max_seq_length)
+
+    @property
+    def truncated(self) -> int:
+        return int(self.encoder.truncated)
+
+    @property
+    def batcher(self) -> Any:  # which texts the latest call cut (`embedkit.encode.truncation`)
+        return self.encoder.batcher
 
     def encode_texts(
         self, texts: Sequence[str], batch_size: int, normalize: bool | None, progress: bool
