@@ -27,10 +27,9 @@ from embedkit.index.where import (
     Not,
     Or,
     Value,
-    check,
-    compared_as,
     parse,
 )
+from embedkit.index.where_fields import check, compared_as
 
 if TYPE_CHECKING:
     import numpy as np

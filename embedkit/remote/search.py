@@ -47,7 +47,8 @@ class MilvusStore:
     def compile_filter(self, where: str) -> str:
         """A `--where` as the collection's filter expression, checked against the metadata fields
         the push recorded (`embedkit.index.where`)."""
-        from embedkit.index.where import check, parse
+        from embedkit.index.where import parse
+        from embedkit.index.where_fields import check
         from embedkit.remote.milvus import milvus_filter
 
         expr = parse(where)
