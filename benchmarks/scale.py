@@ -39,6 +39,7 @@ import shutil
 import subprocess
 import sys
 import time
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -187,20 +188,18 @@ def measured_in_child(index_dir: str, queries_file: Path, warmup: int) -> dict[s
 
 
 def exact_top(folder: Path, query_vectors: np.ndarray) -> list[list[str]]:
-    """Exact cosine top 10 of each query over the part's float vectors, float64, in chunks."""
+    """Exact cosine top 10 of each query over the part's float vectors, in float64, read in blocks
+    (`embedkit.search.exact`, ties to the lower row)."""
+    from embedkit.search.exact import exact_top_k_of_blocks
+
     vectors = np.load(folder / "parts" / "part-0-of-1.npy", mmap_mode="r")
-    best_scores = np.full((len(query_vectors), K), -np.inf)
-    best_rows = np.zeros((len(query_vectors), K), dtype=np.int64)
-    q = query_vectors.astype(np.float64)
-    for start in range(0, len(vectors), 100_000):
-        block = np.asarray(vectors[start : start + 100_000], dtype=np.float64)
-        block /= np.linalg.norm(block, axis=1, keepdims=True)
-        scores = np.concatenate([best_scores, q @ block.T], axis=1)
-        rows = np.concatenate(
-            [best_rows, np.arange(start, start + len(block))[None, :].repeat(len(q), 0)], axis=1
-        )
-        order = np.argsort(-scores, axis=1, kind="stable")[:, :K]
-        best_scores, best_rows = np.take_along_axis(scores, order, 1), np.take_along_axis(rows, order, 1)
+
+    def blocks() -> Iterator[np.ndarray]:
+        for start in range(0, len(vectors), 100_000):
+            block = np.asarray(vectors[start : start + 100_000], dtype=np.float64)
+            yield block / np.linalg.norm(block, axis=1, keepdims=True)
+
+    _, best_rows = exact_top_k_of_blocks(query_vectors.astype(np.float64), blocks(), K)
     return [[f"d{r}" for r in row] for row in best_rows]
 
 

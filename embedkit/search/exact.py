@@ -4,8 +4,8 @@ The tie rule, everywhere: a higher score first; among equal scores, the lower ti
 caller that ranks documents by id (the in-memory store that evaluation searches, whose metrics rank
 ties as trec_eval does) passes `tie_ranks(doc_ids)`; every other caller leaves `tie_rank` out and
 ties go to the lower row. Used by the in-memory store (`embedkit.evaluation.memory_store`), an index
-folder's exact fallbacks (`embedkit.index.local_store`), `adapt`'s top-k overlap and the hybrid
-benchmark.
+folder's exact fallbacks (`embedkit.index.local_store`), `adapt`'s top-k overlap, and the
+benchmarks' exact references (`exact_top_k_of_blocks`: vectors read a block at a time).
 
 Scores are computed in blocks (`QUERY_BLOCK` x `SEARCH_CHUNK`) so that memory stays bounded
 whatever the number of documents; within a block `argpartition` keeps the work linear, and the rows
@@ -14,7 +14,7 @@ where it had to choose among scores equal to the k-th are redone exactly.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 
 import numpy as np
 
@@ -68,6 +68,27 @@ def exact_top_k(
         out_scores[q0 : q0 + len(block)] = best_scores
         out_rows[q0 : q0 + len(block)] = best_rows
     return out_scores, out_rows
+
+
+def exact_top_k_of_blocks(
+    queries: np.ndarray, blocks: Iterable[np.ndarray], k: int
+) -> tuple[np.ndarray, np.ndarray]:
+    """`exact_top_k` over documents handed over a block at a time (a memory-mapped file read in
+    slices, as faiss contrib's `knn_ground_truth` takes a database iterator): rows count on across
+    the blocks, ties go to the lower row. Scores are computed in the wider dtype of the queries and
+    a block (float64 where either is), as in `exact_top_k`."""
+    best: tuple[np.ndarray, np.ndarray] | None = None
+    start = 0
+    for block in blocks:
+        scores, rows = exact_top_k(queries, block, k)
+        rows += start
+        start += len(block)
+        if best is not None:
+            scores, rows = top_k(np.concatenate([best[0], scores], 1), np.concatenate([best[1], rows], 1), k)
+        best = scores, rows
+    if best is None:
+        raise InputError("exact search over no blocks of documents")
+    return best
 
 
 def top_k(

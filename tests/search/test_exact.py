@@ -7,7 +7,7 @@ import pytest
 
 import embedkit.search.exact as exact
 from embedkit.errors import InputError
-from embedkit.search.exact import exact_top_k, tie_ranks, top_k
+from embedkit.search.exact import exact_top_k, exact_top_k_of_blocks, tie_ranks, top_k
 
 
 def brute_force(queries, docs, k, tie_rank=None):
@@ -34,6 +34,20 @@ def test_exact_top_k_matches_a_full_sort_with_many_ties(monkeypatch: pytest.Monk
     assert rows.tolist() == brute_force(queries, docs, k, tie_rank)
     assert rows.shape == (8, min(k, 50))
     np.testing.assert_array_equal(scores, np.take_along_axis(queries @ docs.T, rows, axis=1))
+
+
+@pytest.mark.parametrize("block", [1, 4, 13, 50])
+def test_blocks_merge_to_the_full_sort_ties_to_the_lower_row(block: int):
+    rng = np.random.default_rng(block)
+    docs = rng.integers(-2, 3, (50, 3)).astype(np.float64)  # many equal scores across the blocks
+    queries = rng.integers(-2, 3, (6, 3)).astype(np.float64)
+    blocks = (docs[i : i + block] for i in range(0, len(docs), block))
+    scores, rows = exact_top_k_of_blocks(queries, blocks, 10)
+    assert rows.tolist() == brute_force(queries, docs, 10)
+    assert scores.dtype == np.float64
+    np.testing.assert_array_equal(scores, np.take_along_axis(queries @ docs.T, rows, axis=1))
+    with pytest.raises(InputError, match="no blocks"):
+        exact_top_k_of_blocks(queries, iter([]), 10)
 
 
 def test_ties_go_to_the_lower_row_or_the_larger_id():
