@@ -24,10 +24,14 @@ from typing import Any
 
 from embedkit.data.corpus import Document
 from embedkit.data.sentences import split_into_sentences
+from embedkit.encode.prefixes import Prefixes
 from embedkit.encode.protocol import Encoder
 from embedkit.errors import InputError
-from embedkit.evaluation.memory_store import exact_search
+from embedkit.evaluation.memory_store import MemoryStore
 from embedkit.evaluation.metrics import evaluate_run, parse_metric
+from embedkit.evaluation.runs import run_of_hits
+from embedkit.search import pipeline
+from embedkit.search.request import SearchRequest
 
 PSEUDO_METRICS = ("ndcg@10", "mrr@10", "recall@10")  # each query has one target: rank-based metrics
 MIN_SENTENCES = 3  # a query and at least two sentences of context left to find
@@ -174,18 +178,23 @@ def evaluate_pseudo(
 ) -> dict[str, float]:
     """nDCG@10, MRR@10 and Recall@10 (in [0, 1], as `evaluate_retrieval`) of `encoder` on the queries.
 
-    Exact cosine search over every document of the corpus, as `embedkit eval retrieval` does.
+    Dense search over every document of the corpus held in memory, by the search pipeline
+    (`embedkit.search.pipeline` over `embedkit.evaluation.memory_store`), as `embedkit eval
+    retrieval --mode dense` searches: exact cosine, equal scores by doc id, descending. The
+    documents are embedded here (`batch_size`, `progress`), the queries by the pipeline.
     """
-    doc_ids = list(pseudo_set.corpus)
+    documents = [Document(doc_id, text) for doc_id, text in pseudo_set.corpus.items()]
     doc_vectors = encoder.encode(
-        [pseudo_set.corpus[i] for i in doc_ids], batch_size=batch_size, normalize=True, progress=progress
-    )
-    query_ids = [q.id for q in pseudo_set.queries]
-    query_vectors = encoder.encode(
-        [q.text for q in pseudo_set.queries], batch_size=batch_size, normalize=True
+        [d.text for d in documents], batch_size=batch_size, normalize=True, progress=progress
     )
     depth = max(parse_metric(m)[1] for m in PSEUDO_METRICS)
-    run = exact_search(query_vectors, doc_vectors, doc_ids, depth, query_ids)
+    request = SearchRequest(depth, mode="dense").resolved({}, has_lexical=False)
+    store = MemoryStore(documents, doc_vectors)
+    try:
+        hits = pipeline.search(store, [q.text for q in pseudo_set.queries], encoder, request, Prefixes())
+    finally:
+        store.close()
+    run = run_of_hits([q.id for q in pseudo_set.queries], hits)
     return evaluate_run(run, pseudo_set.qrels, PSEUDO_METRICS).metrics
 
 

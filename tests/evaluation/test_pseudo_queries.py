@@ -141,3 +141,59 @@ def test_bad_arguments() -> None:
         build_pseudo_queries([*HAND_CORPUS, Document("d1", "again")])
     with pytest.raises(InputError, match="no documents"):
         build_pseudo_queries([])
+
+
+class WordVectorEncoder:
+    """A bag-of-words encoder: each word a random vector drawn once (seeded), a text their sum.
+
+    Different texts never score alike by chance; equal texts embed equally, so they tie exactly.
+    """
+
+    def __init__(self) -> None:
+        self.rng, self.words = np.random.default_rng(5), {}
+
+    def encode(self, texts, batch_size=64, normalize=None, progress=False):
+        rows = []
+        for text in texts:
+            words = re.findall(r"[a-z0-9]+", text.lower())
+            rows.append(sum(self.words.setdefault(w, self.rng.standard_normal(12)) for w in words))
+        vectors = np.asarray(rows, dtype=np.float64)
+        if normalize:
+            vectors /= np.linalg.norm(vectors, axis=1, keepdims=True)
+        return vectors.astype(np.float32)
+
+
+def reference_metrics(encoder, pseudo) -> dict[str, float]:
+    """The slow obvious reading: every document scored, sorted by score then doc id descending
+    (trec_eval's order), and the one target's rank read off by hand."""
+    doc_ids = list(pseudo.corpus)
+    docs = encoder.encode([pseudo.corpus[d] for d in doc_ids], normalize=True).astype(np.float64)
+    totals = {"ndcg@10": 0.0, "mrr@10": 0.0, "recall@10": 0.0}
+    for query in pseudo.queries:
+        vector = encoder.encode([query.text], normalize=True)[0].astype(np.float64)
+        scores = {d: float(v @ vector) for d, v in zip(doc_ids, docs, strict=True)}
+        ranked = sorted(sorted(doc_ids, reverse=True), key=lambda d: -scores[d])[:10]
+        if query.doc_id in ranked:
+            rank = ranked.index(query.doc_id) + 1
+            totals["ndcg@10"] += 1 / math.log2(rank + 1)
+            totals["mrr@10"] += 1 / rank
+            totals["recall@10"] += 1
+    return {name: total / len(pseudo.queries) for name, total in totals.items()}
+
+
+def test_metrics_match_a_brute_force_ranking_ties_by_doc_id() -> None:
+    # Each source keeps two sentences that a distractor holds word for word: once its query is cut,
+    # source and distractor tie exactly; the larger id goes first, the source in one pair, not the other.
+    tied = []
+    for source, distractor in (("tie-a", "tie-b"), ("tie-z", "tie-c")):
+        rest = f"Rotor blade stall {source}. Flutter margin test {source}."
+        tied.append(Document(source, f"Rotor blade stall flutter margin grows near {source}. {rest}"))
+        tied.append(Document(distractor, rest))
+    encoder = WordVectorEncoder()
+    pseudo = build_pseudo_queries([*_synthetic_corpus(40), *tied], n_queries=1000, seed=0)
+    assert {"tie-a", "tie-z"} <= {q.doc_id for q in pseudo.queries}
+    assert pseudo.corpus["tie-a"] == pseudo.corpus["tie-b"]
+    metrics = evaluate_pseudo(encoder, pseudo)
+    expected = reference_metrics(encoder, pseudo)
+    assert metrics == pytest.approx(expected, abs=1e-9)
+    assert 0 < expected["ndcg@10"] < 1
