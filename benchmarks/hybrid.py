@@ -1,17 +1,32 @@
 """Hybrid retrieval quality: dense, BM25 and fusion choices, with the bundled all-MiniLM-L6-v2.
 
+Every ranking is the search pipeline's (`embedkit.search.pipeline`) over the collection held in
+memory (`embedkit.evaluation.memory_store`), as `embedkit eval retrieval --mode M --fusion F
+--alpha A` searches it: dense is exact cosine search (equal scores by doc id, descending), lexical
+is `embedkit.index.lexical` (tantivy BM25), hybrid fuses both sides' `--depth` candidates with
+`embedkit.search.fusion` or runs `prf`. Only the embeddings are the benchmark's: computed once,
+kept in `--cache`, and handed to the pipeline (documents as the store's vectors, queries by
+`StoredQueries`).
+
 1. BEIR collections (test qrels), Cranfield (BM25-friendly) and msmarco-5k (the model is in-domain,
    BM25 far behind): documents embedded as title + " " + text (as the index build does), queries as
-   their text; dense = exact cosine search; lexical = `embedkit.index.lexical` (tantivy BM25); both
-   sides `--depth` candidates; fused with `embedkit.search.fusion`. nDCG@10 and Recall@100 with
+   their text. As BEIR's default and `eval retrieval`, a query does not retrieve the document whose
+   id equals its own (`SearchRequest.exclude`). nDCG@10 and Recall@100 with
    `embedkit.evaluation.metrics`.
 2. STS-B test, the DiffCSE retrieval protocol (`embedkit.evaluation.sts_retrieval`), leaving out the
    query's own row and, second, every row of the query's text: Recall@1/5/10 of the dense model,
-   BM25 and the fusions on the same task, a third data set for the choice of a default fusion.
+   BM25 and the fusions on the same task, a third data set for the choice of a default fusion. Each
+   sentence is a document whose id the query excludes: its row's, or, to leave out the query's
+   text, the id of its text's first row, shared by every row of that text. Each side fetches
+   one candidate more than `--depth` for the excluded id, so where a query's text has c copies its
+   sides keep `--depth` + 1 - c candidates. Ids count down as rows count up (`sentence_ids`), so
+   equal scores go to the lower row, as the protocol has it.
 
 Fusions: RRF (k=60); z-score and min-max at dense weight alpha;
 and dense pseudo-relevance feedback (`prf`, the default: Rocchio on the query vector from the top
-z-score hits, then dense search again), with its first ranking at several dense weights.
+z-score hits, then dense search again), with its first ranking at several dense weights. The last
+row fuses the pipeline's prf ranking with its BM25 ranking again (`embedkit.search.fusion.fuse`):
+a variant that `embedkit search` does not offer.
 
     python benchmarks/hybrid.py --cache /tmp/hybrid-cache --json hybrid.json
 """
@@ -21,20 +36,25 @@ from __future__ import annotations
 import argparse
 import json
 import time
-from dataclasses import dataclass
+from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
 
 from embedkit.data.beir import read_beir
+from embedkit.data.document import Document
+from embedkit.encode.prefixes import Prefixes
+from embedkit.evaluation.memory_store import MemoryStore
 from embedkit.evaluation.metrics import evaluate_run
-from embedkit.evaluation.sts_retrieval import rank_rows, recall_from_rankings, sts_retrieval_task
-from embedkit.index.lexical import LexicalIndex
-from embedkit.search.exact import exact_top_k
-from embedkit.search.fusion import DEFAULT_ALPHA, DEFAULT_FUSION, PRF_DOCS, feedback_query, fuse
+from embedkit.evaluation.sts_retrieval import recall_from_rankings, sts_retrieval_task
+from embedkit.search import pipeline
+from embedkit.search.fusion import DEFAULT_ALPHA, DEFAULT_FUSION, fuse
+from embedkit.search.request import SearchRequest
 
 DATA = Path(__file__).resolve().parents[2] / "shared" / "data"
 COLLECTIONS = ("cranfield", "msmarco-5k")
+METRICS = ("ndcg@10", "recall@100")
+K = 100  # hits a query: Recall@100 reads them all
 ALPHAS = (0.3, 0.5, 0.6, 0.7, 0.8, 0.9)
 FUSIONS = [
     ("rrf", None),
@@ -42,14 +62,20 @@ FUSIONS = [
     ("minmax", 0.5),
     ("minmax", 0.7),
 ]
+PRF_ALPHAS = (0.5, 0.7, 0.8)
+REFUSED = "prf alpha=0.7, then zscore 0.7 with BM25"
 
-Ranking = list[list[tuple[int, float]]]
+Ranking = list[list[tuple[int, float]]]  # each query's (row, score), best first
 
 
-@dataclass(frozen=True)
-class Doc:
-    title: str
-    text: str
+class StoredQueries:
+    """The encoder the pipeline embeds the queries with: their vectors, embedded once (`embed`)."""
+
+    def __init__(self, texts: list[str], vectors: np.ndarray) -> None:
+        self.vectors = dict(zip(texts, vectors, strict=True))
+
+    def encode(self, texts, batch_size: int = 64, normalize: bool | None = None, progress: bool = False):
+        return np.stack([self.vectors[text] for text in texts])
 
 
 def embed(encoder, texts: list[str], cache: Path | None, name: str) -> np.ndarray:
@@ -65,93 +91,85 @@ def embed(encoder, texts: list[str], cache: Path | None, name: str) -> np.ndarra
     return vectors
 
 
-def dense_rankings(queries: np.ndarray, docs: np.ndarray, depth: int) -> Ranking:
-    """Exact cosine top `depth`, ties by row ascending."""
-    scores, rows = exact_top_k(queries, docs, depth)
-    return [
-        [(int(r), float(s)) for r, s in zip(line_rows, line, strict=True)]
-        for line_rows, line in zip(rows, scores, strict=True)
-    ]
-
-
-def lexical_rankings(docs: list[Doc], queries: list[str], depth: int) -> Ranking:
-    index = LexicalIndex.create(None)
-    index.add(0, docs)
-    index.commit()
-    return index.search(queries, depth)
-
-
-def fused(dense: Ranking, lexical: Ranking, depth: int, method: str, alpha) -> Ranking:
-    return [
-        [(h.row, h.score) for h in fuse(d, lx, depth, method, alpha=alpha if alpha is not None else 0.5)]
-        for d, lx in zip(dense, lexical, strict=True)
-    ]
-
-
-def prf_rankings(
-    queries: np.ndarray, docs: np.ndarray, dense: Ranking, lexical: Ranking, depth: int, alpha: float
-) -> Ranking:
-    """`prf` as `SearchIndex.search_text` runs it: `feedback_query` from the z-score top `PRF_DOCS`,
-    exact dense search again; a query without lexical hits keeps its dense ranking."""
-    first = fused(dense, lexical, PRF_DOCS, "zscore", alpha)
-    moved = np.stack(
-        [
-            feedback_query(q, docs[[r for r, _ in hits]]) if lx else q
-            for q, hits, lx in zip(queries, first, lexical, strict=True)
-        ]
-    )
-    again = dense_rankings(moved, docs, depth)
-    return [a if lx else d for a, d, lx in zip(again, dense, lexical, strict=True)]
-
-
-def all_rankings(dense: Ranking, lexical: Ranking, depth: int, prf=None) -> dict[str, Ranking]:
-    """Every ranking to compare; `prf(alpha) -> Ranking` is the feedback search (it needs vectors)."""
-    rankings = {"dense": dense, "lexical (BM25)": lexical}
+def requests(depth: int) -> dict[str, SearchRequest]:
+    """Every ranking to compare, by label: the search `eval retrieval --mode M --fusion F --alpha A` runs."""
+    asked = {"dense": SearchRequest(K, mode="dense"), "lexical (BM25)": SearchRequest(K, mode="lexical")}
     for method, alpha in FUSIONS:
         label = "RRF (k=60)" if alpha is None else f"{method} alpha={alpha}"
-        rankings[label] = fused(dense, lexical, depth, method, alpha)
-    if prf is not None:
-        for alpha in (0.5, 0.7, 0.8):
-            rankings[f"prf alpha={alpha}" + (" (default)" if alpha == DEFAULT_ALPHA else "")] = prf(alpha)
-        rankings["prf alpha=0.7, then zscore 0.7 with BM25"] = fused(prf(0.7), lexical, depth, "zscore", 0.7)
-    return rankings
+        asked[label] = SearchRequest(K, mode="hybrid", fusion=method, alpha=alpha, depth=depth)
+    for alpha in PRF_ALPHAS:
+        asked[prf_label(alpha)] = SearchRequest(K, mode="hybrid", fusion="prf", alpha=alpha, depth=depth)
+    return asked
 
 
-def beir(encoder, name: str, depth: int, cache: Path | None) -> list[dict]:
-    data = read_beir(DATA / name, "test")
-    doc_ids, texts = data.document_texts()
-    qids, queries = list(data.queries), list(data.queries.values())
-    doc_vectors = embed(encoder, texts, cache, f"{name}-docs")
-    query_vectors = embed(encoder, queries, cache, f"{name}-queries")
-    dense = dense_rankings(query_vectors, doc_vectors, depth)
-    docs = [Doc(data.corpus[i]["title"], data.corpus[i]["text"]) for i in doc_ids]
-    lexical = lexical_rankings(docs, queries, depth)
+def prf_label(alpha: float) -> str:
+    return f"prf alpha={alpha}" + (" (default)" if alpha == DEFAULT_ALPHA else "")
+
+
+def all_rankings(
+    store: MemoryStore, texts: list[str], queries: StoredQueries, depth: int, exclude: list[str]
+) -> dict[str, Ranking]:
+    """Each ranking of `requests` by the search pipeline, each query leaving out its `exclude` id;
+    then `REFUSED`, prf's ranking fused with BM25's again."""
+    found = {}
+    for label, request in requests(depth).items():
+        resolved = replace(request, exclude=exclude).resolved({}, has_lexical=True)
+        model = queries if resolved.mode != "lexical" else None
+        hits = pipeline.search(store, texts, model, resolved, Prefixes())
+        found[label] = [[(h.row, h.score) for h in line] for line in hits]
+    prf = found[prf_label(0.7)]
+    found[REFUSED] = [
+        [(f.row, f.score) for f in fuse(p, x, K, "zscore", alpha=0.7)]
+        for p, x in zip(prf, found["lexical (BM25)"], strict=True)
+    ]
+    return found
+
+
+def beir(encoder, folder: Path, depth: int, cache: Path | None) -> list[dict]:
+    """nDCG@10 and Recall@100 of every ranking on the judged test queries of a BEIR folder."""
+    data = read_beir(folder, "test")
+    documents = [Document(i, d["text"], d["title"]) for i, d in data.corpus.items()]
+    _, texts = data.document_texts()
+    store = MemoryStore(documents, embed(encoder, texts, cache, f"{folder.name}-docs"))
+    every = list(data.queries.values())
+    queries = StoredQueries(every, embed(encoder, every, cache, f"{folder.name}-queries"))
+    judged = [q for q in data.queries if q in data.qrels]
+    try:
+        found = all_rankings(store, [data.queries[q] for q in judged], queries, depth, judged)
+    finally:
+        store.close()
     rows = []
-    prf = lambda alpha: prf_rankings(query_vectors, doc_vectors, dense, lexical, depth, alpha)  # noqa: E731
-    for label, ranking in all_rankings(dense, lexical, depth, prf).items():
-        judged = {q: hits for q, hits in zip(qids, ranking, strict=True) if q in data.qrels}
-        run = {q: {doc_ids[r]: s for r, s in hits} for q, hits in judged.items()}
-        metrics = evaluate_run(run, data.qrels, ("ndcg@10", "recall@100")).metrics
-        rows.append({"ranking": label, **metrics})
+    for label, ranking in found.items():
+        run = {q: {store.ids[r]: s for r, s in hits} for q, hits in zip(judged, ranking, strict=True)}
+        rows.append({"ranking": label, **evaluate_run(run, data.qrels, METRICS).metrics})
     return rows
 
 
-def sts_b(encoder, depth: int, cache: Path | None, exclude: str) -> list[dict]:
-    task = sts_retrieval_task(DATA / "sts" / "stsb-test.tsv")
-    vectors = embed(encoder, task.sentences, cache, "stsb-test-sentences")
-    dense_rows = rank_rows(task, vectors, depth, exclude)
-    scores = vectors[task.queries] @ vectors.T
-    dense = [[(r, float(s[r])) for r in rows] for rows, s in zip(dense_rows, scores, strict=True)]
-    queries = [task.sentences[q] for q in task.queries]
-    found = lexical_rankings([Doc("", s) for s in task.sentences], queries, depth + 50)
-    lexical = []
-    for hits, query in zip(found, task.queries, strict=True):  # leave out what dense left out
-        text = task.sentences[query]
-        kept = [(r, s) for r, s in hits if r != query and (exclude == "row" or task.sentences[r] != text)]
-        lexical.append(kept[:depth])
+def sentence_ids(sentences: list[str], exclude: str) -> list[str]:
+    """Each row's id: its own, or to leave out a query's text, its text's first row's. Ids count
+    down as rows count up, so the store's ties (by id, descending) go to the lower row, as the
+    protocol orders them (`embedkit.evaluation.sts_retrieval`)."""
+    first: dict[str, int] = {}
+    rows = [first.setdefault(text, row) if exclude == "text" else row for row, text in enumerate(sentences)]
+    width = len(str(len(sentences)))
+    return [f"s{len(sentences) - 1 - row:0{width}d}" for row in rows]
+
+
+def sts_b(encoder, path: Path, depth: int, cache: Path | None, exclude: str) -> list[dict]:
+    """Recall@1/5/10 of every ranking on an STS file by the DiffCSE protocol, `exclude` row or text."""
+    task = sts_retrieval_task(path)
+    vectors = embed(encoder, task.sentences, cache, f"{path.stem}-sentences")
+    ids = sentence_ids(task.sentences, exclude)
+    store = MemoryStore([Document(i, s) for i, s in zip(ids, task.sentences, strict=True)], vectors)
+    texts = [task.sentences[q] for q in task.queries]
+    try:
+        found = all_rankings(
+            store, texts, StoredQueries(texts, vectors[task.queries]), depth, [ids[q] for q in task.queries]
+        )
+    finally:
+        store.close()
     rows = []
-    prf = lambda alpha: prf_rankings(vectors[task.queries], vectors, dense, lexical, depth, alpha)  # noqa: E731
-    for label, ranking in all_rankings(dense, lexical, depth, prf).items():
+    for label, ranking in found.items():
         metrics = recall_from_rankings(task, [[r for r, _ in hits] for hits in ranking], exclude=exclude)
         rows.append({"ranking": label, **metrics})
     return rows
@@ -166,9 +184,10 @@ def main() -> None:
     import embedkit
 
     encoder = embedkit.load_encoder(None, device="cpu")
-    result = {name: beir(encoder, name, args.depth, args.cache) for name in COLLECTIONS}
+    result = {name: beir(encoder, DATA / name, args.depth, args.cache) for name in COLLECTIONS}
+    stsb = DATA / "sts" / "stsb-test.tsv"
     for exclude in ("row", "text"):
-        result[f"stsb_exclude_{exclude}"] = sts_b(encoder, args.depth, args.cache, exclude)
+        result[f"stsb_exclude_{exclude}"] = sts_b(encoder, stsb, args.depth, args.cache, exclude)
     print(f"default: {DEFAULT_FUSION} alpha={DEFAULT_ALPHA}; depth {args.depth}")
     for name in COLLECTIONS:
         print(f"{name} test: ranking, nDCG@10, Recall@100 (x100)")
