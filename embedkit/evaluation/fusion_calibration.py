@@ -22,7 +22,7 @@ import random
 import time
 from collections import Counter
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -178,15 +178,20 @@ def candidate_requests() -> dict[str, SearchRequest]:
 
 
 def candidate_runs(
-    store: MemoryStore, texts: list[str], encoder: Encoder, prefixes: Prefixes
+    store: MemoryStore,
+    texts: list[str],
+    encoder: Encoder,
+    prefixes: Prefixes,
+    exclude: Sequence[str] | None = None,  # per query, a doc id it must not find (`SearchRequest`)
 ) -> dict[str, Run]:
-    """Each candidate's run (and BM25's) of the pseudo queries `texts`, by the search pipeline."""
+    """Each candidate's run (and BM25's) of the queries `texts` (`q0`, `q1`, ...), by the search pipeline."""
     query_ids = [f"q{i}" for i in range(len(texts))]
     encoder = RepeatCache(encoder)  # every candidate embeds the same queries: once
     runs = {}
     for name, request in candidate_requests().items():
         model = encoder if request.mode != "lexical" else None
-        runs[name] = run_of_hits(query_ids, pipeline.search(store, texts, model, request, prefixes))
+        asked = replace(request, exclude=exclude)
+        runs[name] = run_of_hits(query_ids, pipeline.search(store, texts, model, asked, prefixes))
     return runs
 
 
