@@ -43,6 +43,12 @@ if TYPE_CHECKING:
 Moved = TypeVar("Moved", bound=Callable[..., Any])
 
 
+def _moved(old: str, new: str, call: Moved) -> Moved:
+    """`call`, once a `DeprecationWarning` says that `old` is now `new` (pointing at the caller's line)."""
+    warnings.warn(f"{old} is deprecated: use {new}", DeprecationWarning, stacklevel=3)
+    return call
+
+
 class SearchIndex:
     """An index opened for search.
 
@@ -291,12 +297,6 @@ class SearchIndex:
         return _moved("SearchIndex.default_fusion", "embedkit.search.request.fusion_for", fusion_for)(
             self.meta, fusion, alpha
         )
-
-
-def _moved(old: str, new: str, call: Moved) -> Moved:
-    """`call`, once a `DeprecationWarning` says that `old` is now `new` (pointing at the caller's line)."""
-    warnings.warn(f"{old} is deprecated: use {new}", DeprecationWarning, stacklevel=3)
-    return call
 
 
 def open_index_for(path: str | Path, encoder: Encoder, *, gpu: bool = False) -> SearchIndex:
