@@ -25,6 +25,7 @@ import numpy as np
 from embedkit.arguments import query_vectors as checked_vectors
 from embedkit.arguments import text_list
 from embedkit.encode.prefixes import recorded_prefixes
+from embedkit.encode.protocol import Encodes
 from embedkit.errors import InputError
 from embedkit.index.faiss_gpu import placement_for
 from embedkit.index.folder import check_encoder_for, fit_encoder, index_files_dir, open_model_for
@@ -235,7 +236,7 @@ class SearchIndex:
         """
         items = text_list("queries", queries, blank=True, empty=True)  # as the pipeline takes them
         if encoder is not None and (
-            isinstance(encoder, (str, bytes)) or not callable(getattr(encoder, "encode", None))
+            isinstance(encoder, (str, bytes)) or not isinstance(encoder, Encodes)
         ):
             raise InputError(f"encoder must be an open encoder (with encode), not {type(encoder).__name__}")
         request = self.request(k, **settings)

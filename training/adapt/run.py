@@ -36,6 +36,7 @@ import torch
 
 from embedkit.encode.devices import torch_device
 from embedkit.encode.identity import model_fingerprint
+from embedkit.encode.st_modules import DenseLayer, SentenceModules
 from embedkit.encode.torch_backend import TorchEncoder
 from embedkit.errors import InputError, RunFailure
 from embedkit.index.folder import check_model_for
@@ -382,10 +383,8 @@ def teacher_candidates(
     return mined
 
 
-def _has_dense(modules: object) -> bool:
-    from embedkit.encode.st_modules import DenseLayer
-
-    return any(isinstance(step, DenseLayer) for step in getattr(modules, "steps", ()))
+def _has_dense(modules: SentenceModules) -> bool:
+    return any(isinstance(step, DenseLayer) for step in modules.steps)
 
 
 __all__ = ["AdaptResult", "adapt", "split_queries", "step_loss", "teacher_candidates"]
