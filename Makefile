@@ -65,8 +65,8 @@ lint: $(TEST_STAMP)
 	$(BIN)/ruff check .
 	$(BIN)/python -m mypy
 
-# mypy over embedkit/ as pyproject.toml's [tool.mypy] sets it: strict on search and index, the
-# default level elsewhere (docs/code-layout.md)
+# mypy over embedkit/ as pyproject.toml's [tool.mypy] sets it: strict on search, index, encode and
+# serve, the default level elsewhere (docs/code-layout.md)
 typecheck: $(TEST_STAMP)
 	$(BIN)/python -m mypy
 

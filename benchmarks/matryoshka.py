@@ -26,21 +26,20 @@ from typing import Any
 
 from embedkit.encode.caching import CachingEncoder
 from embedkit.encode.dimensions import TruncatedEncoder
-from embedkit.encode.protocol import EncoderBase
 from embedkit.encode.torch_backend import TorchEncoder
+from embedkit.encode.wrapping import EncoderWrapper
 from embedkit.evaluation.retrieval import RetrievalEvaluator
 
 METRIC = "ndcg@10"
 
 
-class RotatedEncoder(EncoderBase):
-    """Another encoder's unit vectors times `axes.T` (a rotation: cosines unchanged)."""
+class RotatedEncoder(EncoderWrapper):
+    """Another encoder's unit vectors times `axes.T` (a rotation: cosines unchanged); the rest
+    (dimension, folder, fingerprint) is the wrapped encoder's (`EncoderWrapper`)."""
 
     def __init__(self, encoder: Any, axes: Any) -> None:
-        self.encoder, self.axes, self.dim = encoder, axes, encoder.dim
-
-    def __getattr__(self, name: str) -> Any:
-        return getattr(self.encoder, name)
+        super().__init__(encoder)
+        self.axes = axes
 
     def encode_texts(self, texts: list[str], batch_size: int, normalize: bool | None, progress: bool) -> Any:
         full = self.encoder.encode(list(texts), batch_size=batch_size, normalize=True, progress=progress)

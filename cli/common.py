@@ -109,6 +109,9 @@ class GuardedStdout:
         os.dup2(null, fd)
         os.close(null)
 
+    # The rest of a text stream (`encoding`, `isatty`, `fileno`, `buffer`, ...) is the wrapped one's:
+    # it stands in for `sys.stdout`, and click (8.x) and rich (13 to 15) each probe their own set of
+    # its attributes, so no short list of properties would do; no embedkit object is behind it.
     def __getattr__(self, name: str) -> Any:
         return getattr(self._stream, name)
 

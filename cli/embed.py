@@ -4,6 +4,7 @@ or one shard of it (`--shard I/N`), or all of it on a Ray cluster (`--ray`), int
 from __future__ import annotations
 
 import sys
+from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any
 
@@ -118,6 +119,8 @@ def embed(
         report,
         f"{report.count:,} documents ({report.dim}-d) on {report.backend}/{report.device}",
         f"{report.out} and {report.ids_path}",
+        report.truncated_ids,
+        report.truncated_documents,
     )
 
 
@@ -175,12 +178,14 @@ def _embed_parts(
     )
 
 
-def _print_run(report: EmbedRun, what: str, wrote: str) -> None:
-    """`embedded WHAT in S s (R sent/s)`, the truncation note, then `wrote WROTE`."""
+def _print_run(
+    report: EmbedRun, what: str, wrote: str, names: Sequence[str] = (), documents: int = 0
+) -> None:
+    """`embedded WHAT in S s (R sent/s)`, the truncation note (naming the first `names` of the
+    `documents` cut, where the run says), then `wrote WROTE`."""
     from embedkit.console import make_console
 
     console = make_console()
     console.print(f"embedded {what} in {report.seconds:.1f} s ({report.per_second:,.0f} sent/s)")
-    names, documents = getattr(report, "truncated_ids", ()), getattr(report, "truncated_documents", 0)
     print_truncated(console, report.truncated, names=names, documents=documents)
     console.print(f"wrote {wrote}")

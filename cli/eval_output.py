@@ -5,34 +5,35 @@ from __future__ import annotations
 
 import sys
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from embedkit.encode.protocol import Encoder
 
 
-def load_model(model: str | None, device: str, precision: str | None) -> Any:
+def load_model(model: str | None, device: str, precision: str | None) -> Encoder:
     from embedkit.encode.loading import load_encoder
 
     return load_encoder(model, device=device, precision=precision)
 
 
-def encoder_label(encoder: Any) -> str:
+def encoder_label(encoder: Encoder) -> str:
     from embedkit.encode.default_onnx import recorded_model_path
     from embedkit.encode.model_folder import DEFAULT_BASE_MODEL, default_base_model_path
     from embedkit.errors import InputError
 
-    path = getattr(encoder, "path", None)
-    name = Path(path).name if path else "model"
+    name = Path(encoder.path).name or "model"
     try:
-        if path and recorded_model_path(encoder) == default_base_model_path().resolve():
+        if recorded_model_path(encoder) == default_base_model_path().resolve():
             name = DEFAULT_BASE_MODEL
     except InputError:  # the bundled model's package is absent: this is not it
         pass
     return f"{name} ({encoder.backend}, {encoder.device})"
 
 
-def model_record(encoder: Any) -> dict[str, Any]:
-    path = getattr(encoder, "path", None)
+def model_record(encoder: Encoder) -> dict[str, Any]:
     return {
-        "model": str(path) if path else None,
+        "model": str(encoder.path),
         "fingerprint": encoder.fingerprint,
         "backend": encoder.backend,
         "device": str(encoder.device),

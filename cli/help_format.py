@@ -5,6 +5,10 @@ by what it is: `PATH`, `N` (a whole number), `NUMBER`, the choices, or the optio
 (`--model MODEL`, `--device DEVICE`). Arguments show their name in capitals, in the usage line
 too (`embedkit search [OPTIONS] INDEX_DIR [QUERY]`). Lines are not broken inside hyphenated words
 (`ivf-` / `pq`), as textwrap would by default.
+
+The `getattr` calls below read typer's and click's own objects, not embedkit's: `type_descriptor`
+is typer's (0.29 and later; older ones have none and fall back to click's type name), `is_flag`
+and `commands` are click 8.x's, on options and groups only.
 """
 
 from __future__ import annotations

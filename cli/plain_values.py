@@ -5,7 +5,9 @@ pydantic and building the adapters is about a quarter of a second of a cold `emb
 Here a value of a plain type (str, int, float, bool, Path; optional or not) that is valid is converted
 as typer would convert it; anything else, an invalid or out-of-range value included, goes on to
 typer's own conversion, so its error messages stay typer's. On a typer without that machinery
-(older releases convert with click), `install` leaves the commands as they are.
+(older releases convert with click), `install` leaves the commands as they are. The `getattr`
+calls read typer's parameter objects (`type_descriptor`, `parser`, `clamp`: typer 0.29 and later)
+and click 8.x's commands (`params`, `commands` on groups), never an embedkit object.
 """
 
 from __future__ import annotations

@@ -68,8 +68,7 @@ def pseudo(
 
     from embedkit.console import make_console, print_table
 
-    path = getattr(encoder, "path", None)
-    label = f"{Path(path).name if path else 'model'} ({encoder.backend}, {encoder.device})"
+    label = f"{Path(encoder.path).name or 'model'} ({encoder.backend}, {encoder.device})"
     table = Table(title=f"pseudo queries on {corpus.name or corpus}: {label}")
     table.add_column("metric")
     table.add_column("value", justify="right")
@@ -82,16 +81,14 @@ def pseudo(
         f"eligible documents; {len(pseudo_set.corpus)} documents searched"
     )
     if json_path is not None:
+        from embedkit.cli.eval_output import model_record
         from embedkit.storage.atomic import write_json_atomic
 
         write_json_atomic(
             json_path,
             {
                 "task": "pseudo",
-                "model": str(path) if path else None,
-                "fingerprint": encoder.fingerprint,
-                "backend": encoder.backend,
-                "device": str(encoder.device),
+                **model_record(encoder),
                 "corpus": str(corpus),
                 "queries": len(pseudo_set.queries),
                 "documents": len(pseudo_set.corpus),

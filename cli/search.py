@@ -162,7 +162,7 @@ def search(
             request = _reranking(request, rerank, rerank_depth, device)
         check_gpu_k(request.k, index.faiss_device)
         encoder = index.encoder(model, device=device, precision=precision)
-        split = f" in {len(index):,} passages" if index.passages else ""
+        split = f" in {len(index.rows):,} passages" if index.passages else ""
         ranking = f"{request.mode} search"
         if request.mode == "hybrid":
             source = "" if fusion is not None or alpha is not None else ", the index's default"

@@ -315,7 +315,7 @@ def _rank_argv(ctx: typer.Context) -> list[str]:
             continue
         if param.param_type_name == "argument":
             positional.append(str(value))
-        elif getattr(param, "is_flag", False):
+        elif getattr(param, "is_flag", False):  # click 8.x: options have it, arguments not
             options += [param.opts[0]] if value else []
         else:
             for item in value if getattr(param, "multiple", False) else [value]:

@@ -75,7 +75,9 @@ def encoder_or_folder(name: str, value: Any) -> Any:
     """None, a model folder's path, or an open encoder (anything with `encode`)."""
     if value is None or isinstance(value, (str, os.PathLike)):
         return value if value is None else folder(name, value)
-    if callable(getattr(value, "encode", None)) and not isinstance(value, bytes):
+    from embedkit.encode.protocol import Encodes
+
+    if isinstance(value, Encodes) and not isinstance(value, bytes):
         return value
     raise InputError(f"{name} must be a model folder's path or an open encoder, not {_shown(value)}")
 

@@ -123,6 +123,8 @@ def export_graph(
 ) -> GraphInfo:
     """Trace `backbone` + `modules` (+ normalisation) to an ONNX file at `path`."""
     config = backbone.config
+    # transformers 4.x and 5.x configs: BERT-likes name `hidden_size`/`num_attention_heads`,
+    # DistilBERT `dim`/`n_heads`; a config without `vocab_size` gets ids every vocabulary has
     hidden_size = int(config.hidden_size if hasattr(config, "hidden_size") else config.dim)
     num_heads = int(getattr(config, "num_attention_heads", 0) or getattr(config, "n_heads", 0))
     input_names = ["input_ids", "attention_mask"]

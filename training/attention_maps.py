@@ -96,6 +96,7 @@ def use_fused_attention(model: nn.Module) -> None:
 def attention_modules(backbone: nn.Module) -> list[nn.Module]:
     """The backbone's self-attention modules, one per layer in order (the modules whose outputs
     Hugging Face records as `attentions`); `ValueError` for a model that names none."""
+    # transformers 5.x: a model names the modules whose outputs it records; 4.x models do not
     recorded = getattr(backbone, "_can_record_outputs", None) or {}
     kind = recorded.get("attentions")
     kind = getattr(kind, "target_class", kind)  # an OutputRecorder names its class

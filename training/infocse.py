@@ -104,6 +104,7 @@ def prediction_slots(positions: int, rate: float) -> int:
 
 
 def _bert_layers(backbone: nn.Module) -> nn.ModuleList:
+    # the BERT layout of transformers (4.x, 5.x): `encoder.layer`; other models lack it (an error below)
     layers = getattr(getattr(backbone, "encoder", None), "layer", None)
     if not isinstance(layers, nn.ModuleList):
         kind = type(backbone).__name__
@@ -141,6 +142,7 @@ class AuxMLM(nn.Module):
         self.attn_config = copy.deepcopy(config)
         self.layers = nn.ModuleList(copy.deepcopy(sources, {id(config): self.attn_config}))
         self.layers.requires_grad_(True)
+        # BERT's config fields (transformers 4.x, 5.x), BERT's own values where a config lacks one
         hidden = int(config.hidden_size)
         self.dense = nn.Linear(hidden, hidden)
         self.norm = nn.LayerNorm(hidden, eps=float(getattr(config, "layer_norm_eps", 1e-12)))

@@ -121,6 +121,7 @@ class ContrastiveModel(nn.Module):
         self.dim = int(backbone.config.hidden_size)
         config.check_matryoshka(self.dim)
         self.objective = Objective.from_config(config)
+        # transformers' configs (4.x, 5.x) mostly have `initializer_range`; 0.02 is BERT's where not
         self.head = MLPHead(self.dim, float(getattr(backbone.config, "initializer_range", 0.02)))
         # Matryoshka starts from the pooled vectors rotated onto their principal axes (`rotation`)
         self.rotation: nn.Module = Rotation(self.dim) if config.rotates else nn.Identity()
@@ -321,7 +322,7 @@ class ContrastiveModel(nn.Module):
 
 
 def _set_attention(module: nn.Module, implementation: str) -> None:
-    setter = getattr(module, "set_attn_implementation", None)
+    setter = getattr(module, "set_attn_implementation", None)  # transformers >= 4.48 (5.x has it)
     if setter is not None:
         with contextlib.suppress(ValueError, ImportError):
             setter(implementation)

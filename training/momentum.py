@@ -108,7 +108,8 @@ def set_dropout(module: nn.Module, p: float) -> None:
     Hugging Face BERT and DistilBERT attention (eager and SDPA) read the probability from the
     attention module's ``dropout.p``, which the nn.Dropout loop covers; float attributes such as
     ``attention_dropout`` (used by some other architectures) and the config's dropout fields are set
-    too.
+    too. The attributes are probed on each module and config: transformers (4.x, 5.x) names them
+    per architecture, and a module without them is left as it is.
     """
     if not 0.0 <= p < 1.0:
         raise ValueError(f"a dropout probability must lie in [0, 1), got {p}")

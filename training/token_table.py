@@ -84,6 +84,7 @@ class TokenTable:
 
 def position_limit(model_config: Any) -> int:
     """The longest input the backbone has position embeddings for (RoBERTa's first two are padding)."""
+    # transformers' configs (4.x, 5.x): absolute-position models have the field, others no limit
     limit = int(getattr(model_config, "max_position_embeddings", 0) or 1_000_000)
     return limit - 2 if "roberta" in str(getattr(model_config, "model_type", "")) else limit
 

@@ -27,6 +27,7 @@ import torch
 from embedkit.encode.identity import model_fingerprint
 from embedkit.encode.model_folder import read_model_spec
 from embedkit.errors import InputError
+from embedkit.evaluation.pseudo_queries import PseudoQueryEvaluator
 from embedkit.storage.locking import write_lock
 from embedkit.training import aux_stage1, distributed, loop, rotation, run_folder, step_speed
 from embedkit.training import checkpoint as ckpt
@@ -95,7 +96,8 @@ class TrainJob:
         config, context, out = self.config, self.context, self.out
         dev = dev_evaluator(config, self.corpus)
         # the dev pseudo queries' sentences are held out of training
-        sample = load_examples(self.corpus, config, getattr(dev, "pseudo_set", None))
+        held_out = dev.pseudo_set if isinstance(dev, PseudoQueryEvaluator) else None
+        sample = load_examples(self.corpus, config, held_out)
         if len(sample) < 2:
             raise InputError("contrastive training needs at least 2 distinct sentences")
         if config.batch_size % context.world_size:

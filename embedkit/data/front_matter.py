@@ -22,6 +22,7 @@ it. The values become JSON in `embedkit.data.values.json_metadata`.
 from __future__ import annotations
 
 import re
+from collections.abc import Hashable
 from pathlib import Path
 from typing import Any
 
@@ -77,6 +78,7 @@ def load_front_matter(yaml_text: str, path: Path) -> Any:
             f"it may nest at most {MAX_DEPTH}"
         ) from None
     except yaml.YAMLError as exc:
+        # PyYAML's MarkedYAMLError has `problem_mark` (PyYAML 5 and 6); a bare YAMLError has none
         line = getattr(getattr(exc, "problem_mark", None), "line", None)
         where = f" (line {line + 2})" if line is not None else ""
         raise InputError(f"{path}: the front matter is not valid YAML{where}") from None
@@ -122,13 +124,13 @@ def _bounded_loader():  # -> a SafeLoader subclass counting how deep nodes are c
                 return number_from_text(text)
             return super().construct_yaml_int(node)
 
-        def construct_mapping(self, node, deep=False):
+        def construct_mapping(self, node: yaml.MappingNode, deep: bool = False) -> dict[Hashable, Any]:
             """The mapping with each field name as written; YAML's merge keys (`<<`) as PyYAML
             merges them (the mapping's own names win over merged ones)."""
             own = [pair for pair in node.value if pair[0].tag != "tag:yaml.org,2002:merge"]
             self.flatten_mapping(node)
             merged = node.value[: len(node.value) - len(own)]
-            mapping: dict[str, Any] = {}
+            mapping: dict[Hashable, Any] = {}
             for key_node, value_node in own:
                 if not isinstance(key_node, yaml.ScalarNode):
                     raise _FieldName("has a field name that is a list or a mapping", key_node.start_mark.line)

@@ -3,14 +3,13 @@ round (`CachingEncoder`), or a repeated call with the same texts from its last a
 
 from __future__ import annotations
 
-from typing import Any
-
 import numpy as np
 
-from embedkit.encode.protocol import EncoderBase
+from embedkit.encode.protocol import Encoder
+from embedkit.encode.wrapping import EncoderWrapper
 
 
-class CachingEncoder(EncoderBase):
+class CachingEncoder(EncoderWrapper):
     """An encoder that embeds each distinct text once and then answers from memory.
 
     One run's evaluations share most of their texts: the pseudo-query corpus is the retrieval
@@ -19,12 +18,9 @@ class CachingEncoder(EncoderBase):
     most of an experiment run's evaluation on CPU). Wrap one model for one round of evaluation.
     """
 
-    def __init__(self, encoder: Any) -> None:
-        self.encoder = encoder
+    def __init__(self, encoder: Encoder) -> None:
+        super().__init__(encoder)
         self._vectors: dict[tuple[str, bool | None], np.ndarray] = {}
-
-    def __getattr__(self, name: str) -> Any:
-        return getattr(self.encoder, name)  # dim, max_seq_length, fingerprint, ...
 
     def encode_texts(
         self, texts: list[str], batch_size: int, normalize: bool | None, progress: bool
@@ -40,7 +36,7 @@ class CachingEncoder(EncoderBase):
         return np.stack([self._vectors[(t, normalize)] for t in texts])
 
 
-class RepeatCache(EncoderBase):
+class RepeatCache(EncoderWrapper):
     """An encoder that answers a repeated `encode` of the same texts from its last answer.
 
     Unlike `CachingEncoder` it embeds each call's texts as given (duplicates and batches
@@ -48,12 +44,9 @@ class RepeatCache(EncoderBase):
     searches the same pseudo queries once per candidate.
     """
 
-    def __init__(self, encoder: Any) -> None:
-        self.encoder = encoder
-        self._last: tuple[Any, np.ndarray] | None = None
-
-    def __getattr__(self, name: str) -> Any:
-        return getattr(self.encoder, name)  # dim, path, fingerprint, ...
+    def __init__(self, encoder: Encoder) -> None:
+        super().__init__(encoder)
+        self._last: tuple[tuple[tuple[str, ...], int, bool | None], np.ndarray] | None = None
 
     def encode_texts(
         self, texts: list[str], batch_size: int, normalize: bool | None, progress: bool

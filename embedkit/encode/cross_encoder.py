@@ -220,11 +220,12 @@ class CrossEncoderModel:
         if self.spec.onnx:
             feed = {name: batch[name].astype(np.int64) for name in self._inputs}
             with self._lock:
-                return self._session.run(None, feed)[0].reshape(len(pairs))
+                scores: np.ndarray = self._session.run(None, feed)[0]  # onnxruntime ships no types
+                return scores.reshape(len(pairs))
         import torch
 
         with self._lock, torch.inference_mode():
-            out = self.torch_model(**batch.to(self._device)).logits
+            out: torch.Tensor = self.torch_model(**batch.to(self._device)).logits
         return out.float().reshape(len(pairs)).cpu().numpy()
 
 

@@ -167,7 +167,8 @@ class BoundRunner:
             value.update_inplace(np.ascontiguousarray(array, dtype=self.input_types[name]))
         self.times.add("copy_s", time.perf_counter() - start)
         self.session.run_with_iobinding(slot.binding, slot.options)
-        return slot.output.numpy().astype(np.float32, copy=False)
+        vectors: np.ndarray = slot.output.numpy()  # an OrtValue's copy (onnxruntime ships no types)
+        return vectors.astype(np.float32, copy=False)
 
 
 __all__ = ["BoundRunner", "DeviceRun", "choose_device_run", "cuda_provider_options"]

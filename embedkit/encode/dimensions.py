@@ -9,12 +9,16 @@ The prefix is renormalized, so inner products stay cosine similarities. numpy on
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Any
+from typing import TYPE_CHECKING
 
 import numpy as np
 
-from embedkit.encode.protocol import EncoderBase
+from embedkit.encode.protocol import Encoder, TokenizingEncoder
+from embedkit.encode.wrapping import EncoderWrapper
 from embedkit.errors import InputError
+
+if TYPE_CHECKING:
+    from embedkit.encode.batching import TokenBatcher
 
 
 def truncate_vectors(vectors: np.ndarray, dim: int) -> np.ndarray:
@@ -30,56 +34,33 @@ def truncate_vectors(vectors: np.ndarray, dim: int) -> np.ndarray:
         raise InputError(f"cannot keep {dim!r} dimensions of {full}-d vectors: use 1 to {full}")
     prefix = array[..., :dim]
     norms = np.linalg.norm(prefix, axis=-1, keepdims=True)
-    return np.divide(prefix, norms, out=np.zeros_like(prefix), where=norms > 0)
+    cut: np.ndarray = np.divide(prefix, norms, out=np.zeros_like(prefix), where=norms > 0)
+    return cut
 
 
-class TruncatedEncoder(EncoderBase):
+class TruncatedEncoder(EncoderWrapper):
     """Another encoder's vectors cut to their first `dim` dimensions and renormalized
     (`truncate_vectors`): what an index built with `index --dim` embeds its documents and queries
-    with. Everything else (path, fingerprint, tokenizer, device) is the wrapped encoder's."""
+    with. Its folder, fingerprint, identity, device and counts are the wrapped encoder's
+    (`EncoderWrapper`), and so is its token batcher: it embeds the caller's texts one for one."""
 
-    def __init__(self, encoder: Any, dim: int) -> None:
+    def __init__(self, encoder: Encoder, dim: int) -> None:
         if isinstance(dim, bool) or not isinstance(dim, int) or not 1 <= dim <= encoder.dim:
             raise InputError(
                 f"cannot keep {dim!r} dimensions of {encoder.dim}-d vectors: use 1 to {encoder.dim}"
             )
-        self.encoder = encoder
-        self.dim = dim
+        super().__init__(encoder)
+        self._dim = dim
 
-    # What an index build, a search and the server read of an encoder, each the wrapped one's. Its
-    # stages are not handed on: they give the model's full vectors, and a caller that needs them
-    # (the server's embedding routes) holds the wrapped encoder itself.
+    # Its stages are not handed on: they give the model's full vectors, and a caller that needs
+    # them (the server's embedding routes) holds the wrapped encoder itself.
     @property
-    def backend(self) -> str:
-        return str(self.encoder.backend)
-
-    @property
-    def path(self) -> Any:
-        return self.encoder.path
+    def dim(self) -> int:
+        return self._dim
 
     @property
-    def device(self) -> Any:
-        return self.encoder.device
-
-    @property
-    def precision(self) -> Any:
-        return self.encoder.precision
-
-    @property
-    def fingerprint(self) -> str:
-        return str(self.encoder.fingerprint)
-
-    @property
-    def max_seq_length(self) -> int:
-        return int(self.encoder.max_seq_length)
-
-    @property
-    def truncated(self) -> int:
-        return int(self.encoder.truncated)
-
-    @property
-    def batcher(self) -> Any:  # which texts the latest call cut (`embedkit.encode.truncation`)
-        return self.encoder.batcher
+    def batcher(self) -> TokenBatcher | None:  # the texts the latest call cut (`encode.truncation`)
+        return self.encoder.batcher if isinstance(self.encoder, TokenizingEncoder) else None
 
     def encode_texts(
         self, texts: Sequence[str], batch_size: int, normalize: bool | None, progress: bool
@@ -88,7 +69,7 @@ class TruncatedEncoder(EncoderBase):
         return truncate_vectors(np.asarray(full).reshape(len(texts), -1), self.dim)
 
 
-def keep_dimensions(encoder: Any, dim: int | None) -> Any:
+def keep_dimensions(encoder: Encoder, dim: int | None) -> Encoder:
     """`encoder` giving its first `dim` dimensions, renormalized; itself where `dim` is None or its own."""
     if dim is None or dim == encoder.dim:
         return encoder

@@ -33,11 +33,11 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from embedkit.encode.json_file import read_json
 from embedkit.encode.model_folder import (
     ModelSpec,
     fingerprint_files,
     lowercases_text,
-    read_json,
     read_model_spec,
     weights_fingerprint,
 )

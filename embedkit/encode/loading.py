@@ -12,7 +12,7 @@ from pathlib import Path
 from embedkit.encode.devices import check_device
 from embedkit.encode.model_folder import ModelSpec, read_model_spec
 from embedkit.encode.precisions import check_precision
-from embedkit.encode.protocol import Encoder
+from embedkit.encode.protocol import Encoder, StagedEncoder
 from embedkit.errors import InputError
 
 
@@ -32,7 +32,7 @@ def load_encoder(
     warmup: bool | None = None,
     tokenizer_workers: int | None = None,
     cuda_graphs: bool | None = None,
-) -> Encoder:
+) -> StagedEncoder:
     """Open a model folder for embedding, whatever its kind.
 
     `path`: an ONNX export (`embedkit export`), a trained or Hugging Face folder, or None for the

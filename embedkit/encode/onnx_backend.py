@@ -14,14 +14,15 @@ import time
 import warnings
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from embedkit.encode.batching import TokenBatcher, check_tokenizer_workers, tokenizer_workers_for
 from embedkit.encode.devices import check_device
 from embedkit.encode.identity import model_identity
-from embedkit.encode.model_folder import ModelSpec, read_json, read_model_spec, resolve_model_path
+from embedkit.encode.json_file import read_json
+from embedkit.encode.model_folder import ModelSpec, read_model_spec, resolve_model_path
 from embedkit.encode.ort_import import import_onnxruntime
 from embedkit.encode.precisions import PRECISION_FILES, check_precision
 from embedkit.encode.protocol import EncoderBase
@@ -29,6 +30,9 @@ from embedkit.encode.shapes import WARMUP_ROWS, ShapePlan, fixed_shapes_default
 from embedkit.encode.stages import EncoderStages
 from embedkit.encode.token_arrays import Batch
 from embedkit.errors import InputError
+
+if TYPE_CHECKING:
+    from embedkit.encode.cuda_run import BoundRunner
 
 OUTPUT_NAME = "sentence_embedding"
 log = logging.getLogger("embedkit.encode")
@@ -74,7 +78,7 @@ def available_precisions(path: Path, meta: dict[str, Any]) -> list[str]:
 
 def session_options(
     intra_op_threads: int | None = None, spinning: bool = True
-):  # -> onnxruntime.SessionOptions
+) -> Any:  # onnxruntime.SessionOptions (onnxruntime ships no types)
     """Full graph optimization (fuses int8 MatMulInteger chains at load); threads as asked.
 
     `spinning=False`: the intra-op threads sleep between runs instead of busy-waiting, which a
@@ -114,7 +118,7 @@ def preload_cuda_libraries() -> None:
 
     ort = import_onnxruntime()
 
-    preload = getattr(ort, "preload_dlls", None)  # onnxruntime-gpu >= 1.21
+    preload = getattr(ort, "preload_dlls", None)  # onnxruntime-gpu >= 1.21; older builds lack it
     if preload is None:
         return
     with contextlib.redirect_stdout(io.StringIO()), contextlib.suppress(Exception):
@@ -127,7 +131,7 @@ def create_session(
     intra_op_threads: int | None = None,
     spinning: bool = True,
     cuda_options: dict[str, str] | None = None,
-):
+) -> tuple[Any, str]:  # an onnxruntime.InferenceSession (untyped), "cuda" or "cpu"
     """An InferenceSession on `device`, and "cuda" or "cpu" for where it really runs.
 
     onnxruntime-gpu silently falls back to CPU when the CUDA libraries are missing, so the
@@ -293,6 +297,7 @@ class OnnxEncoder(EncoderBase):
         if "token_type_ids" in self.input_names:
             types = batch.token_type_ids
             feeds["token_type_ids"] = types if types is not None else np.zeros_like(batch.input_ids)
+        vectors: np.ndarray  # the session's one output (onnxruntime ships no types)
         (vectors,) = self.session.run([OUTPUT_NAME], feeds)
         return vectors[: batch.real_rows].astype(np.float32, copy=False)
 
@@ -335,7 +340,12 @@ class OnnxEncoder(EncoderBase):
         )
 
 
-def open_runner(encoder: OnnxEncoder, device_id: int, session_args: tuple, cuda_graphs: bool | None):
+def open_runner(
+    encoder: OnnxEncoder,
+    device_id: int,
+    session_args: tuple[Path, int | None, bool],  # the model file, intra-op threads, spinning
+    cuda_graphs: bool | None,
+) -> BoundRunner | None:
     """The CUDA run path of `encoder` (`embedkit.encode.cuda_run`), or None on the CPU. With CUDA
     graphs, the session is made again with them on; where that fails, one line says so."""
     from embedkit.encode.cuda_run import BoundRunner, DeviceRun, choose_device_run, cuda_provider_options

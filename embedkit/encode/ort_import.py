@@ -9,6 +9,7 @@ wrote there is passed on.
 
 from __future__ import annotations
 
+import importlib
 import os
 import sys
 import tempfile
@@ -26,7 +27,7 @@ def import_onnxruntime() -> ModuleType:
         saved = os.dup(2)
         os.dup2(capture.fileno(), 2)
         try:
-            import onnxruntime
+            module = importlib.import_module("onnxruntime")  # typed, as onnxruntime itself is not
         finally:
             os.dup2(saved, 2)
             os.close(saved)
@@ -35,4 +36,4 @@ def import_onnxruntime() -> ModuleType:
     kept = [line for line in text.splitlines(keepends=True) if not any(n in line for n in _NOISE)]
     if kept:
         sys.stderr.write("".join(kept))
-    return onnxruntime
+    return module

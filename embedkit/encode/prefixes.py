@@ -21,6 +21,7 @@ import json
 import re
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from embedkit.errors import InputError
 
@@ -172,6 +173,6 @@ def check_recorded(recorded: Prefixes, query: str | None, passage: str | None, w
             raise InputError(f"{name} {given!r} differs from the {what}'s {kept!r}; it keeps its own")
 
 
-def recorded_prefixes(meta: dict) -> Prefixes:
+def recorded_prefixes(meta: dict[str, Any]) -> Prefixes:
     """The prefixes an index's metadata records (none for an index from before prefixes)."""
     return Prefixes(str(meta.get("query_prefix") or ""), str(meta.get("passage_prefix") or ""), "the index")

@@ -34,7 +34,8 @@ def load_backbone(path: Path, **kwargs: object) -> torch.nn.Module:
 
     hf_logging.disable_progress_bar()  # a bar per load drowns our own progress and error lines
     try:
-        return AutoModel.from_pretrained(str(path), **kwargs)
+        model: torch.nn.Module = AutoModel.from_pretrained(str(path), **kwargs)  # typed Any there
+        return model
     except (OSError, ValueError, KeyError, SafetensorError) as exc:
         raise InputError(f"cannot load a model from {path}: {str(exc).splitlines()[0]}") from None
 
@@ -99,7 +100,8 @@ class TorchEncoder(EncoderBase):
         if self.uses_token_type_ids:
             inputs["token_type_ids"] = torch.from_numpy(batch.token_type_ids).to(self.device)
         hidden = self.model(**inputs).last_hidden_state
-        return self.head(hidden, inputs["attention_mask"], do_normalize).cpu().numpy()
+        vectors: torch.Tensor = self.head(hidden, inputs["attention_mask"], do_normalize)
+        return vectors.cpu().numpy()
 
     def encode_texts(
         self, texts: list[str], batch_size: int, normalize: bool | None, progress: bool

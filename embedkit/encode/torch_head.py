@@ -53,7 +53,8 @@ def pool(
 
 def l2_normalize(vectors: torch.Tensor) -> torch.Tensor:
     """As torch.nn.functional.normalize (same clamp), written out so the tracer emits plain ops."""
-    return vectors / vectors.norm(p=2, dim=-1, keepdim=True).clamp(min=1e-12)
+    normalized: torch.Tensor = vectors / vectors.norm(p=2, dim=-1, keepdim=True).clamp(min=1e-12)
+    return normalized
 
 
 class Dense(torch.nn.Module):
@@ -88,7 +89,7 @@ class Dense(torch.nn.Module):
         self.load_state_dict({k: state[k] for k in expected})
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        out = self.activation(self.linear(x))
+        out: torch.Tensor = self.activation(self.linear(x))  # a torch.nn activation, named by the folder
         if self.residual:
             out = out + (self.residual_linear(x) if hasattr(self, "residual_linear") else x)
         return out

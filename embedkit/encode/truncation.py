@@ -10,17 +10,24 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING
+
+from embedkit.data.document import Passage
+from embedkit.encode.protocol import TokenizingEncoder
+
+if TYPE_CHECKING:
+    from embedkit.data.document import Document
+    from embedkit.encode.protocol import Encodes
 
 NAMED = 5  # documents a note names; the rest are counted ("and 7 more")
 
 
-def cut_positions(encoder: Any) -> list[int]:
+def cut_positions(encoder: Encodes) -> list[int]:
     """Positions, among the texts of `encoder`'s latest `encode` call, of those cut at its maximum
     length (sorted); none where the encoder has no token batcher to say. Read it right after the
     call, from the thread that made it (a server's concurrent calls share the batcher)."""
-    batcher = getattr(encoder, "batcher", None)
-    return sorted(getattr(batcher, "cut_positions", ()))
+    batcher = encoder.batcher if isinstance(encoder, TokenizingEncoder) else None
+    return sorted(batcher.cut_positions) if batcher is not None else []
 
 
 @dataclass
@@ -31,11 +38,11 @@ class CutDocuments:
     count: int = 0  # distinct documents (an index of passages may cut several of one)
     _last: str | None = None  # a document's passages come one after another
 
-    def note(self, encoder: Any, units: Sequence[Any]) -> None:
+    def note(self, encoder: Encodes, units: Sequence[Document | Passage]) -> None:
         """After `encoder` embedded `units` (documents, or passages with their `document`), in order."""
         for position in cut_positions(encoder):
             unit = units[position]
-            doc_id = str(getattr(unit, "document", unit).id)
+            doc_id = str(unit.document.id if isinstance(unit, Passage) else unit.id)
             if doc_id == self._last:
                 continue
             self._last = doc_id

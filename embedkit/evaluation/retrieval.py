@@ -23,7 +23,7 @@ from embedkit.evaluation.runs import run_of_hits
 from embedkit.index.search import SearchIndex, open_index_for
 from embedkit.search import pipeline
 from embedkit.search.fusion import DEFAULT_ALPHA
-from embedkit.search.request import SearchRequest, check_choices
+from embedkit.search.request import SearchRequest, check_choices, default_mode, fusion_for
 from embedkit.search.rerank import DEFAULT_RERANK_DEPTH, PairScorer, Rerank
 from embedkit.search.store import SearchStore
 
@@ -175,7 +175,7 @@ class RetrievalEvaluator:
         then `search` gives this corpus)."""
         if self.mode is not None:
             return self.mode
-        return index.default_mode(self.fusion) if index is not None else "hybrid"
+        return default_mode(index.meta, index.has_lexical, self.fusion) if index is not None else "hybrid"
 
     def _request(
         self, mode: str, index: Any, encoder: Encoder, store: Any, exclude: list[str] | None
@@ -200,7 +200,7 @@ class RetrievalEvaluator:
         if self.fusion is not None:
             return self.fusion, DEFAULT_ALPHA if self.alpha is None else self.alpha, "asked for"
         if index is not None:
-            fusion, alpha = index.default_fusion(None, self.alpha)
+            fusion, alpha = fusion_for(index.meta, None, self.alpha)
             return (
                 fusion,
                 alpha,

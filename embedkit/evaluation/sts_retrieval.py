@@ -25,7 +25,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol, runtime_checkable
 
 import numpy as np
 
@@ -46,16 +46,30 @@ class StsRetrievalTask:
     targets: list[int]  # the corpus row of each query's target (the same pair's sentence2)
 
 
+@runtime_checkable
+class StsPairs(Protocol):
+    """What a task is built from besides triples: `StsData`'s three columns, in file order."""
+
+    @property
+    def sentences1(self) -> Sequence[str]: ...
+
+    @property
+    def sentences2(self) -> Sequence[str]: ...
+
+    @property
+    def scores(self) -> Sequence[float] | np.ndarray: ...
+
+
 def sts_retrieval_task(source: str | Path | Any) -> StsRetrievalTask:
     """The task of an STS file (read with `read_sts`), of `StsData`, or of (s1, s2, score) triples."""
     if isinstance(source, StsRetrievalTask):
         return source
-    pairs: Any = source  # `StsData` (or anything with its three fields), or (s1, s2, score) triples
+    pairs: Any = source  # `StsPairs` (`StsData`, or any with its three columns), or triples
     if isinstance(source, (str, Path)):
         from embedkit.data.sts import read_sts
 
         pairs = read_sts(source)
-    if all(hasattr(pairs, name) for name in ("sentences1", "sentences2", "scores")):
+    if isinstance(pairs, StsPairs):
         first, second, scores = list(pairs.sentences1), list(pairs.sentences2), list(pairs.scores)
     else:
         triples = list(pairs)

@@ -29,7 +29,7 @@ SHARED_MEMORY_BYTES = 48 * 1024
 def faiss_gpu_count() -> int:
     """GPUs faiss can use here: 0 for a faiss built without GPU support (faiss-cpu)."""
     faiss = faiss_module()
-    if not hasattr(faiss, "StandardGpuResources"):
+    if not hasattr(faiss, "StandardGpuResources"):  # faiss-cpu 1.8 to 1.15 builds have no GPU symbols
         return 0
     return int(faiss.get_num_gpus())
 
@@ -61,7 +61,7 @@ def faiss_gpu_for(device: str = "cpu", gpu: bool = False) -> int | None:
 
 def needs_float16_tables(index: FaissIndex) -> bool:
     """Whether an IVF-PQ index's float32 lookup table overflows a block's shared memory on the GPU."""
-    pq = getattr(index, "pq", None)
+    pq = getattr(index, "pq", None)  # faiss 1.8 to 1.15: only product-quantized indexes have `pq`
     return pq is not None and int(pq.M) * (1 << int(pq.nbits)) * 4 > SHARED_MEMORY_BYTES
 
 

@@ -168,11 +168,12 @@ def check_encoder_for(meta: dict[str, Any], encoder: Encoder, holder: str) -> No
     """An `InputError` unless the open `encoder` runs the model `meta` (an index's) records (at the
     model's dimension, or already cut to the index's: `fit_encoder`)."""
     from embedkit.encode.identity import check_same_model
+    from embedkit.encode.protocol import IdentifiedEncoder
 
-    name = getattr(encoder, "path", "the encoder")
+    name = encoder.path
     if encoder.dim not in (int(meta["dim"]), model_dim(meta)):
         raise InputError(f"model {name} gives {encoder.dim}-d vectors; {holder} holds {meta['dim']}-d")
-    identity = getattr(encoder, "identity", None)
+    identity = encoder.identity if isinstance(encoder, IdentifiedEncoder) else None
     check_same_model(meta["model_fingerprint"], meta["model"], encoder.fingerprint, name, holder, identity)
 
 
@@ -194,5 +195,4 @@ def fit_encoder(meta: dict[str, Any], encoder: Encoder) -> Encoder:
     index keeps fewer than the model gives (`index --dim`); else `encoder` itself."""
     from embedkit.encode.dimensions import keep_dimensions
 
-    fitted: Encoder = keep_dimensions(encoder, int(meta["dim"]))  # typed Any where it is defined
-    return fitted
+    return keep_dimensions(encoder, int(meta["dim"]))

@@ -72,6 +72,7 @@ def search_threads(index: FaissIndex, kind: str, queries: int) -> Iterator[None]
     """Search `queries` on one OpenMP thread where that is faster (`SERIAL_QUERIES`): graph and
     inverted-list searches, and exact scans of at most `SERIAL_SCAN_BYTES`. The setting is the
     calling thread's own (OpenMP's), so concurrent searches of a server do not share it."""
+    # faiss 1.8 to 1.15: flat and quantized indexes have `code_size`, graph indexes (HNSW) not
     scanned = int(index.ntotal) * int(getattr(index, "code_size", 4 * index.d))
     if queries >= SERIAL_QUERIES or (kind == "flat" and scanned > SERIAL_SCAN_BYTES):
         yield

@@ -1,5 +1,10 @@
 """`SearchIndex`: the one object a user holds to search an index (vectors in, ids out; or texts in, hits out).
 
+It speaks documents and their ids; the index's vector rows (positions, as faiss numbers them, one
+per passage in an index of passages) are `index.rows` (`embedkit.index.vector_rows`), which the
+whole-index work (`adapt`) and the by-id calls here read. The index's default mode and fusion are
+`embedkit.search.request`'s (`default_mode`, `fusion_for`), which `request` applies.
+
 `SearchIndex.load` opens an index folder (its `LocalStore`: FAISS, the SQLite documents, the
 tantivy BM25 side); a pushed collection is opened as one too (`embedkit.remote.search`). Either
 way every search goes through the one pipeline (`embedkit.search.pipeline`) over the store's
@@ -10,19 +15,22 @@ ranked by its best passage; a metadata filter (`where`) is over the documents' m
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import warnings
+from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import numpy as np
 
 from embedkit.arguments import query_vectors as checked_vectors
 from embedkit.arguments import text_list
 from embedkit.encode.prefixes import recorded_prefixes
+from embedkit.encode.protocol import Encodes
 from embedkit.errors import InputError
 from embedkit.index.faiss_gpu import placement_for
 from embedkit.index.folder import check_encoder_for, fit_encoder, index_files_dir, open_model_for
 from embedkit.index.local_store import LocalStore
+from embedkit.index.vector_rows import IndexRows
 from embedkit.search import pipeline
 from embedkit.search.fusion import bounded_k
 from embedkit.search.hits import Hit
@@ -33,6 +41,14 @@ if TYPE_CHECKING:
     from embedkit.encode.protocol import Encoder
     from embedkit.search.store import SearchStore
 
+Moved = TypeVar("Moved", bound=Callable[..., Any])
+
+
+def _moved(old: str, new: str, call: Moved) -> Moved:
+    """`call`, once a `DeprecationWarning` says that `old` is now `new` (pointing at the caller's line)."""
+    warnings.warn(f"{old} is deprecated: use {new}", DeprecationWarning, stacklevel=3)
+    return call
+
 
 class SearchIndex:
     """An index opened for search.
@@ -40,6 +56,7 @@ class SearchIndex:
     >>> index = SearchIndex.load("cranfield-index")  # doctest: +SKIP
     >>> scores, ids = index.search(query_vectors, k=10)  # plain arrays, as faiss  # doctest: +SKIP
     >>> hits = index.search_text(["shock waves on a wing"], k=5)  # with the documents  # doctest: +SKIP
+    >>> vectors = index.rows.vectors(range(len(index.rows)))  # every vector row  # doctest: +SKIP
     """
 
     def __init__(
@@ -58,6 +75,7 @@ class SearchIndex:
         self._placement = placement
         self._encoder: Encoder | None = None
         self.prefixes = recorded_prefixes(meta)
+        self.rows = IndexRows(store, self.prefixes, self.checked)  # the vector rows, by position
 
     @classmethod
     def load(cls, path: str | Path, *, gpu: bool = False, device: str = "cpu") -> SearchIndex:
@@ -108,13 +126,9 @@ class SearchIndex:
     def close(self) -> None:
         self.store.close()
 
-    def __len__(self) -> int:
-        """Vector rows held (documents, or passages in an index of passages)."""
-        return self.store.reachable(None)
-
     @property
     def document_count(self) -> int:
-        """The documents held: `len()` is the vectors, one per passage in an index of passages."""
+        """The documents held (`len(index.rows)` is the vectors, one per passage in an index of passages)."""
         return self.store.document_count()
 
     @property
@@ -141,15 +155,6 @@ class SearchIndex:
         if self.meta.get("lexical") is not None:
             return f"the index {self.path} has the lexical side of an earlier embedkit: {fix}"
         return f"the index {self.path} has no lexical side (built with --no-lexical): {fix}"
-
-    def default_mode(self, fusion: str | None = None) -> str:
-        """hybrid where the index has a lexical side, unless its calibration chose dense (and no
-        `fusion` is asked for); else dense."""
-        return default_mode(self.meta, self.has_lexical, fusion)
-
-    def default_fusion(self, fusion: str | None = None, alpha: float | None = None) -> tuple[str, float]:
-        """The fusion and dense weight of a hybrid search: asked for, else the index's calibrated choice."""
-        return fusion_for(self.meta, fusion, alpha)
 
     def request(self, k: int = 10, **settings: Any) -> SearchRequest:
         """A `SearchRequest` with this index's defaults filled in and checked; its filter (`where`)
@@ -182,7 +187,8 @@ class SearchIndex:
             width = min(k, self.document_count)
             ranked = [[(b[doc], s) for doc, s in r] for r, b in zip(side.rankings, side.best, strict=True)]
         else:
-            width = min(k, len(self)) if len(self) and self.store.reachable(allowed) else 0
+            rows = len(self.rows)
+            width = min(k, rows) if rows and self.store.reachable(allowed) else 0
             ranked = side.rankings
         held = self.store.held_at(sorted({row for ranking in ranked for row, _ in ranking}))
         scores = np.full((len(ranked), width), -np.inf, dtype=np.float32)
@@ -230,30 +236,12 @@ class SearchIndex:
         """
         items = text_list("queries", queries, blank=True, empty=True)  # as the pipeline takes them
         if encoder is not None and (
-            isinstance(encoder, (str, bytes)) or not callable(getattr(encoder, "encode", None))
+            isinstance(encoder, (str, bytes)) or not isinstance(encoder, Encodes)
         ):
             raise InputError(f"encoder must be an open encoder (with encode), not {type(encoder).__name__}")
         request = self.request(k, **settings)
         model = self.checked(encoder) if request.mode != "lexical" else None
         return pipeline.search(self.store, items, model, request, self.prefixes)
-
-    def vectors_of_rows(self, rows: Sequence[int], encoder: Encoder | None = None) -> np.ndarray:
-        """The stored (normalised) vectors of `rows`, [len(rows), dim].
-
-        Read back from the store where it can (FAISS: flat and HNSW exactly, IVF-PQ as its codes
-        decode); else what each row holds is embedded again with `encoder` (None: the index's model).
-        """
-        stored = self.store.vectors_of_rows(rows)
-        if stored is not None:
-            return stored
-        return pipeline.embedded_rows(self.store, rows, self.checked(encoder), self.prefixes)
-
-    def documents_at(self, rows: Sequence[int]) -> list[Document | None]:
-        """The documents at `rows` (None where there is none), in the order asked; in an index of
-        passages, the document each row's passage belongs to."""
-        held = self.store.held_at(rows)
-        found = [held.get(r) for r in rows]
-        return [unit.document if self.passages and unit is not None else unit for unit in found]  # type: ignore[union-attr,misc]
 
     def documents_held(
         self, where: str | None = None, offset: int = 0, limit: int | None = None
@@ -266,23 +254,50 @@ class SearchIndex:
         rows = self.store.held_rows() if where is None else self.store.compile_filter(where)
         stop = None if limit is None else offset + limit
         if not self.passages:  # a row per document: only those asked for are read
-            return [d for d in self.documents_at(rows[offset:stop].tolist()) if d is not None]
-        found = {d.id: d for d in self.documents_at(rows.tolist()) if d is not None}  # passages: once
+            return [d for d in self.rows.documents(rows[offset:stop].tolist()) if d is not None]
+        found = {d.id: d for d in self.rows.documents(rows.tolist()) if d is not None}  # passages: once
         return list(found.values())[offset:stop]
 
     def vectors_of_documents(self, ids: Sequence[str]) -> np.ndarray:
-        """The stored vectors of the documents `ids`, all held, [len(ids), dim] (`vectors_of_rows`);
+        """The stored vectors of the documents `ids`, all held, [len(ids), dim] (`rows.vectors`);
         an index of passages holds a vector per passage, not per document: an `InputError`."""
         if self.passages or not isinstance(self.store, LocalStore):
             raise InputError(
                 f"{self.path} holds no vector per document (an index of passages, or on a server)"
             )
         rows = self.store.rows_by_id(ids)
-        return self.vectors_of_rows([rows[i][0] for i in ids])
+        return self.rows.vectors([rows[i][0] for i in ids])
 
     def get_documents(self, ids: Sequence[str]) -> list[Document | None]:
         """Stored documents by id (None for an unknown id), in the order asked."""
         return self.store.documents_by_id(ids)
+
+    # Earlier names, kept working: the rows' face moved to `index.rows`, the index's defaults are
+    # `embedkit.search.request`'s (`request` applies them)
+
+    def __len__(self) -> int:
+        """Deprecated: `len(index.rows)` (vector rows), or `index.document_count`."""
+        return _moved("SearchIndex.__len__", "len(index.rows) or index.document_count", self.rows.__len__)()
+
+    def vectors_of_rows(self, rows: Sequence[int], encoder: Encoder | None = None) -> np.ndarray:
+        """Deprecated: `index.rows.vectors(rows, encoder)`."""
+        return _moved("SearchIndex.vectors_of_rows", "index.rows.vectors", self.rows.vectors)(rows, encoder)
+
+    def documents_at(self, rows: Sequence[int]) -> list[Document | None]:
+        """Deprecated: `index.rows.documents(rows)`."""
+        return _moved("SearchIndex.documents_at", "index.rows.documents", self.rows.documents)(rows)
+
+    def default_mode(self, fusion: str | None = None) -> str:
+        """Deprecated: `embedkit.search.request.default_mode(index.meta, index.has_lexical, fusion)`."""
+        return _moved("SearchIndex.default_mode", "embedkit.search.request.default_mode", default_mode)(
+            self.meta, self.has_lexical, fusion
+        )
+
+    def default_fusion(self, fusion: str | None = None, alpha: float | None = None) -> tuple[str, float]:
+        """Deprecated: `embedkit.search.request.fusion_for(index.meta, fusion, alpha)`."""
+        return _moved("SearchIndex.default_fusion", "embedkit.search.request.fusion_for", fusion_for)(
+            self.meta, fusion, alpha
+        )
 
 
 def open_index_for(path: str | Path, encoder: Encoder, *, gpu: bool = False) -> SearchIndex:

@@ -24,7 +24,7 @@ DAMAGED_MESSAGES = ("malformed", "not a database")
 
 def store_error(exc: sqlite3.Error, path: Path) -> EmbedkitError:
     """The error to raise for `exc`, met while reading or writing the document store `path`."""
-    code = getattr(exc, "sqlite_errorcode", None)
+    code = getattr(exc, "sqlite_errorcode", None)  # Python's sqlite3 has it from 3.11; 3.10 has none
     primary = code & 0xFF if isinstance(code, int) else None
     text = str(exc)
     if primary in DAMAGED or (primary is None and any(m in text for m in DAMAGED_MESSAGES)):

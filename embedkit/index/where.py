@@ -348,6 +348,8 @@ def check_size(expr: Expr) -> None:
 
 
 def _expected(exc: UnexpectedInput) -> str:
+    # lark 1.x: UnexpectedToken and UnexpectedEOF say what was `expected`, UnexpectedCharacters
+    # (`allowed` instead) and their base UnexpectedInput do not
     names = sorted({_FRIENDLY.get(name, name.lower()) for name in getattr(exc, "expected", None) or ()})
     return f" (expected {' or '.join(names)})" if names else ""
 

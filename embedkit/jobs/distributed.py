@@ -232,6 +232,7 @@ def _worker_error(exc: BaseException) -> EmbedkitError:
         if isinstance(current, EmbedkitError):
             return current
         seen.append(current)
+        # Ray's task errors (ray 2.x: RayTaskError) hold the worker's exception as `cause`; others do not
         current = getattr(current, "cause", None) or current.__cause__ or current.__context__
     lines = [line.strip() for line in str(exc).splitlines() if line.strip()]
     return RunFailure(f"the Ray job failed: {lines[-1] if lines else type(exc).__name__}")

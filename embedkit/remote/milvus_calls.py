@@ -51,6 +51,8 @@ def calls(
             raise InputError(
                 f"{target} refused the token: {refusal} (check --token or MILVUS_TOKEN)"
             ) from None
+        # grpcio's concrete call errors have details()/code(), its RpcError base not (grpcio 1.x);
+        # pymilvus' MilvusException has `message` (pymilvus 2.4 to 3.0)
         text = exc.details() if isinstance(exc, grpc.RpcError) and hasattr(exc, "details") else None
         message = " ".join(str(text or getattr(exc, "message", "") or exc).split())
         if target.is_local_file:  # what Milvus Lite logged, not pymilvus's summary of it
@@ -78,6 +80,7 @@ def token_refusal(exc: BaseException) -> str | None:
     seen: BaseException | None = exc
     while seen is not None and seen not in chain:  # pymilvus raises `e from e`: a cause can loop
         chain.append(seen)
+        # as in `milvus_error`: grpcio 1.x's RpcError base declares neither code() nor details()
         code = seen.code() if isinstance(seen, grpc.RpcError) and hasattr(seen, "code") else None
         if code == grpc.StatusCode.UNAUTHENTICATED:
             details = seen.details() if hasattr(seen, "details") else None

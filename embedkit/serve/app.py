@@ -26,6 +26,7 @@ import contextlib
 import hmac
 import logging
 import time
+from collections.abc import AsyncIterator
 from typing import Any
 
 import orjson
@@ -172,7 +173,8 @@ def queue_error(exc: QueueFull | TooLarge) -> ApiError:
 
 
 def server_of(request: Request) -> Server:
-    return request.app.state.server
+    server: Server = request.app.state.server  # set by `create_app`; starlette's `State` holds Any
+    return server
 
 
 async def embeddings(request: Request) -> Response:
@@ -326,7 +328,7 @@ def create_app(engine: Engine) -> ASGIApp:
     server = Server(engine)
 
     @contextlib.asynccontextmanager
-    async def lifespan(app: Starlette):
+    async def lifespan(app: Starlette) -> AsyncIterator[None]:
         loading = asyncio.create_task(engine.start())
         yield
         if not loading.done():

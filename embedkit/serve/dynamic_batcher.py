@@ -96,7 +96,7 @@ class _Job:
 
     __slots__ = ("future", "out", "size", "left")
 
-    def __init__(self, future: asyncio.Future, size: int) -> None:
+    def __init__(self, future: asyncio.Future[np.ndarray], size: int) -> None:
         self.future = future
         self.out: np.ndarray | None = None
         self.size = self.left = size
@@ -154,8 +154,8 @@ class DynamicBatcher:
         self._running = 0  # texts in batches that are running
         self._finished = -float("inf")  # when the last batch finished (perf_counter)
         self._closing = False
-        self._tasks: set[asyncio.Task] = set()
-        self._scheduler: asyncio.Task | None = None
+        self._tasks: set[asyncio.Task[None]] = set()
+        self._scheduler: asyncio.Task[None] | None = None
 
     # --- public -----------------------------------------------------------------------------
 

@@ -41,6 +41,9 @@ from embedkit.serve.sizing import INLINE_TOKENIZE_CHARS, Sizing
 
 if TYPE_CHECKING:
     from embedkit import SearchIndex
+    from embedkit.encode.cross_encoder import CrossEncoderModel
+    from embedkit.encode.onnx_backend import Warmup
+    from embedkit.search.hits import Hit
     from embedkit.search.request import SearchRequest
 
 log = logging.getLogger("embedkit.serve")
@@ -50,7 +53,7 @@ log = logging.getLogger("embedkit.serve")
 class Answer:
     """What a search answered: each query's hits, from which version, how."""
 
-    hits: list[list[Any]]  # per query, `Hit`s best first
+    hits: list[list[Hit]]  # per query, best first
     truncated: int  # queries cut at the model's max length
     request: SearchRequest  # what was run: the mode, fusion and weight asked for, else the index's
     index_version: str | None  # the version folder answered from (None: an unversioned index)
@@ -71,14 +74,14 @@ class Engine:
         self.metrics = metrics or Metrics()
         self.model: ServedModel | None = None
         self.sizing: Sizing | None = None  # resolved for the device once the model is loaded
-        self.warmup: Any = None  # the encoder's Warmup record, when the fixed shapes were run at load
+        self.warmup: Warmup | None = None  # the encoder's record, when the fixed shapes were run at load
         self.batcher: DynamicBatcher | None = None
         self.ready = False
         self.memory_bytes: int | None = None  # the model's resident memory (`resident_bytes`), once loaded
         self.error: BaseException | None = None
         self.on_ready: Callable[[ServedModel], None] | None = None
         self.on_error: Callable[[BaseException], None] | None = None
-        self.reranker: Any = None  # the cross-encoder of `config.rerank` (`CrossEncoderModel`), once loaded
+        self.reranker: CrossEncoderModel | None = None  # the cross-encoder of `config.rerank`, once loaded
         # the engines of `config.extra_models`, by served name once loaded: a batcher each
         self.others: dict[str, Engine] = {}
         self._index_thread = ThreadPoolExecutor(1, thread_name_prefix="embedkit-index")
@@ -206,7 +209,7 @@ class Engine:
         self._index_thread.shutdown(wait=False)
         self._rerank_thread.shutdown(wait=False)
 
-    def _load_reranker(self) -> Any:
+    def _load_reranker(self) -> CrossEncoderModel:
         from embedkit.encode.cross_encoder import CrossEncoderModel
 
         return CrossEncoderModel(str(self.config.rerank), device=self.config.device)

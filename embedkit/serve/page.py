@@ -13,7 +13,7 @@ from __future__ import annotations
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from importlib import resources
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import orjson
 from starlette.requests import Request
@@ -24,6 +24,9 @@ from embedkit.serve import tei
 from embedkit.serve.engine import Embedded, Engine
 from embedkit.serve.openapi import OPERATIONS, openapi_document
 from embedkit.serve.served_model import ServedModel
+
+if TYPE_CHECKING:
+    from embedkit.serve.app import ApiError  # app.py builds the helpers from this module's class
 
 MEDIA_TYPES = {".html": "text/html; charset=utf-8", ".css": "text/css", ".js": "text/javascript"}
 STATIC_FILES = ("search.js", "docs.js", "common.js", "style.css")
@@ -46,7 +49,7 @@ class ApiHelpers:
     require_ready: Callable[[], ServedModel]
     read_object: Callable[[Request], Awaitable[dict[str, Any]]]
     embed: Callable[..., Awaitable[Embedded]]  # (request, texts, engine=None)
-    ApiError: type[Exception]
+    ApiError: type[ApiError]
     engine_for: Callable[[str | None], Engine]
 
 

@@ -179,6 +179,7 @@ def check_texts(value: Any, param: str, max_items: int | None) -> list[str]:
         raise BodyError(422, f"'{param}' is an empty list", param)
     if max_items is not None and len(value) > max_items:
         raise BodyError(413, f"'{param}' has {len(value):,} texts; this server takes at most {max_items:,}")
+    texts: list[str] = []
     for i, text in enumerate(value):
         where = f"'{param}'" if single else f"{param}[{i}]"
         if not isinstance(text, str):
@@ -193,7 +194,8 @@ def check_texts(value: Any, param: str, max_items: int | None) -> list[str]:
             raise BodyError(422, f"{where} must be a string, not {json_type(text)}", param)
         if not text.strip():
             raise BodyError(422, f"{where} is an empty string", param)
-    return value
+        texts.append(text)
+    return texts
 
 
 def _token_ids(value: Any) -> bool:

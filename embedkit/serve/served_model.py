@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from embedkit.encode.protocol import StagedEncoder
 from embedkit.encode.stages import EncoderStages
 from embedkit.encode.token_arrays import Batch, Tokens
 from embedkit.serve.settings import ServeConfig
@@ -74,7 +75,9 @@ class Prepared:
 class ServedModel:
     """An open encoder (and index), with what the server says about it."""
 
-    def __init__(self, encoder: Any, index: SearchIndex | None = None, name: str | None = None) -> None:
+    def __init__(
+        self, encoder: StagedEncoder, index: SearchIndex | None = None, name: str | None = None
+    ) -> None:
         from embedkit.encode.model_name import model_name
 
         self.encoder = encoder

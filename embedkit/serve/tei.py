@@ -27,7 +27,8 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from typing import Any
+from collections.abc import Awaitable, Callable
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import orjson
@@ -40,6 +41,10 @@ from embedkit.serve.dimensions import cut, dimensions_problem
 from embedkit.serve.engine import Engine
 from embedkit.serve.schemas import TEI_EMBED, TEI_RERANK, Body, BodyError
 from embedkit.serve.served_model import ServedModel
+
+if TYPE_CHECKING:
+    from embedkit.serve.app import ApiError
+    from embedkit.serve.page import ApiHelpers
 
 log = logging.getLogger("embedkit.serve")
 DTYPES = {"fp32": "float32", "fp16": "float16"}  # TEI's names; others (int8) as embedkit names them
@@ -56,7 +61,7 @@ def tei_response(payload: Any, status: int = 200, headers: dict[str, str] | None
     return Response(body, status_code=status, headers=headers, media_type="application/json")
 
 
-def from_api_error(exc: Any, engine: Engine) -> TeiError:
+def from_api_error(exc: ApiError, engine: Engine) -> TeiError:
     """The app's `ApiError` (key, loading, body, busy) as TEI would have answered it."""
     if exc.status == 401:
         return TeiError(401, "Unauthorized", exc.message)
@@ -92,27 +97,28 @@ def _prompted(model: ServedModel, values: dict[str, Any]) -> list[str]:
     if problem is not None:
         raise TeiError(422, "Validation", problem)
     name = values.get("prompt_name")
+    inputs: list[str] = values["inputs"]  # `TEI_EMBED.check` made it a list of strings
     if name is None:
-        return values["inputs"]
+        return inputs
     from embedkit.encode.prefixes import model_prompts
 
     prompts = model_prompts(model.encoder.path)
     if name not in prompts:
         known = ", ".join(repr(p) for p in prompts) or "none"
         raise TeiError(422, "Validation", f"prompt_name {name!r} is not one of the model's prompts ({known})")
-    return [prompts[name] + text for text in values["inputs"]]
+    return [prompts[name] + text for text in inputs]
 
 
 class TeiRoutes:
     """TEI's `/embed` (and `POST /`) and `/info` over `engine`; `helpers` has the app's `authorize`,
     `require_ready`, `read_object`, `embed` and its `ApiError` class."""
 
-    def __init__(self, engine: Engine, helpers: Any) -> None:
+    def __init__(self, engine: Engine, helpers: ApiHelpers) -> None:
         self.engine = engine
         self.config = engine.config
         self.helpers = helpers
 
-    async def answer(self, request: Request, work) -> Response:
+    async def answer(self, request: Request, work: Callable[[Request], Awaitable[Any]]) -> Response:
         try:
             return tei_response(await work(request))
         except TeiError as exc:

@@ -48,7 +48,7 @@ def test_sts_with_constant_predictions_is_undefined_and_exits_1(
     import embedkit.cli.evaluate as evaluate
 
     class Constant:
-        path, fingerprint, backend, device = None, "x", "test", "cpu"
+        path, fingerprint, backend, device = Path("constant"), "x", "test", "cpu"
 
         def encode(self, texts, batch_size=64, normalize=None, progress=False):
             return np.ones((len(texts), 4), np.float32) / 2  # every cosine is 1: no ranking

@@ -82,7 +82,7 @@ def test_calibration_picks_what_a_brute_force_search_says_is_best(tmp_path: Path
     assert (chosen.method, chosen.alpha) == (expected.method, expected.alpha)
     _check_recorded(out, chosen)
     with SearchIndex.load(out) as index:
-        assert index.default_fusion() == fusion_for(index.meta)
+        assert (index.request().fusion, index.request().alpha) == fusion_for(index.meta)
 
 
 def _check_recorded(out: Path, chosen: Calibration) -> None:
@@ -108,7 +108,7 @@ def test_search_uses_the_recorded_choice_and_flags_override(tmp_path: Path, tiny
     recorded = {"method": "zscore", "alpha": 0.6, "reason": "set by the test"}
     set_recorded_fusion(out, recorded)
     with SearchIndex.load(out) as index:
-        assert index.default_mode() == "hybrid"
+        assert index.request().mode == "hybrid"
         default = index.search_text(queries, k=5, encoder=encoder)
         explicit = index.search_text(queries, k=5, encoder=encoder, mode="hybrid", fusion="zscore", alpha=0.6)
         other = index.search_text(queries, k=5, encoder=encoder, fusion="rrf")
@@ -122,7 +122,7 @@ def test_search_uses_the_recorded_choice_and_flags_override(tmp_path: Path, tiny
     assert _scores(weight) == _scores(zscore_09)  # --alpha alone keeps the recorded method
     set_recorded_fusion(out, {"method": "dense", "alpha": 0.7, "reason": "set by the test"})
     with SearchIndex.load(out) as index:
-        assert index.default_mode() == "dense" and index.default_mode("zscore") == "hybrid"
+        assert index.request().mode == "dense" and index.request(fusion="zscore").mode == "hybrid"
         dense = index.search_text(queries, k=5, encoder=encoder)
         assert _scores(dense) == _scores(index.search_text(queries, k=5, encoder=encoder, mode="dense"))
     assert meta_path.exists()
@@ -351,7 +351,7 @@ def test_an_index_of_passages_is_calibrated_on_documents_ranked_by_their_best_pa
     options = IndexOptions(kind="flat", calibrate=False, passages=PASSAGES)
     build_index(write_jsonl_docs(tmp_path / "c.jsonl", docs), out, encoder, options)
     with SearchIndex.load(out) as index:
-        assert index.passages and len(index) >= 2 * index.document_count
+        assert index.passages and len(index.rows) >= 2 * index.document_count
     chosen = calibrate_index(out, encoder, config=CONFIG).calibration
     assert chosen.documents == len(docs) and sum(chosen.queries.values()) >= CONFIG.min_queries
 
@@ -378,9 +378,9 @@ def test_an_index_of_passages_is_calibrated_on_documents_ranked_by_their_best_pa
                 assert chosen.table[name][kind] == pytest.approx(mean, abs=0.006), (name, kind)
     _check_recorded(out, chosen)
     with SearchIndex.load(out) as index:
-        assert index.default_fusion() == fusion_for(index.meta)
+        assert (index.request().fusion, index.request().alpha) == fusion_for(index.meta)
         expected_mode = "dense" if chosen.method == "dense" else "hybrid"
-        assert index.default_mode() == expected_mode
+        assert index.request().mode == expected_mode
 
 
 def test_building_an_index_of_passages_calibrates_it(tmp_path: Path, tiny_bert: Path) -> None:

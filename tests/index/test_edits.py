@@ -103,7 +103,7 @@ def test_delete_then_compact_give_the_answers_of_a_rebuilt_index(built, tmp_path
     assert (report.documents, report.rows, report.count) == (5, 5, 35)
     assert report.masked == (5 if kind == "hnsw" else 0)  # a graph cannot lose nodes: masked
     with SearchIndex.load(out) as index:
-        assert len(index) == 35 and index.get_documents(gone) == [None] * 5
+        assert len(index.rows) == 35 and index.get_documents(gone) == [None] * 5
         dense = index.search_text(QUERIES, k=10, encoder=encoder, mode="dense")
         assert [[h.id for h in hits] for hits in dense] == _dense_reference(encoder, remaining, 10)
         # the lexical side: the old index's ranking without the deleted rows, scores unchanged
@@ -160,7 +160,7 @@ def test_rows_of_deleted_documents_are_never_given_again(built, tmp_path: Path) 
     with SearchIndex.load(out) as index:
         rows = index.store.docs.rows_by_id(list(extra))
         assert min(r for held in rows.values() for r in held) == 40  # not 38: rows are permanent
-        assert len(index) == 38 + 6  # two of the eight replace documents
+        assert len(index.rows) == 38 + 6  # two of the eight replace documents
 
 
 def test_deleting_a_missing_id_writes_nothing(built) -> None:
@@ -172,7 +172,7 @@ def test_deleting_a_missing_id_writes_nothing(built) -> None:
         live.name
     ]
     with SearchIndex.load(out) as index:
-        assert len(index) == 40
+        assert len(index.rows) == 40
 
 
 def test_cli_delete_and_compact(built, tmp_path: Path) -> None:
@@ -208,7 +208,7 @@ def test_a_kill_during_a_delete_leaves_the_old_or_the_new_index(built, step: str
     assert process.returncode == -9, process.stderr
     expected = set(docs) - set(gone) if new_is_live else set(docs)
     with SearchIndex.load(out) as index:
-        assert len(index) == len(expected)
+        assert len(index.rows) == len(expected)
         held = {d.id for d in index.get_documents(list(docs)) if d is not None}
         assert held == expected
         lexical = {h.id for hits in index.search_text([" ".join(gone)], k=40, mode="lexical") for h in hits}
@@ -232,7 +232,7 @@ def test_cli_upsert(tmp_path: Path, tiny_bert: Path) -> None:
     assert result.exit_code == 0, result.output
     assert "appended 3 documents (2 of them replacing documents)" in result.output
     with SearchIndex.load(out) as index:
-        assert len(index) == 7
+        assert len(index.rows) == 7
         assert [d.text for d in index.get_documents(["d1", "d4", "new"])] == [
             "d1 rewritten",
             "d4 rewritten",

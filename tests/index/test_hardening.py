@@ -47,7 +47,7 @@ def base_index(tmp_path: Path, tiny_bert: Path, n: int = 100) -> Path:
 
 def ids_in(path: Path) -> set[str]:
     with SearchIndex.load(path) as index:
-        rows = list(range(len(index)))
+        rows = list(range(len(index.rows)))
         return set(index.store.docs.ids_of_rows(rows).values())
 
 
@@ -187,7 +187,7 @@ def test_readers_never_fail_while_another_process_appends(tmp_path, tiny_bert):
             assert writer.poll() is None, writer.communicate()
             try:
                 with SearchIndex.load(out) as index:
-                    count = len(index)
+                    count = len(index.rows)
                     ids = index.store.docs.ids_of_rows(list(range(count)))
                     index.search(query, k=3)
                 assert len(ids) == count and (count - 20) % 3 == 0  # whole appends only

@@ -120,7 +120,7 @@ def test_an_index_without_a_lexical_side_searches_dense_and_names_the_fix(
         write_jsonl(tmp_path / "a.jsonl", ids, texts), out, encoder, IndexOptions(kind="flat", lexical=False)
     )
     with SearchIndex.load(out) as index:
-        assert index.meta["lexical"] is None and index.default_mode() == "dense"
+        assert index.meta["lexical"] is None and index.request().mode == "dense"
         assert len(index.search_text(QUERIES[:1], k=3, encoder=encoder)[0]) == 3
         with pytest.raises(InputError, match="has no lexical side.*--mode dense.*--reindex-lexical"):
             index.search_text(QUERIES[:1], k=3, encoder=encoder, mode="hybrid")
@@ -131,7 +131,7 @@ def test_an_index_without_a_lexical_side_searches_dense_and_names_the_fix(
         write_jsonl(tmp_path / "b.jsonl", more_ids, more_texts), out, encoder, IndexOptions(append=True)
     )
     with SearchIndex.load(out) as index:
-        assert not index.has_lexical and len(index) == 13
+        assert not index.has_lexical and len(index.rows) == 13
 
 
 def test_cli_lexical_mode_on_a_dense_only_index_exits_2(tmp_path: Path, tiny_bert: Path) -> None:
@@ -165,7 +165,7 @@ def test_a_killed_append_leaves_both_sides_as_they_were(tmp_path: Path, tiny_ber
     with SearchIndex.load(out) as index:
         assert index.store.search_lexical(["a3", "b3", "text"], 10, None) == before
         assert before[1] == []  # the killed run's documents are in neither side
-        assert len(index) == 20
+        assert len(index.rows) == 20
 
 
 def test_eval_retrieval_all_modes_agree_with_and_without_an_index(tmp_path: Path, tiny_bert: Path) -> None:

@@ -57,7 +57,7 @@ def test_round_trip_search_text_and_documents(tmp_path, tiny_bert):
     corpus, encoder, ids = corpus_and_encoder(tmp_path, tiny_bert, docs, queries=queries)
     build_index(corpus, tmp_path / "idx", encoder, IndexOptions(kind="hnsw"))
     with SearchIndex.load(tmp_path / "idx") as first, SearchIndex.load(tmp_path / "idx") as second:
-        assert first.kind == "hnsw" and len(first) == 200
+        assert first.kind == "hnsw" and len(first.rows) == 200
         hits = first.search_text([f"query {j}" for j in range(5)], k=5, encoder=encoder)
         scores, found = second.search(queries, k=5)
         assert [[h.id for h in row] for row in hits] == found

@@ -51,7 +51,7 @@ def test_index_keeps_the_first_n_dimensions_renormalized(tmp_path, tiny_bert, co
     assert (meta["dim"], meta["model_dim"]) == (N, encoder.dim)
     with SearchIndex.load(out) as index:
         assert index.dim == N
-        stored = index.vectors_of_rows(range(len(DOCS)))
+        stored = index.rows.vectors(range(len(DOCS)))
         np.testing.assert_allclose(stored, docs, atol=1e-5)
         hits = index.search_text(QUERIES, k=len(DOCS), mode="dense")
         exact = queries @ docs.T
@@ -77,8 +77,8 @@ def test_append_keeps_the_dimension_and_refuses_another(tmp_path, tiny_bert, cor
     build_index(more, out, None, IndexOptions(append=True, calibrate=False))
     expected = by_hand(load_encoder(tiny_bert, device="cpu").encode(["supersonic inlet design"]), N)
     with SearchIndex.load(out) as index:
-        assert index.dim == N and len(index) == len(DOCS) + 1
-        np.testing.assert_allclose(index.vectors_of_rows([len(DOCS)]), expected, atol=1e-5)
+        assert index.dim == N and len(index.rows) == len(DOCS) + 1
+        np.testing.assert_allclose(index.rows.vectors([len(DOCS)]), expected, atol=1e-5)
 
 
 def test_cli_dim_out_of_range_is_one_line_and_exit_2(tmp_path, tiny_bert, corpus):

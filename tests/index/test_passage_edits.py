@@ -75,7 +75,7 @@ def built(tmp_path: Path, hashed: TableEncoder) -> tuple[Path, list[dict]]:
         _write(tmp_path / "c.jsonl", docs), out, hashed, IndexOptions(passages=SPLIT, device="cpu")
     )
     with SearchIndex.load(out) as index:
-        assert len(index) > index.document_count == len(docs)  # several passages a document
+        assert len(index.rows) > index.document_count == len(docs)  # several passages a document
     return out, docs
 
 
@@ -91,7 +91,7 @@ def test_delete_removes_every_passage_as_a_rebuilt_index(built, tmp_path: Path, 
     with SearchIndex.load(out) as index, SearchIndex.load(ref) as rebuilt:
         assert index.store.docs.rows_by_id(GONE) == {}
         assert index.get_documents(GONE) == [None] * len(GONE)
-        assert (len(index), index.document_count) == (len(rebuilt), rebuilt.document_count)
+        assert (len(index.rows), index.document_count) == (len(rebuilt.rows), rebuilt.document_count)
         assert _ranked(index, "dense") == _ranked(rebuilt, "dense")
         # BM25 keeps counting deleted passages in its statistics until a compaction: same documents
         assert [set(q) for q in _ranked(index, "lexical")] == [set(q) for q in _ranked(rebuilt, "lexical")]
@@ -142,7 +142,7 @@ def test_upsert_replaces_every_passage_as_a_rebuilt_index(
     )
     compact_index(out)  # BM25 statistics as fresh
     with SearchIndex.load(out) as index, SearchIndex.load(ref) as rebuilt:
-        assert (len(index), index.document_count) == (len(rebuilt), rebuilt.document_count)
+        assert (len(index.rows), index.document_count) == (len(rebuilt.rows), rebuilt.document_count)
         assert index.get_documents(["d7"])[0].text == changed[0]["text"]
         for mode in ("dense", "lexical"):
             assert _ranked(index, mode, None) == _ranked(rebuilt, mode, None)
@@ -197,7 +197,7 @@ def test_cli_index_passages_then_search(tmp_path: Path, tiny_bert: Path) -> None
         assert index.meta["passages"]["tokens"] == 48
         # calibrated: too few pseudo queries from 12 documents, so the default, with the reason
         assert index.meta["fusion"]["method"] == "prf" and "fewer than" in index.meta["fusion"]["reason"]
-        assert len(index) > index.document_count == len(docs)
+        assert len(index.rows) > index.document_count == len(docs)
     search = ["search", str(out), "shock wave", "--device", "cpu", "--json", "--passages"]
     search += ["--include", "text,passage"]
     result = runner.invoke(app, search)

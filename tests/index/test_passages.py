@@ -135,7 +135,7 @@ def test_dense_ranking_is_the_best_passage_by_brute_force(built, corpus, tiny_be
     vectors = encoder.encode([text for _, text in passages], normalize=True)
     queries = encoder.encode(QUERIES, normalize=True)
     with SearchIndex.load(out) as index:
-        assert (len(index), index.document_count) == (len(passages), 40)
+        assert (len(index.rows), index.document_count) == (len(passages), 40)
         hits = index.search_text(QUERIES, k=40, encoder=encoder, mode="dense")
         scores, ids = index.search(queries, k=7)
     for q, query in enumerate(queries):
@@ -260,7 +260,7 @@ def test_append_splits_alike_and_equals_a_rebuilt_index(corpus, tiny_bert, tmp_p
             == whole.meta["passages"]
             == {"tokens": 8, "overlap": 3, "unit": "model-tokens"}
         )
-        assert (len(grown), grown.document_count) == (len(whole), whole.document_count)
+        assert (len(grown.rows), grown.document_count) == (len(whole.rows), whole.document_count)
         for mode in ("dense", "lexical", "hybrid"):
             a = grown.search_text(QUERIES, k=10, mode=mode)
             b = whole.search_text(QUERIES, k=10, mode=mode)

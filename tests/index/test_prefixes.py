@@ -88,7 +88,7 @@ def test_index_embeds_with_the_model_cards_prefixes_and_search_uses_them(tmp_pat
     want_queries = encoder.encode([f"query: {q}" for q in QUERIES], normalize=True)
     with SearchIndex.load(tmp_path / "idx") as index:
         assert (index.meta["query_prefix"], index.meta["passage_prefix"]) == ("query: ", "passage: ")
-        np.testing.assert_allclose(index.vectors_of_rows([0, 1, 2]), want_docs, atol=1e-5)
+        np.testing.assert_allclose(index.rows.vectors([0, 1, 2]), want_docs, atol=1e-5)
         hits = index.search_text(QUERIES, k=3, mode="dense")
         assert index.search_text("passage query", k=3, mode="lexical") == [[]]  # BM25 never sees them
     for q, found in enumerate(hits):
@@ -142,7 +142,7 @@ def test_eval_and_reembed_use_the_recorded_prefixes(tmp_path, tiny_bert):
     with SearchIndex.load(tmp_path / "idx") as index:
         assert (index.meta["query_prefix"], index.meta["passage_prefix"]) == ("search: ", "doc: ")
         want = encoder.encoder.encode([f"doc: {t}" for t in DOCS], normalize=True)
-        np.testing.assert_allclose(index.vectors_of_rows([0, 1, 2]), want, atol=1e-5)
+        np.testing.assert_allclose(index.rows.vectors([0, 1, 2]), want, atol=1e-5)
 
 
 def test_cli_folder_passages_and_prefixes(tmp_path, tiny_bert):

@@ -85,7 +85,7 @@ def test_rescored_search_is_exact_float_search(tmp_path, tiny_bert, encoder, kin
             rows = [int(h.id[1:]) for h in hits]
             assert len(rows) == 1
             np.testing.assert_allclose([h.score for h in hits], full[rows] @ queries[q], atol=1e-5)
-        np.testing.assert_allclose(index.vectors_of_rows([3, 7]), full[[3, 7]])
+        np.testing.assert_allclose(index.rows.vectors([3, 7]), full[[3, 7]])
     assert verify_index(out).files >= 4
 
 

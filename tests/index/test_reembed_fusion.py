@@ -72,7 +72,7 @@ def test_reembed_keeps_the_recorded_fusion_and_calibrates_nothing(
     assert meta["fusion"] == before
     want = load_encoder(other_model, device="cpu").encode(DOCS, normalize=True)
     with SearchIndex.load(tmp_path / "idx") as index:
-        np.testing.assert_allclose(index.vectors_of_rows([0, 1, 2, 3]), want, atol=1e-5)
+        np.testing.assert_allclose(index.rows.vectors([0, 1, 2, 3]), want, atol=1e-5)
 
 
 def test_reembed_of_an_index_without_a_calibration_keeps_the_default(

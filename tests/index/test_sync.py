@@ -120,7 +120,7 @@ def test_sync_of_an_index_of_passages_or_of_codes(tmp_path: Path, tiny_bert: Pat
     build_index(folder, fresh, tiny_bert, _options(device="cpu", **settings))
     queries = ["supersonic inlet unstart", "heat transfer measured in run 2"]
     with SearchIndex.load(out) as index, SearchIndex.load(fresh) as rebuilt:
-        assert len(index) == len(rebuilt) and index.document_count == rebuilt.document_count == 13
+        assert len(index.rows) == len(rebuilt.rows) and index.document_count == rebuilt.document_count == 13
         for mode in ("dense", "lexical"):
             found = index.search_text(queries, k=5, mode=mode)
             expected = rebuilt.search_text(queries, k=5, mode=mode)
@@ -172,7 +172,7 @@ def test_sync_of_a_jsonl_or_beir_corpus_goes_by_id_and_sees_metadata_changes(
             None,
             None,
         ]
-        assert len(index) == 8
+        assert len(index.rows) == 8
     dup = _jsonl(tmp_path / "dup.jsonl", [*changed, {"_id": "d3", "text": records[3]["text"]}])
     with pytest.raises(InputError, match="duplicate document id 'd3'"):
         build_index(dup, out, encoder, _options(sync=True))
@@ -236,7 +236,7 @@ def test_a_kill_during_a_sync_leaves_the_old_version_and_the_next_sync_finishes(
     assert (report.added, report.deleted) == ((0, 0) if new_is_live else (2, 1))
     assert not [p for p in out.iterdir() if p.name.startswith(".staging-")]
     with SearchIndex.load(out) as index:
-        assert len(index) == 13 and index.get_documents(["note07.md"]) == [None]
+        assert len(index.rows) == 13 and index.get_documents(["note07.md"]) == [None]
         assert index.get_documents(["note03.md"])[0].text.strip() == "supersonic inlet unstart observed"
 
 

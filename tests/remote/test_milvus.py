@@ -73,7 +73,7 @@ def test_pushed_index_gives_the_local_dense_top10_and_documents(tmp_path: Path, 
     queries = encoder.encode(QUERIES, normalize=True)
     _, exact = brute_force(vectors, queries, 10)
     with SearchIndex.load(out) as local, open_pushed(target) as remote:
-        assert len(remote) == 60 and remote.dim == DIM
+        assert len(remote.rows) == 60 and remote.dim == DIM
         here = local.search_text(QUERIES, k=10, encoder=encoder, mode="dense")
         there = remote.search_text(QUERIES, k=10, encoder=encoder, mode="dense")
         for q, (a, b) in enumerate(zip(here, there, strict=True)):
@@ -81,7 +81,7 @@ def test_pushed_index_gives_the_local_dense_top10_and_documents(tmp_path: Path, 
             np.testing.assert_allclose([h.score for h in b], [h.score for h in a], atol=1e-5)
             assert [h.document for h in b] == [h.document for h in a]  # title, text, metadata back
         assert there[0][0].document.metadata == {"lab": int(there[0][0].id[1:]) % 3}
-        np.testing.assert_allclose(remote.vectors_of_rows([5, 0]), vectors[[5, 0]], atol=1e-6)
+        np.testing.assert_allclose(remote.rows.vectors([5, 0]), vectors[[5, 0]], atol=1e-6)
 
 
 def test_killed_then_repeated_pushes_leave_each_row_once(tmp_path: Path, small, monkeypatch) -> None:
@@ -273,10 +273,10 @@ def test_part_files_push_straight_to_milvus(tmp_path: Path, tiny_bert: Path) -> 
     assert (again.total, again.sent) == (90, 0)  # all there: nothing sent
     _, exact = brute_force(vectors, vectors[:5], 10)
     with open_pushed(target) as remote:
-        assert len(remote) == 90 and remote.meta["model_fingerprint"] == encoder.fingerprint
+        assert len(remote.rows) == 90 and remote.meta["model_fingerprint"] == encoder.fingerprint
         _, found = remote.search(vectors[:5], k=10)
         assert found == [[ids[r] for r in row] for row in exact]
-        assert remote.documents_at([89])[0].text == "text of p89"
+        assert remote.rows.documents([89])[0].text == "text of p89"
     hnsw = RemoteTarget.parse(db, "graph")
     push_vectors(tmp_path / "parts", corpus, hnsw, dense_index="HNSW")
     with open_pushed(hnsw) as remote:  # 90 vectors: HNSW at ef 128 finds the exact top-10
@@ -338,7 +338,8 @@ def test_a_pushed_index_searches_with_its_recorded_fusion_by_default(tmp_path: P
     with SearchIndex.load(out) as index, open_pushed(RemoteTarget.parse(db, "beir")) as collection:
         texts = list(BEIR_QUERIES.values())
         encoder = index.encoder()
-        assert collection.default_fusion() == index.default_fusion() == ("rrf", 0.5)
+        recorded = [(opened.request().fusion, opened.request().alpha) for opened in (collection, index)]
+        assert recorded == [("rrf", 0.5)] * 2
         local_hits = index.search_text(texts, k=5, encoder=encoder)
         remote_hits = collection.search_text(texts, k=5, encoder=encoder)
         assert [[h.id for h in q] for q in remote_hits] == [[h.id for h in q] for q in local_hits]
@@ -366,8 +367,8 @@ def test_a_pushed_index_of_fewer_dimensions_cuts_its_queries_as_the_index_does(
         assert (collection.dim, collection.meta["model_dim"]) == (16, DIM)
         local = index.search_text(texts, k=4, mode="dense")
         remote = collection.search_text(texts, k=4, mode="dense")
-        stored = index.store.vectors_of_rows(list(range(len(index))))
-        row_ids = [doc.id for doc in index.store.docs.by_rows(list(range(len(index))))]
+        stored = index.store.vectors_of_rows(list(range(len(index.rows))))
+        row_ids = [doc.id for doc in index.store.docs.by_rows(list(range(len(index.rows))))]
     full = TorchEncoder(tiny_bert, device="cpu").encode(texts, normalize=True)
     cut = full[:, :16] / np.linalg.norm(full[:, :16], axis=1, keepdims=True)
     scores, rows = brute_force(stored, cut, 4)
@@ -391,7 +392,7 @@ def test_a_pushed_quantized_index_holds_its_float_vectors(tmp_path: Path, tiny_b
     texts = list(BEIR_QUERIES.values())
     full = np.load(next(out.glob("**/vectors.npy")))
     with SearchIndex.load(out) as index, open_pushed(RemoteTarget.parse(db, "binary")) as collection:
-        row_ids = [doc.id for doc in index.store.docs.by_rows(list(range(len(index))))]
+        row_ids = [doc.id for doc in index.store.docs.by_rows(list(range(len(index.rows))))]
         queries = index.encoder().encode(texts, normalize=True)
         remote = collection.search_text(texts, k=4, mode="dense", encoder=index.encoder())
     scores, rows = brute_force(full, queries, 4)

@@ -97,7 +97,7 @@ def test_pushing_again_carries_deletions_and_updates(pushed, append: bool) -> No
     assert report.total == 50 - 3 + 5
     assert report.sent == (9 if append else 52)  # 4 replaced (new rows) and 5 new, or everything
     with SearchIndex.load(out) as local, open_pushed(target) as remote:
-        assert len(remote) == len(local) == 52
+        assert len(remote.rows) == len(local.rows) == 52
         _same_dense(local, remote, encoder)
         assert remote.get_documents(["d0", "d1", "d49"]) == [None] * 3
         assert [d.text for d in remote.get_documents(["d10", "d13"])] == [
@@ -111,7 +111,7 @@ def test_filters_run_inside_milvus(pushed) -> None:
     with SearchIndex.load(out) as local, open_pushed(target) as remote:
         for where in WHERE:
             _same_dense(local, remote, encoder, where)
-            allowed = {d.id for d in local.documents_at(rows_where(local.store.docs, where).tolist())}
+            allowed = {d.id for d in local.rows.documents(rows_where(local.store.docs, where).tolist())}
             for hits in remote.search_text(QUERIES, k=10, encoder=encoder, where=where):  # hybrid
                 assert hits and {h.id for h in hits} <= allowed
         with pytest.raises(InputError, match="unknown metadata field 'colour'"):

@@ -227,7 +227,7 @@ def test_no_settings_is_one_search_at_every_entry_point(collection: dict, tiny_o
             assert result.exit_code == 0, result.output
             assert from_json([json.loads(line)["hits"] for line in result.stdout.splitlines()]) == api
             assert [list(run[f"q{i}"].items()) for i in range(len(QUERIES))] == api
-            assert index.default_mode() == "hybrid"
+            assert index.request().mode == "hybrid"
     finally:
         mp.undo()
     assert set(asked) == {"api", "eval", "served", "cli"}

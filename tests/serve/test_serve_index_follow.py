@@ -38,7 +38,7 @@ def test_search_reports_the_mode_it_used_and_ranks_as_the_library(index_copy: Pa
     query = "shock wave on a wing"
     with SearchIndex.load(index_copy) as index:
         encoder = load_encoder(tiny_onnx, device="cpu")
-        assert index.default_mode() == "hybrid"
+        assert index.request().mode == "hybrid"
         expected = {
             mode: [h.id for h in index.search_text([query], 5, encoder=encoder, mode=mode)[0]]
             for mode in ("dense", "hybrid")

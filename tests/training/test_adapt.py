@@ -185,9 +185,9 @@ def _vectors(index: Path) -> tuple[list[str], np.ndarray]:
     from embedkit.index.search import SearchIndex
 
     with SearchIndex.load(index) as opened:
-        rows = list(range(len(opened)))
-        ids = [d.id for d in opened.documents_at(rows)]
-        return ids, opened.vectors_of_rows(rows)
+        rows = list(range(len(opened.rows)))
+        ids = [d.id for d in opened.rows.documents(rows)]
+        return ids, opened.rows.vectors(rows)
 
 
 @pytest.mark.parametrize("corpus_kept", [True, False], ids=["recorded-corpus", "documents-from-the-store"])

@@ -36,6 +36,7 @@ import torch
 
 from embedkit.encode.devices import torch_device
 from embedkit.encode.identity import model_fingerprint
+from embedkit.encode.st_modules import DenseLayer, SentenceModules
 from embedkit.encode.torch_backend import TorchEncoder
 from embedkit.errors import InputError, RunFailure
 from embedkit.index.folder import check_model_for
@@ -161,8 +162,8 @@ class AdaptJob:
             self.dev_judged = RetrievalEvaluator(config.dev_retrieval, batch_size=64, mode="dense")
         if index.passages:  # the mining pairs each document with one vector
             raise InputError(f"adapt works on an index of whole documents; {index.path} holds passages")
-        documents = [d for d in index.documents_at(range(len(index))) if d is not None]
-        if len(documents) != len(index) or len(documents) < 3:
+        documents = [d for d in index.rows.documents(range(len(index.rows))) if d is not None]
+        if len(documents) != len(index.rows) or len(documents) < 3:
             raise InputError(f"the index {index.path} needs at least 3 documents in rows 0..n-1 to adapt on")
         self.documents = documents
         queries = make_pseudo_queries(documents, config.kinds, config.seed)
@@ -186,7 +187,7 @@ class AdaptJob:
         optimizer = make_optimizer(student.model, config)
         scheduler = make_scheduler(optimizer, config.steps, config.warmup_ratio)
         scaler = torch.amp.GradScaler(device.type) if self.dtype == torch.float16 else None
-        index_vectors = self.index.vectors_of_rows(list(range(len(self.index))))
+        index_vectors = self.index.rows.vectors(list(range(len(self.index.rows))))
         self.negatives = CandidateVectors(
             torch.from_numpy(index_vectors).to(device), random.Random(config.seed)
         )
@@ -332,7 +333,7 @@ def _made_from(
             "version": index.version,
             "corpus_fingerprint": meta.get("corpus_fingerprint"),
             "model_fingerprint": model_fingerprint,
-            "count": len(index),
+            "count": len(index.rows),
         },
         "queries": digest.hexdigest()[:16],
         "config": config.to_dict(),
@@ -382,10 +383,8 @@ def teacher_candidates(
     return mined
 
 
-def _has_dense(modules: object) -> bool:
-    from embedkit.encode.st_modules import DenseLayer
-
-    return any(isinstance(step, DenseLayer) for step in getattr(modules, "steps", ()))
+def _has_dense(modules: SentenceModules) -> bool:
+    return any(isinstance(step, DenseLayer) for step in modules.steps)
 
 
 __all__ = ["AdaptResult", "adapt", "split_queries", "step_loss", "teacher_candidates"]
