@@ -25,8 +25,8 @@ from pathlib import Path
 from typing import Any
 
 from embedkit.encode.caching import CachingEncoder
-from embedkit.encode.dimensions import TruncatedEncoder
 from embedkit.encode.torch_backend import TorchEncoder
+from embedkit.encode.truncated_encoder import TruncatedEncoder
 from embedkit.encode.wrapping import EncoderWrapper
 from embedkit.evaluation.retrieval import RetrievalEvaluator
 

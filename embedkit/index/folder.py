@@ -193,6 +193,6 @@ def open_model_for(
 def fit_encoder(meta: dict[str, Any], encoder: Encoder) -> Encoder:
     """`encoder` giving the index's vectors: its first `dim` dimensions, renormalized, where the
     index keeps fewer than the model gives (`index --dim`); else `encoder` itself."""
-    from embedkit.encode.dimensions import keep_dimensions
+    from embedkit.encode.truncated_encoder import keep_dimensions
 
     return keep_dimensions(encoder, int(meta["dim"]))

@@ -26,8 +26,8 @@ from typing import TYPE_CHECKING, Any
 from embedkit.data.corpus import ReadStats, is_line_file
 from embedkit.data.textfolder import check_folder, is_documents
 from embedkit.encode.default_onnx import recorded_model_path
-from embedkit.encode.dimensions import TruncatedEncoder, keep_dimensions
 from embedkit.encode.prefixes import Prefixes, check_recorded, recorded_prefixes, resolve_prefixes
+from embedkit.encode.truncated_encoder import TruncatedEncoder, keep_dimensions
 from embedkit.encode.truncation import CutDocuments
 from embedkit.errors import InputError
 from embedkit.evaluation.fusion_calibration import calibrate_version

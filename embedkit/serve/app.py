@@ -44,28 +44,14 @@ from embedkit.serve.dimensions import base64_rows, cut, dimensions_problem
 from embedkit.serve.dynamic_batcher import BatcherClosed, QueueFull, TooLarge
 from embedkit.serve.engine import Embedded, Engine
 from embedkit.serve.metrics import CONTENT_TYPE
-from embedkit.serve.page import PATHS, ApiHelpers, extra_routes
+from embedkit.serve.page import PATHS, extra_routes
+from embedkit.serve.route_helpers import ApiError, ApiHelpers
 from embedkit.serve.schemas import OPENAI_EMBEDDINGS, SEARCH, BodyError, json_type
 from embedkit.serve.served_model import ServedModel
 
 log = logging.getLogger("embedkit.serve")
 ROUTES = tuple(dict.fromkeys(("/v1/embeddings", "/search", "/v1/models", "/health", "/metrics", *PATHS)))
 TRUNCATED_HEADER = "X-Embedkit-Truncated"
-
-
-class ApiError(Exception):
-    """An error answered as JSON with `status`."""
-
-    def __init__(
-        self,
-        status: int,
-        message: str,
-        kind: str = "invalid_request_error",
-        param: str | None = None,
-        headers: dict[str, str] | None = None,
-    ) -> None:
-        super().__init__(message)
-        self.status, self.message, self.kind, self.param, self.headers = status, message, kind, param, headers
 
 
 def json_response(payload: Any, status: int = 200, headers: dict[str, str] | None = None) -> Response:

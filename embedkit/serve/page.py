@@ -10,10 +10,7 @@ Content-Security-Policy of 'self' keeps the page from loading or sending anythin
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable
-from dataclasses import dataclass
 from importlib import resources
-from typing import TYPE_CHECKING, Any
 
 import orjson
 from starlette.requests import Request
@@ -21,12 +18,9 @@ from starlette.responses import Response
 from starlette.routing import Route
 
 from embedkit.serve import tei
-from embedkit.serve.engine import Embedded, Engine
+from embedkit.serve.engine import Engine
 from embedkit.serve.openapi import OPERATIONS, openapi_document
-from embedkit.serve.served_model import ServedModel
-
-if TYPE_CHECKING:
-    from embedkit.serve.app import ApiError  # app.py builds the helpers from this module's class
+from embedkit.serve.route_helpers import ApiHelpers
 
 MEDIA_TYPES = {".html": "text/html; charset=utf-8", ".css": "text/css", ".js": "text/javascript"}
 STATIC_FILES = ("search.js", "docs.js", "common.js", "style.css")
@@ -38,19 +32,6 @@ SECURITY_HEADERS = {
 }
 # Every path that `MetricsMiddleware` counts by name besides the app's own.
 PATHS = tuple(dict.fromkeys(op.path for op in OPERATIONS))
-
-
-@dataclass(frozen=True)
-class ApiHelpers:
-    """What the extra routes take from the app: its key check, readiness, body reader, batched
-    embedding (abandoned when the client goes), a served model's engine by name and its error class."""
-
-    authorize: Callable[[Request], None]
-    require_ready: Callable[[], ServedModel]
-    read_object: Callable[[Request], Awaitable[dict[str, Any]]]
-    embed: Callable[..., Awaitable[Embedded]]  # (request, texts, engine=None)
-    ApiError: type[ApiError]
-    engine_for: Callable[[str | None], Engine]
 
 
 def static_file(name: str) -> Response:

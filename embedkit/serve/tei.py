@@ -43,8 +43,7 @@ from embedkit.serve.schemas import TEI_EMBED, TEI_RERANK, Body, BodyError
 from embedkit.serve.served_model import ServedModel
 
 if TYPE_CHECKING:
-    from embedkit.serve.app import ApiError
-    from embedkit.serve.page import ApiHelpers
+    from embedkit.serve.route_helpers import ApiError, ApiHelpers
 
 log = logging.getLogger("embedkit.serve")
 DTYPES = {"fp32": "float32", "fp16": "float16"}  # TEI's names; others (int8) as embedkit names them

@@ -12,9 +12,9 @@ from tokenizers import Tokenizer
 
 from embedkit.arguments import encoder_or_folder
 from embedkit.encode.caching import CachingEncoder, RepeatCache
-from embedkit.encode.dimensions import TruncatedEncoder
 from embedkit.encode.protocol import Encoder, Encodes, IdentifiedEncoder, TokenizingEncoder
 from embedkit.encode.torch_backend import TorchEncoder
+from embedkit.encode.truncated_encoder import TruncatedEncoder
 from embedkit.encode.truncation import cut_positions
 from embedkit.errors import InputError
 
