@@ -5,13 +5,16 @@ from __future__ import annotations
 
 import sys
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from embedkit.encode.runtime import Runtime
 
 
-def load_model(model: str | None, device: str, precision: str | None) -> Any:
+def load_model(model: str | None, runtime: Runtime) -> Any:
     from embedkit.encode.loading import load_encoder
 
-    return load_encoder(model, device=device, precision=precision)
+    return load_encoder(model, runtime=runtime)
 
 
 def encoder_label(encoder: Any) -> str:

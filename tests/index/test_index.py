@@ -156,10 +156,10 @@ def test_choose_kind():
     assert choose_kind("auto", 99_999, 384)[0] == "flat"
     assert choose_kind("auto", 100_000, 384, memory=64 * 2**30)[0] == "hnsw"
     assert choose_kind("auto", 10_000_000, 384, memory=8 * 2**30)[0] == "ivf-pq"
-    assert choose_kind("auto", 500_000, 384, gpu=True)[0] == "ivf-pq"
+    assert choose_kind("auto", 500_000, 384, on_gpu=True)[0] == "ivf-pq"
     assert choose_kind("flat", 10**9, 384) == ("flat", "asked for")
     with pytest.raises(InputError, match="no GPU HNSW"):
-        choose_kind("hnsw", 10, 384, gpu=True)
+        choose_kind("hnsw", 10, 384, on_gpu=True)
     with pytest.raises(InputError, match="unknown index kind 'ivf'"):
         choose_kind("ivf", 10, 384)
     with pytest.raises(InputError, match="ivf-pq needs at least 9,984 documents"):
