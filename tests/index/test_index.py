@@ -9,6 +9,7 @@ import numpy as np
 import pytest
 from runtime_helpers import TableEncoder, brute_force, clustered, write_jsonl
 
+from embedkit.encode.runtime import Runtime
 from embedkit.errors import InputError
 from embedkit.index import (
     HNSW_M,
@@ -245,7 +246,7 @@ def test_gpu_without_faiss_gpu_is_an_input_error(small_index):
         pytest.skip("faiss sees a GPU here")
     path, _ = small_index
     with pytest.raises(InputError, match="faiss sees no GPU"):
-        SearchIndex.load(path, gpu=True)
+        SearchIndex.load(path, runtime=Runtime("cuda"))
 
 
 @pytest.mark.parametrize(
