@@ -138,6 +138,7 @@ def run_devices(docs: np.ndarray, queries: np.ndarray, args: argparse.Namespace)
     """Each of `args.kinds` built and searched by faiss-cpu, then (with --device cuda) on the GPU."""
     import faiss
 
+    from embedkit.encode.runtime import Runtime
     from embedkit.index import index_params, new_faiss_index
     from embedkit.index.faiss_gpu import placement_for
 
@@ -150,7 +151,9 @@ def run_devices(docs: np.ndarray, queries: np.ndarray, args: argparse.Namespace)
     for kind in args.kinds.split(","):
         params = index_params(kind, len(docs), dim)
         for device in devices:
-            placement = placement_for(device)  # None on the CPU; faiss without GPU support: InputError
+            placement = placement_for(
+                Runtime(device)
+            )  # None on the CPU; faiss without GPU support: InputError
             index = new_faiss_index(kind, dim, params)
             work = placement.to_gpu(index, kind) if placement else index
             build_s, _ = timed(lambda work=work, kind=kind: fill(work, docs, kind), 1)
@@ -266,11 +269,12 @@ def main() -> None:
 
     import faiss
 
+    from embedkit.encode.runtime import Runtime
     from embedkit.errors import InputError
     from embedkit.index.faiss_gpu import faiss_gpu_for
 
     try:
-        faiss_gpu_for(args.device or "cpu")  # a faiss without GPU support: one line, before any work
+        faiss_gpu_for(Runtime(args.device or "cpu"))  # a faiss without GPU support: one line, before any work
     except InputError as exc:
         print(f"error: {exc}", file=sys.stderr)
         sys.exit(2)

@@ -166,9 +166,10 @@ def adapt(
         if finished and holds_model(index, model_for_index):
             typer.echo(f"{index} is already embedded with the adapted model")
             return
+        from embedkit.encode.runtime import Runtime
         from embedkit.jobs.index_reembed import reembed_index
 
-        report = reembed_index(index, model_for_index, device=device, progress=not quiet)
+        report = reembed_index(index, model_for_index, runtime=Runtime(device), progress=not quiet)
         typer.echo(
             f"re-embedded {report.path}: {report.count:,} documents ({report.kind}), {report.seconds:.1f}s"
         )

@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, Annotated
 import typer
 
 from embedkit.cli.common import check_io, handle_errors
-from embedkit.cli.options import DeviceOption, PrecisionOption, WaitOption
+from embedkit.cli.options import DeviceOption, PrecisionOption, WaitOption, runtime_from_options
 
 if TYPE_CHECKING:
     from embedkit.search.request import Calibration
@@ -57,7 +57,9 @@ def calibrate(
 
     check_io(indexes=[index_dir], wait=wait)
     config = CalibrationConfig(queries=queries, seed=seed)
-    outcome = calibrate_index(index_dir, model, device=device, precision=precision, config=config)
+    outcome = calibrate_index(
+        index_dir, model, runtime=runtime_from_options(device, precision), config=config
+    )
     _print(outcome.calibration)
     if not outcome.written:
         typer.echo(f"{index_dir} already searches with this fusion: unchanged, no new version written")

@@ -21,6 +21,7 @@ from embedkit.cli.options import (
     ModelOption,
     PrecisionOption,
     WaitOption,
+    runtime_from_options,
 )
 
 if TYPE_CHECKING:
@@ -94,17 +95,15 @@ def embed(
     are written atomically: an interrupted run leaves any previous output intact. With --shard or
     --ray, --out is a folder of part files which, concatenated in order, are that same output.
     """
-    from embedkit.encode.loading import check_encoding_options
     from embedkit.jobs.streaming import CorpusOptions, embed_to_file, ids_path_for
 
-    check_encoding_options(device, precision)  # before any output folder or lock file is made
+    runtime = runtime_from_options(device, precision)  # before any output folder or lock file is made
     options = CorpusOptions(column=column, id_column=id_column, chunk_size=chunk_size, batch_size=batch_size)
     # the same for all three ways to embed: one file, one shard, or all shards on Ray
     encoding = {
         "options": options,
         "normalize": normalize,
-        "device": device,
-        "precision": precision,
+        "runtime": runtime,
         "progress": sys.stderr.isatty(),
     }
     if shard is not None or ray or ray_address is not None or num_workers is not None:

@@ -9,12 +9,13 @@ from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from embedkit.encode.protocol import Encoder
+    from embedkit.encode.runtime import Runtime
 
 
-def load_model(model: str | None, device: str, precision: str | None) -> Encoder:
+def load_model(model: str | None, runtime: Runtime) -> Encoder:
     from embedkit.encode.loading import load_encoder
 
-    return load_encoder(model, device=device, precision=precision)
+    return load_encoder(model, runtime=runtime)
 
 
 def encoder_label(encoder: Encoder) -> str:

@@ -30,6 +30,7 @@ from embedkit.cli.options import (
     PrecisionOption,
     TokenOption,
     open_search_index,
+    runtime_from_options,
 )
 from embedkit.search.rerank import DEFAULT_RERANK_DEPTH
 
@@ -145,11 +146,12 @@ def retrieval(
     asked = mode
     # None: the evaluator runs what `embedkit search` runs (`RetrievalEvaluator`'s default)
     modes: list[str | None] = list(SEARCH_MODES) if mode == "all" else [mode]
+    runtime = runtime_from_options(device, precision)
     scorer = None
     if rerank is not None:
         from embedkit.encode.cross_encoder import CrossEncoderModel
 
-        scorer = CrossEncoderModel(rerank, device=device)
+        scorer = CrossEncoderModel(rerank, device=runtime.device)
     evaluators = {
         m: RetrievalEvaluator(
             beir_dir,
@@ -167,11 +169,11 @@ def retrieval(
         for m in modes
     }
     if meta is None:
-        encoder = load_model(model, device, precision)
+        encoder = load_model(model, runtime)
     else:
         from embedkit.index.folder import open_model_for
 
-        encoder = open_model_for(meta, model, device, precision)  # the index's model unless --model
+        encoder = open_model_for(meta, model, runtime)  # the index's model unless --model
     from embedkit.encode.caching import CachingEncoder
     from embedkit.encode.prefixes import check_recorded, recorded_prefixes, resolve_prefixes
 

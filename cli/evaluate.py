@@ -27,6 +27,7 @@ from embedkit.cli.options import (
     JsonOption,
     ModelOption,
     PrecisionOption,
+    runtime_from_options,
 )
 
 eval_app = typer.Typer(
@@ -57,7 +58,7 @@ def sts(
 
     check_outputs([*files, model], json_path)
     evaluator = StsEvaluator(files, batch_size=batch_size, progress=interactive())
-    encoder = load_model(model, device, precision)
+    encoder = load_model(model, runtime_from_options(device, precision))
     results = evaluator.evaluate(encoder)
     mean = sum(r.spearman_cosine for r in results) / len(results)
     undefined = [r.name for r in results if math.isnan(r.spearman_cosine)]
@@ -129,7 +130,7 @@ def sts_retrieval(
 
     check_outputs([file, model], json_path)
     task = sts_retrieval_task(file)  # bad input fails before the model loads
-    encoder = load_model(model, device, precision)
+    encoder = load_model(model, runtime_from_options(device, precision))
     scores = evaluate_sts_retrieval(encoder, file, batch_size=batch_size, exclude=exclude)
 
     from rich.table import Table

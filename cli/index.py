@@ -15,9 +15,11 @@ from embedkit.cli.options import (
     ChunkOption,
     ColumnOption,
     DeviceOption,
+    GpuOption,
     IdColumnOption,
     PrecisionOption,
     WaitOption,
+    runtime_from_options,
 )
 
 if TYPE_CHECKING:
@@ -100,14 +102,7 @@ def index(
             "new version (none if nothing changed); no index there: a new one.",
         ),
     ] = False,
-    gpu: Annotated[
-        bool,
-        typer.Option(
-            "--gpu",
-            help="Build with faiss's GPU index on GPU 0 (needs faiss with GPU support), the model wherever "
-            "--device says.",
-        ),
-    ] = False,
+    gpu: GpuOption = False,
     lexical: Annotated[
         bool,
         typer.Option(
@@ -194,6 +189,7 @@ def index(
     from embedkit.jobs.index_build import IndexOptions, build_index
     from embedkit.jobs.streaming import CorpusOptions
 
+    runtime = runtime_from_options(device, precision, gpu=gpu)
     if reindex_lexical:
         _reindex_lexical(out, corpus or corpus_option or from_vectors, append or overwrite or sync, wait)
         return
@@ -214,7 +210,7 @@ def index(
             )
         if sync:
             raise InputError("--from-vectors builds a new index from the parts' vectors: drop --sync")
-        building = {"kind": kind, "overwrite": overwrite, "gpu": gpu, "device": device, "lexical": lexical}
+        building = {"kind": kind, "overwrite": overwrite, "runtime": runtime, "lexical": lexical}
         building |= {"dim": dim, "quantize": quantize}
         _from_vectors(from_vectors, corpus, out, model, append, building | {"options": options}, wait)
         return
@@ -232,9 +228,7 @@ def index(
         passages=passages,
         query_prefix=query_prefix,
         passage_prefix=passage_prefix,
-        device=device,
-        precision=precision,
-        gpu=gpu,
+        runtime=runtime,
         corpus=options,
     )
     report = build_index(corpus, out, model, settings, progress=sys.stderr.isatty())

@@ -1,16 +1,17 @@
 """Typer options that several commands share, declared once: model, device, precision, batch size,
-the corpus argument and its columns, and `--json`."""
+the corpus argument and its columns, and `--json`; and the one `Runtime` a command builds from them."""
 
 from __future__ import annotations
 
 from pathlib import Path
-from typing import TYPE_CHECKING, Annotated
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
 from embedkit.search.fusion import DEFAULT_ALPHA, DEFAULT_FUSION, FUSION_METHODS
 
 if TYPE_CHECKING:
+    from embedkit.encode.runtime import Runtime
     from embedkit.index.search import SearchIndex
 
 CorpusArgument = Annotated[
@@ -33,6 +34,10 @@ IdColumnOption = Annotated[
 ]
 DeviceOption = Annotated[
     str, typer.Option("--device", help="auto, cpu, cuda or cuda:N (cuda without a GPU is an error).")
+]
+GpuOption = Annotated[
+    bool,
+    typer.Option("--gpu", help="Deprecated: the same as --device cuda (the model and faiss on GPU 0)."),
 ]
 PrecisionOption = Annotated[
     str | None,
@@ -77,11 +82,25 @@ TokenOption = Annotated[
 ]
 
 
+def runtime_from_options(
+    device: str = "auto", precision: str | None = None, *, gpu: bool = False, **more: Any
+) -> Runtime:
+    """The command's one `Runtime` (`embedkit.encode.runtime`), checked before any work; `more`: its
+    other fields (threads, warmup, ...). `--gpu` is `--device cuda`, with a deprecation line on
+    stderr; with `--device cpu` it is an `InputError` (one line, exit 2)."""
+    from embedkit.encode.runtime import GPU_DEPRECATION, Runtime, fold_gpu
+
+    device = fold_gpu(device, gpu)  # the conflict first: an error line alone, no warning before it
+    if gpu:
+        typer.echo(f"warning: {GPU_DEPRECATION}", err=True)
+    return Runtime(device=device, precision=precision, **more)
+
+
 def open_search_index(
-    location: str | Path, collection: str | None, token: str | None, *, gpu: bool = False, device: str = "cpu"
+    location: str | Path, collection: str | None, token: str | None, runtime: Runtime | None = None
 ) -> SearchIndex:
-    """An index folder, or a collection `embedkit push` filled, opened for search (`device` cuda:
-    faiss on the GPU for an index folder)."""
+    """An index folder, or a collection `embedkit push` filled, opened for search (`runtime`'s
+    device cuda: faiss on the GPU for an index folder)."""
     from embedkit.remote.search import open_search_index as open_index
 
-    return open_index(location, collection, token, gpu=gpu, device=device)
+    return open_index(location, collection, token, runtime=runtime)

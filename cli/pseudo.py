@@ -12,6 +12,7 @@ from typing import Annotated
 import typer
 
 from embedkit.cli.common import check_io, handle_errors
+from embedkit.cli.options import DeviceOption, PrecisionOption, runtime_from_options
 
 
 def register_into(eval_app: typer.Typer) -> None:
@@ -42,11 +43,8 @@ def pseudo(
     column: Annotated[
         str | None, typer.Option("--column", help="Text column of a CSV/TSV/JSONL corpus.")
     ] = None,
-    device: Annotated[str, typer.Option("--device", help="auto, cpu, cuda or cuda:N.")] = "auto",
-    precision: Annotated[
-        str | None,
-        typer.Option("--precision", help="ONNX precision: fp32, fp16 or int8 (default: the export's)."),
-    ] = None,
+    device: DeviceOption = "auto",
+    precision: PrecisionOption = None,
     batch_size: Annotated[int, typer.Option("--batch-size", min=1, help="Texts per forward pass.")] = 64,
 ) -> None:
     """nDCG@10, MRR@10 and Recall@10 on pseudo queries: no relevance judgments needed.
@@ -61,7 +59,7 @@ def pseudo(
     from embedkit.evaluation.pseudo_queries import build_pseudo_queries, evaluate_pseudo
 
     pseudo_set = build_pseudo_queries(read_documents(corpus, column), n_queries=queries, seed=seed)
-    encoder = load_encoder(model, device=device, precision=precision)
+    encoder = load_encoder(model, runtime=runtime_from_options(device, precision))
     metrics = evaluate_pseudo(encoder, pseudo_set, batch_size=batch_size, progress=sys.stdout.isatty())
 
     from rich.table import Table

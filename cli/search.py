@@ -18,14 +18,17 @@ from embedkit.cli.options import (
     CollectionOption,
     DeviceOption,
     FusionOption,
+    GpuOption,
     PrecisionOption,
     TokenOption,
     open_search_index,
+    runtime_from_options,
 )
 from embedkit.search.hits import HIT_FIELDS
 from embedkit.search.rerank import DEFAULT_RERANK_DEPTH
 
 if TYPE_CHECKING:
+    from embedkit.encode.runtime import Runtime
     from embedkit.search.hits import Hit
     from embedkit.search.request import SearchRequest
 
@@ -62,13 +65,7 @@ def search(
     ] = None,
     device: DeviceOption = "auto",
     precision: PrecisionOption = None,
-    gpu: Annotated[
-        bool,
-        typer.Option(
-            "--gpu",
-            help="Search with faiss's GPU index on GPU 0 (flat, ivf-pq), the model wherever --device says.",
-        ),
-    ] = False,
+    gpu: GpuOption = False,
     mode: Annotated[
         str | None,
         typer.Option(
@@ -143,6 +140,7 @@ def search(
     from embedkit.search import pipeline
     from embedkit.search.hits import DEFAULT_FIELDS, checked_fields, hit_record
 
+    runtime = runtime_from_options(device, precision, gpu=gpu)
     check_search_choices(mode, fusion, alpha)  # before the index loads
     fields = checked_fields(include.split(",") if include is not None else DEFAULT_FIELDS)
     if where is not None:
@@ -155,13 +153,13 @@ def search(
         from embedkit.encode.cross_encoder import read_cross_encoder
 
         read_cross_encoder(rerank)  # a folder that is no cross-encoder: before the index loads
-    with open_search_index(index_dir, collection, token, gpu=gpu, device=device) as index:
+    with open_search_index(index_dir, collection, token, runtime) as index:
         # an unknown field or a wrong type, a mode the index cannot run: before the model loads
         request = index.request(k, snippets=True, **settings)
         if rerank is not None:
-            request = _reranking(request, rerank, rerank_depth, device)
+            request = _reranking(request, rerank, rerank_depth, runtime)
         check_gpu_k(request.k, index.faiss_device)
-        encoder = index.encoder(model, device=device, precision=precision)
+        encoder = index.encoder(model, runtime=runtime)
         split = f" in {len(index.rows):,} passages" if index.passages else ""
         ranking = f"{request.mode} search"
         if request.mode == "hybrid":
@@ -194,12 +192,12 @@ def search(
     _print_tables(texts, results, passages)
 
 
-def _reranking(request: SearchRequest, model: str, depth: int, device: str) -> SearchRequest:
+def _reranking(request: SearchRequest, model: str, depth: int, runtime: Runtime) -> SearchRequest:
     """`request` asking for the candidates a cross-encoder re-ranks, with it as its last stage."""
     from embedkit.encode.cross_encoder import CrossEncoderModel
     from embedkit.search.rerank import Rerank
 
-    return Rerank(CrossEncoderModel(model, device=device), depth, request.k).request(request)
+    return Rerank(CrossEncoderModel(model, device=runtime.device), depth, request.k).request(request)
 
 
 def _queries(query: str | None, queries_file: Path | None) -> list[str]:

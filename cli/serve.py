@@ -12,7 +12,13 @@ from typing import Annotated
 import typer
 
 from embedkit.cli.common import handle_errors
-from embedkit.cli.options import CollectionOption, DeviceOption, PrecisionOption, TokenOption
+from embedkit.cli.options import (
+    CollectionOption,
+    DeviceOption,
+    PrecisionOption,
+    TokenOption,
+    runtime_from_options,
+)
 from embedkit.serve import settings
 
 
@@ -165,6 +171,14 @@ def serve(
     folders = list(models or [])
     if index_dir is None and model_dir is None and folders:
         model_dir = folders.pop(0)  # the first model; with --index it is the index's own
+    runtime = runtime_from_options(
+        device,
+        precision,
+        spinning=ort_spinning,
+        warmup=warmup,
+        tokenizer_workers=tokenizer_workers,
+        cuda_graphs=None if cuda_graphs else False,
+    )
     config = settings.ServeConfig(
         model=model_dir,
         index=index_dir,
@@ -172,22 +186,17 @@ def serve(
         token=token,
         host=host,
         port=port,
-        device=device,
-        precision=precision,
+        runtime=runtime,
         api_key=api_key or None,
         max_batch_tokens=max_batch_tokens,
         max_wait_ms=max_wait_ms,
         workers=workers,
         batches_in_flight=batches_in_flight,
-        warmup=warmup,
-        tokenizer_workers=tokenizer_workers,
-        cuda_graphs=cuda_graphs,
         max_texts=max_texts,
         max_queue_texts=max(settings.DEFAULT_MAX_QUEUE_TEXTS, max_texts),
         max_queue_tokens=max_queue_tokens,
         max_body_bytes=int(max_body_mb * 2**20),
         access_log=access_log,
-        ort_spinning=ort_spinning,
         served_model_name=served_model_name,
         rerank=rerank,
         extra_models=tuple(folders),

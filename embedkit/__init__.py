@@ -16,6 +16,7 @@ _EXPORTS: dict[str, str] = {
     "create_collection": "embedkit.collection",
     "open_collection": "embedkit.collection",
     "load_encoder": "embedkit.encode.loading",
+    "Runtime": "embedkit.encode.runtime",
     "Encoder": "embedkit.encode.protocol",
     "Evaluator": "embedkit.evaluation.evaluator",
     "OnnxEncoder": "embedkit.encode.onnx_backend",

@@ -55,6 +55,7 @@ from embedkit.chroma_shapes import (
     where_expression,
 )
 from embedkit.collection_input import WRITE_ARGUMENTS, changed_documents, new_documents, upserted_documents
+from embedkit.encode.runtime import Runtime, runtime_of
 from embedkit.errors import InputError
 
 if TYPE_CHECKING:
@@ -94,7 +95,8 @@ class Collection:
         passages: str | None = None,
         lexical: bool = True,
         calibrate: bool = True,
-        device: str = "auto",
+        runtime: Runtime | None = None,
+        device: str | None = None,
         precision: str | None = None,
         **unknown: Any,
     ) -> None:
@@ -102,7 +104,9 @@ class Collection:
         model for a new collection, the index's own model for an existing one). `kind`, `passages`,
         `lexical`: a new index's settings, as `embedkit index --kind/--passages/--no-lexical`;
         `calibrate`: choose the hybrid fusion on pseudo queries when the collection is new or has
-        grown by half (`embedkit index --no-calibrate` turns it off; minutes on thousands of documents)."""
+        grown by half (`embedkit index --no-calibrate` turns it off; minutes on thousands of documents).
+        `runtime`: where the model runs (`embedkit.Runtime`; `device=`, `precision=`: its older
+        spelling)."""
         refuse_unknown("Collection", unknown, SETTINGS)
         self.path = folder("path", path)
         self._model = encoder_or_folder("model", model)
@@ -112,7 +116,10 @@ class Collection:
             "lexical": flag("lexical", lexical),
         }
         self._calibrate = flag("calibrate", calibrate)
-        self._device, self._precision = text("device", device), optional_text("precision", precision)
+        if runtime is not None and not isinstance(runtime, Runtime):
+            raise InputError(f"runtime must be an embedkit.Runtime, not {type(runtime).__name__}")
+        device, precision = optional_text("device", device), optional_text("precision", precision)
+        self._runtime = runtime_of(runtime, device=device, precision=precision)
         self._encoder: Encoder | None = None
         self._index: SearchIndex | None = None
 
@@ -226,8 +233,7 @@ class Collection:
             upsert=upsert and exists,
             sync=sync,
             calibrate=self._calibrate,
-            device=self._device,
-            precision=self._precision,
+            runtime=self._runtime,
             **({} if exists else self._new),
         )
         encoder = self._opened_model(exists=exists)
@@ -242,11 +248,11 @@ class Collection:
                 from embedkit.index.folder import open_model_for, read_index_meta
 
                 meta = read_index_meta(self.path)
-                self._encoder = open_model_for(meta, self._model, self._device, self._precision)
+                self._encoder = open_model_for(meta, self._model, self._runtime)
             else:
                 from embedkit.jobs.streaming import as_encoder
 
-                self._encoder = as_encoder(self._model, self._device, self._precision)
+                self._encoder = as_encoder(self._model, self._runtime)
         return self._encoder
 
     # --- reading ---------------------------------------------------------------------------------
@@ -430,7 +436,7 @@ class Collection:
         self.close()
 
 
-SETTINGS = "model, kind, passages, lexical, calibrate, device, precision"
+SETTINGS = "model, kind, passages, lexical, calibrate, runtime (or device, precision)"
 QUERY_ARGUMENTS = (
     "query_texts, query_embeddings, n_results (or texts, k), where, include, mode, fusion, alpha"
 )

@@ -173,6 +173,7 @@ SETTINGS = [
     ("calibrate", NOT_FLAG),
     ("device", NOT_NAME),
     ("precision", NOT_NAME),
+    ("runtime", st.one_of(NUMBERS, st.just("cpu"), st.builds(object))),
     ("gpu", st.just(True)),  # no such setting
 ]
 

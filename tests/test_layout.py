@@ -12,6 +12,7 @@ import pytest
 import embedkit
 from embedkit.encode.caching import CachingEncoder
 from embedkit.encode.protocol import Encoder
+from embedkit.encode.runtime import Runtime
 from embedkit.evaluation import Evaluator, PseudoQueryEvaluator, RetrievalEvaluator, StsEvaluator
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -140,7 +141,7 @@ def test_a_model_folder_is_hashed_once_from_path_to_checked_encoder(
     monkeypatch.setattr(checksums, "_digests", {})  # and a new process's memory
     monkeypatch.setattr(model_folder, "fingerprint_files", counting)
     meta = {"model": str(tiny_bert), "dim": 32, "model_fingerprint": fingerprint}
-    encoder = open_model_for(meta, device="cpu")
+    encoder = open_model_for(meta, runtime=Runtime(device="cpu"))
     assert encoder.fingerprint == fingerprint
     assert len(calls) == 1
 

@@ -54,13 +54,13 @@ def test_each_vocabulary_is_spelled_out_in_its_owner_alone(name: str) -> None:
 
 
 def test_every_entry_point_rejects_a_precision_in_the_same_words() -> None:
-    from embedkit.encode.loading import check_encoding_options
-    from embedkit.serve.settings import ServeConfig
+    from embedkit.encode.loading import load_encoder
+    from embedkit.encode.runtime import Runtime
 
     messages = set()
     for check in (
-        lambda: check_encoding_options("cpu", "fp8"),
-        lambda: ServeConfig(precision="fp8").check(),
+        lambda: Runtime(precision="fp8"),
+        lambda: load_encoder(None, precision="fp8"),
     ):
         with pytest.raises(InputError) as caught:
             check()
@@ -76,14 +76,14 @@ def test_every_entry_point_rejects_a_precision_in_the_same_words() -> None:
 
 def test_every_entry_point_rejects_a_device_in_the_same_words() -> None:
     from embedkit.encode.devices import check_device
-    from embedkit.encode.loading import check_encoding_options
-    from embedkit.serve.settings import ServeConfig
+    from embedkit.encode.loading import load_encoder
+    from embedkit.encode.runtime import Runtime
 
     messages = set()
     for check in (
         lambda: check_device("tpu"),
-        lambda: check_encoding_options("tpu", None),
-        lambda: ServeConfig(device="tpu").check(),
+        lambda: Runtime(device="tpu"),
+        lambda: load_encoder(None, device="tpu"),
     ):
         with pytest.raises(InputError) as caught:
             check()

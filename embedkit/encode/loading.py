@@ -9,52 +9,55 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from embedkit.encode.devices import check_device
 from embedkit.encode.model_folder import ModelSpec, read_model_spec
-from embedkit.encode.precisions import check_precision
 from embedkit.encode.protocol import Encoder, StagedEncoder
+from embedkit.encode.runtime import Runtime, runtime_of
 from embedkit.errors import InputError
-
-
-def check_encoding_options(device: str, precision: str | None) -> str:
-    """The device and precision names checked, before a command creates any output; the device."""
-    device = check_device(device)
-    check_precision(precision)
-    return device
 
 
 def load_encoder(
     path: str | Path | ModelSpec | None = None,
-    device: str = "auto",
+    device: str | None = None,
     precision: str | None = None,
     intra_op_threads: int | None = None,
-    spinning: bool = True,
+    spinning: bool | None = None,
     warmup: bool | None = None,
     tokenizer_workers: int | None = None,
     cuda_graphs: bool | None = None,
+    *,
+    runtime: Runtime | None = None,
 ) -> StagedEncoder:
-    """Open a model folder for embedding, whatever its kind.
+    """Open a model folder for embedding, whatever its kind, where `runtime` says it runs.
 
     `path`: an ONNX export (`embedkit export`), a trained or Hugging Face folder, or None for the
-    bundled all-MiniLM-L6-v2. `device`: "auto" (CUDA when the backend can really run on it, else
-    CPU), "cpu", or "cuda"/"cuda:N" (an `InputError` when CUDA is not usable, never a silent CPU run).
-    `precision`: for ONNX folders, one of fp32, fp16, int8 (None: the export's default); a torch
-    folder runs in fp32 only. The bundled model runs as its ONNX form, exported once on first use
-    (`embedkit.encode.default_onnx`). `intra_op_threads`: ONNX Runtime's threads per session (None:
-    one per core), so that several encoders on one machine do not oversubscribe it; torch follows
-    its own setting (`OMP_NUM_THREADS`, which Ray sets for its workers). `spinning=False`: ONNX
-Runtime's CPU threads sleep between runs (a server's setting; see `session_options`).
-    `warmup`: run the fixed shapes of an ONNX session once at load (None: on CUDA only; see
-    `embedkit.encode.shapes`). `tokenizer_workers`: threads that tokenize and pad ahead of the
-    model (None: by device, `embedkit.encode.batching.tokenizer_workers_for`; 0: none).
-    `cuda_graphs`: False runs an ONNX model on CUDA with IO binding alone, without capturing a
-    CUDA graph per shape (`embedkit.encode.cuda_run`).
+    bundled all-MiniLM-L6-v2. `runtime` (`embedkit.encode.runtime.Runtime`, its defaults said
+    there): the device ("auto": CUDA when the backend can really run on it, else CPU; "cuda"
+    that is not usable is an `InputError`, never a silent CPU run), the ONNX precision (a torch
+    folder runs in fp32 only), ONNX Runtime's threads and spinning, the warm-up, the tokenizer
+    workers and CUDA graphs. The older keywords (`device=`, `precision=`, `intra_op_threads=`
+    for `threads`, ...) still build one; giving both is an `InputError`. The bundled model runs
+    as its ONNX form, exported once on first use (`embedkit.encode.default_onnx`); torch follows
+    its own thread setting (`OMP_NUM_THREADS`, which Ray sets for its workers).
 
-    >>> encoder = load_encoder("runs/my-model-onnx")  # doctest: +SKIP
+    >>> encoder = load_encoder("runs/my-model-onnx", runtime=Runtime(device="cpu"))  # doctest: +SKIP
     >>> encoder.encode(["a sentence", "another"]).shape  # doctest: +SKIP
     (2, 384)
     """
-    device = check_encoding_options(device, precision)
+    runtime = runtime_of(
+        runtime,
+        device=device,
+        precision=precision,
+        threads=intra_op_threads,
+        spinning=spinning,
+        warmup=warmup,
+        tokenizer_workers=tokenizer_workers,
+        cuda_graphs=cuda_graphs,
+    )
+    return _load(path, runtime)
+
+
+def _load(path: str | Path | ModelSpec | None, runtime: Runtime) -> StagedEncoder:
+    precision = runtime.precision
     spec = read_model_spec(path)
     if spec.kind == "torch" and precision in (None, "fp32"):
         from embedkit.encode.default_onnx import default_onnx_spec
@@ -65,13 +68,13 @@ Runtime's CPU threads sleep between runs (a server's setting; see `session_optio
 
         return OnnxEncoder(
             spec,
-            device=device,
+            device=runtime.device,
             precision=precision,
-            intra_op_threads=intra_op_threads,
-            spinning=spinning,
-            warmup=warmup,
-            tokenizer_workers=tokenizer_workers,
-            cuda_graphs=cuda_graphs,
+            intra_op_threads=runtime.threads,
+            spinning=runtime.spinning,
+            warmup=runtime.warmup,
+            tokenizer_workers=runtime.tokenizer_workers,
+            cuda_graphs=runtime.cuda_graphs,
         )
     if precision not in (None, "fp32"):
         raise InputError(
@@ -80,7 +83,7 @@ Runtime's CPU threads sleep between runs (a server's setting; see `session_optio
         )
     from embedkit.encode.torch_backend import TorchEncoder
 
-    return TorchEncoder(spec, device=device, tokenizer_workers=tokenizer_workers)
+    return TorchEncoder(spec, device=runtime.device, tokenizer_workers=runtime.tokenizer_workers)
 
 
 def device_name(encoder: Encoder) -> str:

@@ -26,6 +26,7 @@ from embedkit.encode.model_folder import ModelSpec, read_model_spec, resolve_mod
 from embedkit.encode.ort_import import import_onnxruntime
 from embedkit.encode.precisions import PRECISION_FILES, check_precision
 from embedkit.encode.protocol import EncoderBase
+from embedkit.encode.runtime import check_threads
 from embedkit.encode.shapes import WARMUP_ROWS, ShapePlan, fixed_shapes_default
 from embedkit.encode.stages import EncoderStages
 from embedkit.encode.token_arrays import Batch
@@ -88,9 +89,7 @@ def session_options(
 
     options = ort.SessionOptions()
     options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
-    if intra_op_threads is not None:
-        if intra_op_threads < 0:
-            raise InputError(f"intra_op_threads must be 0 (all cores) or more, got {intra_op_threads}")
+    if check_threads(intra_op_threads) is not None:
         options.intra_op_num_threads = intra_op_threads
     if not spinning:
         options.add_session_config_entry("session.intra_op.allow_spinning", "0")

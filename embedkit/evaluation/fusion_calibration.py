@@ -59,6 +59,7 @@ from embedkit.search.request import Calibration, SearchRequest, default_choice, 
 from embedkit.storage.locking import locked
 
 if TYPE_CHECKING:
+    from embedkit.encode.runtime import Runtime
     from embedkit.index.passages import PassageSettings
     from embedkit.search.store import SearchStore
 
@@ -371,8 +372,7 @@ def calibrate_index(
     out: str | Path,
     model: Encoder | str | Path | None = None,  # None: the index's model
     *,
-    device: str = "auto",
-    precision: str | None = None,
+    runtime: Runtime | None = None,  # where a model folder is opened (None: `Runtime()`'s defaults)
     config: CalibrationConfig | None = None,
 ) -> IndexCalibration:
     """Calibrate the index in `out` (`embedkit calibrate`) on its live version, read only; where the
@@ -406,7 +406,7 @@ def calibrate_index(
             f"`embedkit index --out {out} --reindex-lexical`"
         )
     if model is None or isinstance(model, (str, Path)):
-        encoder = open_model_for(meta, model, device, precision)
+        encoder = open_model_for(meta, model, runtime)
     elif model.fingerprint != meta["model_fingerprint"] or model.dim != meta["dim"]:
         raise InputError(
             f"the encoder's model is not {meta['model']}, the model the index {out} was built with"

@@ -3,8 +3,9 @@
 `--device cuda` (or `cuda:N`) builds and searches flat and IVF-PQ indexes on that GPU. `auto` and
 `cpu` keep faiss on the CPU: `auto` must not make the index kind of a corpus depend on which faiss
 package is installed (on the GPU, `auto` builds IVF-PQ where the CPU builds HNSW), and one query
-is answered sooner on the CPU than the index is copied to a GPU. `--gpu` (the older switch) is
-faiss on GPU 0 whatever device the model runs on. The device names are `embedkit.encode.devices`'.
+is answered sooner on the CPU than the index is copied to a GPU. Which GPU a `Runtime` puts faiss
+on is its own answer (`embedkit.encode.runtime.Runtime.faiss_gpu`); `--gpu`, the older switch, is
+`--device cuda`.
 
 A faiss without GPU support (faiss-cpu) when a GPU is asked for is an `InputError` that names the
 `gpu` extra, never a CPU run in its place; faiss has no GPU HNSW index. What is written to disk is
@@ -13,7 +14,7 @@ always the CPU form (`index_gpu_to_cpu`), which any faiss reads.
 
 from __future__ import annotations
 
-from embedkit.encode.devices import check_device
+from embedkit.encode.runtime import Runtime
 from embedkit.errors import InputError
 from embedkit.index.kinds import FaissIndex, faiss_module
 from embedkit.versions import LIBRARIES, installed_version
@@ -34,18 +35,15 @@ def faiss_gpu_count() -> int:
     return int(faiss.get_num_gpus())
 
 
-def faiss_gpu_for(device: str = "cpu", gpu: bool = False) -> int | None:
-    """The GPU faiss runs on for `device` (and the older `gpu` switch), or None for the CPU.
+def faiss_gpu_for(runtime: Runtime) -> int | None:
+    """The GPU faiss runs on where `runtime` says, or None for the CPU.
 
     A GPU that faiss cannot have is an `InputError` naming the `gpu` extra.
     """
-    device = check_device(device)
-    if device.startswith("cuda"):
-        number, asked, other = int(device[5:] or 0), f"--device {device}", "use --device auto or cpu"
-    elif gpu:
-        number, asked, other = 0, "--gpu", "drop --gpu"
-    else:
+    number = runtime.faiss_gpu
+    if number is None:
         return None
+    asked, other = f"--device {runtime.device}", "use --device auto or cpu"
     count = faiss_gpu_count()
     if count < 1:
         installed = [f"{d} {v}" for d in LIBRARIES["faiss"] if (v := installed_version(d))]
@@ -68,7 +66,7 @@ def needs_float16_tables(index: FaissIndex) -> bool:
 class GpuPlacement:
     """Moves an index to one GPU and back, keeping faiss's GPU resources alive meanwhile."""
 
-    def __init__(self, gpu: int = 0, asked: str = "--gpu") -> None:
+    def __init__(self, gpu: int = 0, asked: str = "--device cuda") -> None:
         self.gpu = gpu
         self.asked = asked
         self.resources = faiss_module().StandardGpuResources()
@@ -81,7 +79,7 @@ class GpuPlacement:
         if kind == "hnsw":
             raise InputError(
                 f"faiss has no GPU HNSW index: {self.asked} builds and searches flat and ivf-pq indexes; "
-                "use this one with faiss on the CPU (--device auto or cpu, without --gpu)"
+                "use this one with faiss on the CPU (--device auto or cpu)"
             )
         faiss = faiss_module()
         options = faiss.GpuClonerOptions()
@@ -95,13 +93,13 @@ class GpuPlacement:
         return faiss_module().index_gpu_to_cpu(index)
 
 
-def placement_for(device: str = "cpu", gpu: bool = False) -> GpuPlacement | None:
-    """A `GpuPlacement` where `device` (or `gpu`) puts faiss on a GPU, else None; checked here, before
-    any work, so that a missing GPU faiss is one line before minutes of embedding."""
-    number = faiss_gpu_for(device, gpu)
+def placement_for(runtime: Runtime) -> GpuPlacement | None:
+    """A `GpuPlacement` where `runtime` puts faiss on a GPU, else None; checked here, before any
+    work, so that a missing GPU faiss is one line before minutes of embedding."""
+    number = faiss_gpu_for(runtime)
     if number is None:
         return None
-    return GpuPlacement(number, f"--device {device}" if device.startswith("cuda") else "--gpu")
+    return GpuPlacement(number, f"--device {runtime.device}")
 
 
 def check_gpu_k(k: int, faiss_device: str) -> None:

@@ -30,6 +30,7 @@ from embedkit.storage.versioned import is_versioned, verify_checksums
 
 if TYPE_CHECKING:
     from embedkit.encode.protocol import Encoder
+    from embedkit.encode.runtime import Runtime
 
 __all__ = [  # the layout's names, read from here by the rest of the package too
     "DOCS_FILE",
@@ -178,16 +179,16 @@ def check_encoder_for(meta: dict[str, Any], encoder: Encoder, holder: str) -> No
 
 
 def open_model_for(
-    meta: dict[str, Any],
-    model: str | Path | ModelSpec | None = None,
-    device: str = "auto",
-    precision: str | None = None,
+    meta: dict[str, Any], model: str | Path | ModelSpec | None = None, runtime: Runtime | None = None
 ) -> Encoder:
-    """`load_encoder` on `check_model_for(meta, model, precision)`: one read of the folder, one check."""
+    """`load_encoder` on `check_model_for(meta, model, runtime.precision)`: one read of the folder,
+    one check; `runtime` None: `Runtime()`'s defaults."""
     from embedkit.encode.loading import load_encoder
+    from embedkit.encode.runtime import Runtime
 
-    spec = check_model_for(meta, model, precision)
-    return fit_encoder(meta, load_encoder(spec, device=device, precision=precision))
+    runtime = runtime or Runtime()
+    spec = check_model_for(meta, model, runtime.precision)
+    return fit_encoder(meta, load_encoder(spec, runtime=runtime))
 
 
 def fit_encoder(meta: dict[str, Any], encoder: Encoder) -> Encoder:

@@ -59,21 +59,22 @@ def hnsw_bytes(count: int, dim: int, m: int = HNSW_M) -> int:
 
 
 def choose_kind(
-    kind: str, count: int, dim: int, *, gpu: bool = False, memory: int | None = None
+    kind: str, count: int, dim: int, *, on_gpu: bool = False, memory: int | None = None
 ) -> tuple[str, str]:
-    """The kind to build for `count` vectors and why; `auto` decides by size and `memory` (bytes)."""
+    """The kind to build for `count` vectors and why; `auto` decides by size and `memory` (bytes),
+    and by where faiss builds (`on_gpu`: `Runtime.faiss_gpu` is not None)."""
     if kind not in KINDS:
         raise InputError(f"unknown index kind {kind!r}: use {', '.join(KINDS)}")
-    if kind == "hnsw" and gpu:
+    if kind == "hnsw" and on_gpu:
         raise InputError(
             "faiss has no GPU HNSW index: use --kind flat or ivf-pq with faiss on the GPU, or build HNSW "
-            "with faiss on the CPU (--device auto or cpu, without --gpu)"
+            "with faiss on the CPU (--device auto or cpu)"
         )
     if kind != "auto":
         return kind, "asked for"
     if count < AUTO_FLAT_MAX:
         return "flat", f"fewer than {AUTO_FLAT_MAX:,} vectors: exact search"
-    if gpu:
+    if on_gpu:
         return "ivf-pq", f"at least {AUTO_FLAT_MAX:,} vectors on the GPU, where faiss has no HNSW"
     if memory is None:
         memory = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") if hasattr(os, "sysconf") else None

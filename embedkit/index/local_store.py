@@ -293,7 +293,8 @@ def search_rows(
             if plain is not None:  # nor per-search parameters: the index's own answer stands
                 return plain
             reason = str(exc).strip().splitlines()[-1]
-            raise InputError(f"this index cannot search among some rows (drop --gpu?): {reason}") from None
+            where = "faiss on the CPU: --device auto or cpu?"
+            raise InputError(f"this index cannot search among some rows ({where}): {reason}") from None
         short = (rows >= 0).sum(axis=1) < want
         if kind == "flat" or not short.any() or width >= limit:
             break

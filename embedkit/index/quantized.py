@@ -35,6 +35,7 @@ RESCORE = {"int8": 4, "binary": 40}
 # (`FUSION_DEPTH`), and 40 x 100 = 4,000 candidates took the 1M binary HNSW index's hybrid p50 from
 # 17.5 ms (1,000 candidates) to 56 ms; 1,000 is what 10 x 100 gave before, for the fused list's tail.
 RESCORE_MAX = 1000
+QUANTIZE_ON_CPU = "--quantize builds on the CPU: use --device auto or cpu"
 
 
 def rescore_candidates(k: int, rescore: int, rows: int) -> int:
@@ -172,13 +173,13 @@ def train_quantized(index: FaissIndex, vectors: np.ndarray) -> None:
 
 
 def kind_and_params(
-    kind: str, quantize: str | None, count: int, dim: int, *, gpu: bool
+    kind: str, quantize: str | None, count: int, dim: int, *, on_gpu: bool
 ) -> tuple[str, str, dict[str, Any]]:
     """A new index's kind, why, and its parameters, with its quantization where asked for: for
     quantized codes `auto`'s IVF-PQ (chosen for lack of memory) becomes HNSW, whose codes fit."""
-    if quantize is not None and gpu:
-        raise InputError("--quantize builds on the CPU: drop --gpu and a cuda --device")
-    chosen, reason = choose_kind(kind, count, dim, gpu=gpu)
+    if quantize is not None and on_gpu:
+        raise InputError(QUANTIZE_ON_CPU)
+    chosen, reason = choose_kind(kind, count, dim, on_gpu=on_gpu)
     if quantize is not None and chosen == "ivf-pq" and kind == "auto":
         chosen, reason = "hnsw", f"{reason}; quantized {quantize} codes fit in memory: HNSW"
     check_quantize(quantize, chosen, dim)

@@ -26,6 +26,7 @@ from embedkit.arguments import query_vectors as checked_vectors
 from embedkit.arguments import text_list
 from embedkit.encode.prefixes import recorded_prefixes
 from embedkit.encode.protocol import Encodes
+from embedkit.encode.runtime import Runtime, runtime_of
 from embedkit.errors import InputError
 from embedkit.index.faiss_gpu import placement_for
 from embedkit.index.folder import check_encoder_for, fit_encoder, index_files_dir, open_model_for
@@ -78,20 +79,25 @@ class SearchIndex:
         self.rows = IndexRows(store, self.prefixes, self.checked)  # the vector rows, by position
 
     @classmethod
-    def load(cls, path: str | Path, *, gpu: bool = False, device: str = "cpu") -> SearchIndex:
+    def load(
+        cls, path: str | Path, *, runtime: Runtime | None = None, gpu: bool = False, device: str | None = None
+    ) -> SearchIndex:
         """Open an index folder; a missing, truncated or corrupt file is an `InputError`.
 
         A load that overlaps an append reads the old or the new version, never a mix of both.
-        `device` cuda or cuda:N (or `gpu`: GPU 0) searches with faiss on that GPU
-        (`embedkit.index.faiss_gpu`); the model is opened apart, by `encoder()`.
+        `runtime`'s device cuda or cuda:N searches with faiss on that GPU (`embedkit.index.faiss_gpu`);
+        the model is opened apart, by `encoder()`. `device=` (and `gpu=True`, deprecated: cuda)
+        are the older spelling of `runtime`.
         """
         path = Path(path)
-        placement = placement_for(device, gpu)  # a GPU faiss cannot have: one line, before any reading
+        runtime = runtime_of(runtime, gpu, device=device)
+        placement = placement_for(runtime)  # a GPU faiss cannot have: one line, before any reading
         store = LocalStore.open(path)
         if placement is not None and store.quantize is not None:
             store.close()
             raise InputError(
-                f"{path} is a quantized index ({store.quantize}), searched on the CPU: drop --gpu"
+                f"{path} is a quantized index ({store.quantize}), searched on the CPU: "
+                "use --device auto or cpu"
             )
         if placement is not None:
             try:
@@ -199,11 +205,18 @@ class SearchIndex:
         return scores, ids
 
     def encoder(
-        self, model: str | Path | None = None, device: str = "auto", precision: str | None = None
+        self,
+        model: str | Path | None = None,
+        device: str | None = None,
+        precision: str | None = None,
+        *,
+        runtime: Runtime | None = None,
     ) -> Encoder:
-        """The index's model (or `model`, after `check_model_for`), opened once."""
+        """The index's model (or `model`, after `check_model_for`), opened once where `runtime` says
+        (`device=`, `precision=`: its older spelling)."""
         if self._encoder is None:
-            self._encoder = open_model_for(self.meta, model, device, precision)  # checked there
+            runtime = runtime_of(runtime, device=device, precision=precision)
+            self._encoder = open_model_for(self.meta, model, runtime)  # checked there
         return self._encoder
 
     def check_encoder(self, encoder: Encoder) -> None:
@@ -300,9 +313,10 @@ class SearchIndex:
         )
 
 
-def open_index_for(path: str | Path, encoder: Encoder, *, gpu: bool = False) -> SearchIndex:
-    """`SearchIndex.load(path)`, checked to hold vectors of `encoder`'s model (else an `InputError`)."""
-    index = SearchIndex.load(path, gpu=gpu)
+def open_index_for(path: str | Path, encoder: Encoder, *, runtime: Runtime | None = None) -> SearchIndex:
+    """`SearchIndex.load(path, runtime=...)`, checked to hold vectors of `encoder`'s model (else an
+    `InputError`)."""
+    index = SearchIndex.load(path, runtime=runtime)
     try:
         index.check_encoder(encoder)
     except InputError:

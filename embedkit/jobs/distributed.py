@@ -19,13 +19,13 @@ from __future__ import annotations
 
 import logging
 import time
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
-from embedkit.encode.devices import check_device
+from embedkit.encode.runtime import Runtime, runtime_of
 from embedkit.errors import EmbedkitError, InputError, RunFailure
 from embedkit.extras import missing_extra_message
 from embedkit.jobs.parts import Shard
@@ -62,9 +62,7 @@ class PartWorker:
 
         self.job = job
         self.options = CorpusOptions(**job["options"])
-        self.encoder = load_encoder(
-            job["model"], device=job["device"], precision=job["precision"], intra_op_threads=job["threads"]
-        )
+        self.encoder = load_encoder(job["model"], runtime=Runtime(**job["runtime"]))
 
     def __call__(self, batch: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
         from embedkit.jobs.sharding import embed_shard
@@ -97,7 +95,8 @@ def embed_with_ray(
     *,
     options: CorpusOptions | None = None,
     normalize: bool | None = None,
-    device: str = "auto",
+    runtime: Runtime | None = None,
+    device: str | None = None,  # with `precision`: the older spelling of `runtime`
     precision: str | None = None,
     address: str | None = None,
     num_workers: int | None = None,
@@ -107,10 +106,11 @@ def embed_with_ray(
     """Embed `corpus` into part files in `folder` with a pool of Ray actors.
 
     `address`: the cluster to join ("auto": the one this machine belongs to; None: a running Ray in
-    this process, else `RAY_ADDRESS`, else a new local one). `device`: "cuda" gives each actor one
-    GPU; "auto" does so when the cluster has GPUs; "cpu" runs CPU actors of `cpus_per_worker`
-    CPUs. `num_workers` (default: one per GPU, or the cluster's CPUs / `cpus_per_worker`) is also
-    the number of parts, capped at the number of documents.
+    this process, else `RAY_ADDRESS`, else a new local one). `runtime`'s device: "cuda" gives each
+    actor one GPU; "auto" does so when the cluster has GPUs; "cpu" runs CPU actors of
+    `cpus_per_worker` CPUs, each with as many ONNX Runtime threads. `num_workers` (default: one
+    per GPU, or the cluster's CPUs / `cpus_per_worker`) is also the number of parts, capped at the
+    number of documents. `device=`, `precision=`: the older spelling of `runtime`.
     """
     from embedkit.encode.default_onnx import default_onnx_spec
     from embedkit.encode.model_folder import read_model_spec
@@ -118,9 +118,11 @@ def embed_with_ray(
 
     ray = import_ray()
     folder = check_part_folder(folder).absolute()
-    device = check_device(device)
-    if device.startswith("cuda:"):
-        raise InputError(f"--device {device} with --ray: use --device cuda (Ray gives each worker its GPU)")
+    runtime = runtime_of(runtime, device=device, precision=precision)
+    if runtime.device.startswith("cuda:"):
+        raise InputError(
+            f"--device {runtime.device} with --ray: use --device cuda (Ray gives each worker its GPU)"
+        )
     if num_workers is not None and num_workers < 1:
         raise InputError(f"--num-workers must be at least 1, got {num_workers}")
     if cpus_per_worker < 1:
@@ -130,7 +132,7 @@ def embed_with_ray(
     # The driver resolves the model once, so that workers open one folder and none of them races to
     # export the bundled model to ONNX (the first open of it does that).
     spec = read_model_spec(model)
-    if spec.kind == "torch" and precision in (None, "fp32"):
+    if spec.kind == "torch" and runtime.precision in (None, "fp32"):
         spec = default_onnx_spec(spec) or spec
     started_here = not ray.is_initialized()
     if started_here:
@@ -143,8 +145,7 @@ def embed_with_ray(
             spec.path,
             options,
             normalize,
-            device,
-            precision,
+            runtime,
             num_workers,
             cpus_per_worker,
             total,
@@ -155,6 +156,13 @@ def embed_with_ray(
             ray.shutdown()
 
 
+def worker_runtime(runtime: Runtime, use_gpu: bool, cpus_per_worker: int) -> Runtime:
+    """Each worker's `Runtime`: its own GPU, or the CPU with its CPUs as ONNX Runtime's threads
+    (unless `runtime` names a thread count)."""
+    threads = cpus_per_worker if runtime.threads is None else runtime.threads
+    return replace(runtime, device="cuda" if use_gpu else "cpu", threads=threads)
+
+
 def _run(
     ray,
     corpus,
@@ -162,8 +170,7 @@ def _run(
     model: Path,
     options: CorpusOptions,
     normalize: bool | None,
-    device: str,
-    precision: str | None,
+    runtime: Runtime,
     num_workers: int | None,
     cpus_per_worker: int,
     total: int,
@@ -171,7 +178,7 @@ def _run(
 ) -> RayEmbedReport:
     resources = ray.cluster_resources()
     gpus, cpus = int(resources.get("GPU", 0)), int(resources.get("CPU", 1))
-    use_gpu = device == "cuda" or (device == "auto" and gpus >= 1)
+    use_gpu = runtime.device == "cuda" or (runtime.device == "auto" and gpus >= 1)
     if use_gpu and gpus < 1:
         raise InputError("--device cuda with --ray, but the Ray cluster has no GPU")
     workers = num_workers or (gpus if use_gpu else max(1, cpus // cpus_per_worker))
@@ -183,9 +190,7 @@ def _run(
         "model": str(model),
         "options": asdict(options),
         "normalize": normalize,
-        "device": "cuda" if use_gpu else "cpu",
-        "precision": precision,
-        "threads": cpus_per_worker,
+        "runtime": asdict(worker_runtime(runtime, use_gpu, cpus_per_worker)),
         "parts": parts,
         "total": total,
     }

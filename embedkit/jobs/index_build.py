@@ -27,6 +27,7 @@ from embedkit.data.corpus import ReadStats, is_line_file
 from embedkit.data.textfolder import check_folder, is_documents
 from embedkit.encode.default_onnx import recorded_model_path
 from embedkit.encode.prefixes import Prefixes, check_recorded, recorded_prefixes, resolve_prefixes
+from embedkit.encode.runtime import Runtime, runtime_of
 from embedkit.encode.truncated_encoder import TruncatedEncoder, keep_dimensions
 from embedkit.encode.truncation import CutDocuments
 from embedkit.errors import InputError
@@ -52,7 +53,7 @@ from embedkit.index.kinds import KINDS
 from embedkit.index.lexical_rebuild import fill_lexical
 from embedkit.index.meta import IndexMeta, new_index_id, now
 from embedkit.index.passages import PassageSettings, PassageSplitter, fitting_passages, passage_settings
-from embedkit.index.quantized import check_quantize, quantization
+from embedkit.index.quantized import QUANTIZE_ON_CPU, check_quantize, quantization
 from embedkit.index.version_copy import copy_store, read_faiss_copy, write_faiss
 from embedkit.jobs.index_changes import SyncTracker, Tally, Unchanged, sync_into_index, unchanged_report
 from embedkit.jobs.index_vectors import Target, VectorWriter
@@ -97,10 +98,22 @@ class IndexOptions:
     passages: PassageSettings | str | None = None  # split documents into passages (a new index)
     query_prefix: str | None = None  # None: the model card's (a new index) or the index's (append)
     passage_prefix: str | None = None
-    device: str = "auto"  # where the model runs; cuda or cuda:N also puts faiss on that GPU
-    precision: str | None = None  # ONNX precision, likewise
-    gpu: bool = False  # build with faiss's GPU index on GPU 0 (saved in CPU form)
+    # where the model runs (`embedkit.encode.runtime`, its defaults); device cuda or cuda:N also
+    # builds with faiss on that GPU (saved in CPU form)
+    runtime: Runtime = field(default_factory=Runtime)
     corpus: CorpusOptions = field(default_factory=CorpusOptions)  # columns, chunk and batch sizes
+    # the older spelling of `runtime` (gpu=True, deprecated: device cuda), folded into it on creation
+    device: str | None = None
+    precision: str | None = None
+    gpu: bool = False
+
+    def __post_init__(self) -> None:
+        if self.device is None and self.precision is None and not self.gpu:
+            return
+        given = None if self.runtime == Runtime() else self.runtime
+        runtime = runtime_of(given, self.gpu, device=self.device, precision=self.precision)
+        for name, value in (("runtime", runtime), ("device", None), ("precision", None), ("gpu", False)):
+            object.__setattr__(self, name, value)  # frozen: set once, here
 
 
 @dataclass
@@ -228,7 +241,7 @@ def prepare(corpus: Corpus, out: Path, model: Encoder | str | Path | None, optio
         )
     else:
         check_index_file(index_files_dir(out) / INDEX_FILE, old)
-    placement = placement_for(options.device, options.gpu)
+    placement = placement_for(options.runtime)
     if old is not None and placement is not None and old["kind"] == "hnsw":
         raise InputError(f"faiss has no GPU HNSW index: append to this index without {placement.asked}")
     split = passage_settings(options.passages, old)
@@ -239,9 +252,9 @@ def prepare(corpus: Corpus, out: Path, model: Encoder | str | Path | None, optio
         options = replace(options, corpus=replace(options.corpus, first_line_id=_largest_number_id(out)))
     _check_vector_options(options, old)
     if old is not None and (model is None or isinstance(model, (str, Path))):
-        encoder = open_model_for(old, model, options.device, options.precision)
+        encoder = open_model_for(old, model, options.runtime)
     else:
-        encoder = as_encoder(model, options.device, options.precision)
+        encoder = as_encoder(model, options.runtime)
     if old is None:
         encoder = keep_dimensions(encoder, options.dim)
         prefixes = resolve_prefixes(encoder.path, options.query_prefix, options.passage_prefix)
@@ -257,8 +270,8 @@ def _check_vector_options(options: IndexOptions, old: dict[str, Any] | None) -> 
     """--quantize and --dim: known values for a new index; an append keeps the index's."""
     if options.quantize is not None:
         check_quantize(options.quantize, "flat" if options.kind == "auto" else options.kind, 8)
-        if options.gpu or (options.device or "").startswith("cuda"):
-            raise InputError("--quantize builds on the CPU: drop --gpu and a cuda --device")
+        if options.runtime.faiss_gpu is not None:
+            raise InputError(QUANTIZE_ON_CPU)
     if old is not None and options.quantize not in (None, quantization(old["params"])):
         held = quantization(old["params"]) or "float vectors"
         raise InputError(

@@ -33,6 +33,7 @@ import numpy as np
 from embedkit.encode.default_onnx import recorded_model_path
 from embedkit.encode.dimensions import truncate_vectors
 from embedkit.encode.model_folder import ModelSpec
+from embedkit.encode.runtime import Runtime, runtime_of
 from embedkit.errors import InputError, RunFailure
 from embedkit.index.build_report import IndexReport
 from embedkit.index.docstore import DocStore
@@ -61,8 +62,10 @@ def build_index_from_vectors(
     *,
     kind: str = "auto",  # auto, flat, hnsw or ivf-pq, as for `build_index`
     overwrite: bool = False,
-    gpu: bool = False,  # build with faiss's GPU index on GPU 0 (saved in CPU form)
-    device: str = "cpu",  # cuda or cuda:N: build with faiss on that GPU (nothing is embedded)
+    # device cuda or cuda:N: build with faiss on that GPU, saved in CPU form (nothing is embedded)
+    runtime: Runtime | None = None,
+    device: str | None = None,  # the older spelling of `runtime` (gpu=True, deprecated: cuda)
+    gpu: bool = False,
     options: CorpusOptions | None = None,  # how to read the corpus (columns); chunk_size: rows per add
     progress: bool = False,
     lexical: bool = True,
@@ -83,8 +86,8 @@ def build_index_from_vectors(
     spec = model_of_parts(parts, model)
     check_new_target(out, overwrite)
     total, dim = first.total, _kept_dim(dim, first.dim)
-    placement = placement_for(device, gpu)
-    chosen, reason, params = kind_and_params(kind, quantize, total, dim, gpu=placement is not None)
+    placement = placement_for(runtime_of(runtime, gpu, device=device))
+    chosen, reason, params = kind_and_params(kind, quantize, total, dim, on_gpu=placement is not None)
     fingerprint = check_corpus(parts, corpus, options, progress)
     start = time.perf_counter()
     with new_version(out) as tmp:

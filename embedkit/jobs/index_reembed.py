@@ -19,6 +19,7 @@ import tempfile
 from pathlib import Path
 
 from embedkit.data.fingerprint import CorpusFingerprint
+from embedkit.encode.runtime import Runtime
 from embedkit.errors import EmbedkitError
 from embedkit.index.build_report import IndexReport
 from embedkit.index.docstore import DocStore
@@ -32,7 +33,7 @@ _DUMP_ROWS = 10_000  # documents read from the store at a time
 
 
 def reembed_index(
-    index: str | Path, model: str | Path, *, device: str = "auto", progress: bool = False
+    index: str | Path, model: str | Path, *, runtime: Runtime | None = None, progress: bool = False
 ) -> IndexReport:
     """Replace the index in `index` by its documents embedded with `model`, keeping its kind, sides and
     fusion (see the module's docstring).
@@ -60,7 +61,7 @@ def reembed_index(
             passages=PassageSettings.from_json(meta["passages"]) if meta.get("passages") else None,
             query_prefix=str(meta.get("query_prefix") or ""),
             passage_prefix=str(meta.get("passage_prefix") or ""),
-            device=device,
+            runtime=runtime or Runtime(),
             corpus=options,
         )
         fusion = Calibration.from_json(meta["fusion"]) if meta.get("fusion") else None

@@ -95,7 +95,9 @@ class VectorWriter:
     def _kind(self, dim: int) -> tuple[str, str, dict[str, Any]]:
         """A new index's kind, why, and its parameters (with its quantization, if asked for)."""
         target = self.target
-        return kind_and_params(target.kind, target.quantize, self.added, dim, gpu=self.placement is not None)
+        return kind_and_params(
+            target.kind, target.quantize, self.added, dim, on_gpu=self.placement is not None
+        )
 
     def _keep_full_vectors(self, dim: int) -> None:
         """The appended quantized index's `FULL_VECTORS`: its rows, then the new ones (from the spool)."""

@@ -20,6 +20,7 @@ import numpy as np
 
 from embedkit.data.fingerprint import CorpusFingerprint
 from embedkit.encode.default_onnx import recorded_model_path
+from embedkit.encode.runtime import Runtime, runtime_of
 from embedkit.errors import InputError
 from embedkit.jobs.parts import PartInfo, Shard, part_paths
 from embedkit.jobs.run_report import EncoderRun, RunStart
@@ -66,7 +67,8 @@ def embed_shard(
     *,
     options: CorpusOptions | None = None,
     normalize: bool | None = None,
-    device: str = "auto",
+    runtime: Runtime | None = None,
+    device: str | None = None,  # with `precision`: the older spelling of `runtime`
     precision: str | None = None,
     progress: bool = False,
     total: int | None = None,
@@ -79,12 +81,13 @@ def embed_shard(
     (more shards than documents): its part holds 0 rows.
     """
     folder = check_part_folder(folder)
+    runtime = runtime_of(runtime, device=device, precision=precision)
     options = options or CorpusOptions()
     npy, ids, sidecar = part_paths(folder, shard)
     with write_lock(npy):
         total = count_documents(corpus, options) if total is None else total
         start, stop = shard.rows(total)
-        encoder = as_encoder(model, device, precision)
+        encoder = as_encoder(model, runtime)
         started = RunStart.of(encoder)
         fingerprint = CorpusFingerprint()
         with atomic_files(npy, ids, sidecar) as (npy_tmp, ids_tmp, json_tmp):

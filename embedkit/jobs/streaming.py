@@ -23,6 +23,7 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
+from embedkit.encode.runtime import Runtime, runtime_of
 from embedkit.encode.truncation import CutDocuments
 from embedkit.errors import InputError, RunFailure
 from embedkit.jobs.run_report import EncoderRun, RunStart
@@ -184,22 +185,25 @@ def embed_to_file(
     *,
     options: CorpusOptions | None = None,
     normalize: bool | None = None,
-    device: str = "auto",
+    runtime: Runtime | None = None,
+    device: str | None = None,
     precision: str | None = None,
     progress: bool = False,
 ) -> EmbedReport:
     """Embed every document of `corpus` into `out` (.npy, float32 [n, dim]) and `FILE.ids.txt`.
 
     `model`: an open encoder, or a model folder (None: the bundled all-MiniLM-L6-v2) that is opened
-    with `load_encoder(model, device, precision)` once the corpus is known to be readable and not
-    empty. `normalize=None` keeps the model's own choice (its Normalize module).
+    with `load_encoder(model, runtime=runtime)` once the corpus is known to be readable and not
+    empty (`device=`, `precision=`: the older spelling of `runtime`). `normalize=None` keeps the
+    model's own choice (its Normalize module).
     """
+    runtime = runtime_of(runtime, device=device, precision=precision)
     out = Path(out)
     if out.suffix != ".npy" or out.is_dir():
         raise InputError(f"--out must be a .npy file name, got {out}")
     options = options or CorpusOptions()
     n = count_documents(corpus, options)
-    encoder = as_encoder(model, device, precision)
+    encoder = as_encoder(model, runtime)
     ids_path = ids_path_for(out)
     start = RunStart.of(encoder)
     with atomic_files(out, ids_path) as (npy_tmp, ids_tmp):
@@ -243,14 +247,13 @@ def _write_npy(
     return cut
 
 
-def as_encoder(
-    model: Encoder | str | Path | None, device: str = "auto", precision: str | None = None
-) -> Encoder:
-    """An open encoder as is; a model folder (None: the bundled model) opened with `load_encoder`."""
+def as_encoder(model: Encoder | str | Path | None, runtime: Runtime | None = None) -> Encoder:
+    """An open encoder as is; a model folder (None: the bundled model) opened with `load_encoder`
+    where `runtime` says (None: `Runtime()`'s defaults)."""
     if model is None or isinstance(model, (str, Path)):
         from embedkit.encode.loading import load_encoder
 
-        return load_encoder(model, device=device, precision=precision)
+        return load_encoder(model, runtime=runtime or Runtime())
     return model
 
 

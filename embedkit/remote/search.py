@@ -26,6 +26,7 @@ from embedkit.search.fusion import bounded_k
 
 if TYPE_CHECKING:
     from embedkit.data.document import Document, TextSpan
+    from embedkit.encode.runtime import Runtime
 
 Ranking = list[tuple[int, float]]
 
@@ -145,19 +146,17 @@ def open_search_index(
     collection: str | None = None,
     token: str | None = None,
     *,
-    gpu: bool = False,
-    device: str = "cpu",
+    runtime: Runtime | None = None,
 ) -> SearchIndex:
     """An index folder, or a collection `embedkit push` filled (a `milvus://` URI or FILE.db),
     opened for search: what `search`, `eval retrieval` and `serve` take as an index.
 
-    `device` cuda or cuda:N searches an index folder with faiss on that GPU (`SearchIndex.load`);
-    a remote collection searches on its server, whatever `device` the queries are embedded on.
+    `runtime`'s device cuda or cuda:N searches an index folder with faiss on that GPU
+    (`SearchIndex.load`); a remote collection searches on its server, wherever the queries are
+    embedded.
     """
     if is_remote(location):
-        if gpu:
-            raise InputError("--gpu searches a local index; a remote collection searches on its server")
         return open_remote(str(location), collection, token)
     if collection is not None or token is not None:
         raise InputError("--collection and --token go with a milvus:// or .db target, not an index folder")
-    return SearchIndex.load(location, gpu=gpu, device=device)
+    return SearchIndex.load(location, runtime=runtime)

@@ -212,7 +212,7 @@ class Engine:
     def _load_reranker(self) -> CrossEncoderModel:
         from embedkit.encode.cross_encoder import CrossEncoderModel
 
-        return CrossEncoderModel(str(self.config.rerank), device=self.config.device)
+        return CrossEncoderModel(str(self.config.rerank), device=self.config.runtime.device)
 
     async def rerank(self, query: str, texts: list[str], raw: bool = False) -> np.ndarray:
         """The cross-encoder's score of each text against `query`, in the texts' order."""

@@ -13,7 +13,7 @@ groups of similar length (`length_groups`); on CUDA a batch is one bucket of the
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -94,6 +94,7 @@ class ServedModel:
         self.shapes = self.stages.shapes  # an ONNX encoder's ShapePlan; torch: None
         self.max_rows = MAX_ROWS  # rows in one model run under fixed shapes
         self.grouped = True  # cut batches into length groups (a CPU's); False: one bucket (CUDA's)
+
     @staticmethod
     def check(config: ServeConfig) -> None:
         """Read the model's (and the index's) folder, not the weights: quick, so that a wrong path is
@@ -109,11 +110,11 @@ class ServedModel:
         for folder in config.extra_models:
             read_model_spec(folder)
         for index in config.extra_indexes:
-            check_model_for(read_index_meta(index), None, config.precision)
+            check_model_for(read_index_meta(index), None, config.runtime.precision)
         if config.index is None:
             read_model_spec(config.model)
         elif not is_remote(config.index):  # a collection is checked when it is opened, at load
-            check_model_for(read_index_meta(config.index), config.model, config.precision)
+            check_model_for(read_index_meta(config.index), config.model, config.runtime.precision)
 
     @classmethod
     def load(cls, config: ServeConfig) -> ServedModel:
@@ -127,21 +128,15 @@ class ServedModel:
         # offline `encode` of large batches loses little by it, but a server runs many small
         # length groups and shares the cores with its event loop: `benchmarks/serve.py` on 2
         # shared CPU cores served 40 instead of 25 sentences/s to 8 single-sentence clients
-        # without spinning, 36 instead of 23 to 32 (benchmarks/README.md; `--ort-spinning` keeps it).
-        options = {
-            "device": config.device,
-            "precision": config.precision,
-            "spinning": config.ort_spinning,
-            "warmup": False,  # the engine warms the server's own shapes once it knows its sizing
-            "tokenizer_workers": config.tokenizer_workers,
-            "cuda_graphs": None if config.cuda_graphs else False,
-        }
+        # without spinning, 36 instead of 23 to 32 (benchmarks/README.md; `--ort-spinning` keeps it):
+        # `SERVER_RUNTIME`'s spinning off. The engine warms the server's own shapes once it knows its sizing.
+        runtime = replace(config.runtime, warmup=False)
         if config.index is None:
-            return cls(load_encoder(config.model, **options), name=config.served_model_name)
+            return cls(load_encoder(config.model, runtime=runtime), name=config.served_model_name)
         index = open_search_index(config.index, config.collection, config.token)
         try:
-            spec = check_model_for(index.meta, config.model, config.precision)
-            return cls(load_encoder(spec, **options), index, name=config.served_model_name)
+            spec = check_model_for(index.meta, config.model, config.runtime.precision)
+            return cls(load_encoder(spec, runtime=runtime), index, name=config.served_model_name)
         except BaseException:
             index.close()
             raise

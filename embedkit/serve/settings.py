@@ -25,11 +25,12 @@ Defaults and where they come from:
   one's compute.
 - `batches_in_flight` None, by device: the workers' count on a CPU; 2 on CUDA (one batch padded
   to its fixed shapes while another runs).
-- `warmup` None, by device: on CUDA, the fixed shapes run once at load (`embedkit.encode.shapes`).
-- `tokenizer_workers` None, by device (`embedkit.encode.batching.tokenizer_workers_for`): threads
-  that tokenize ahead of the model in the encoder's own `encode` calls (an index's queries).
-- `cuda_graphs` True: capture a CUDA graph per batch shape where the provider can
-  (`embedkit.encode.cuda_run`); False runs with IO binding alone.
+- `runtime` (`embedkit.encode.runtime.Runtime`: device, precision, threads, warm-up, tokenizer
+  workers, CUDA graphs) with its defaults, but for `spinning` False (`SERVER_RUNTIME`): ONNX
+  Runtime's threads sleep between runs (`served_model.ServedModel.load` says why). Its `warmup`
+  is the server's: None, on CUDA, the fixed shapes run once at load (`embedkit.encode.shapes`);
+  its tokenizer workers tokenize ahead of the model in the encoder's own `encode` calls (an
+  index's queries). The index is searched with faiss on the CPU whatever the device.
 """
 
 from __future__ import annotations
@@ -37,8 +38,7 @@ from __future__ import annotations
 import ipaddress
 from dataclasses import dataclass, replace
 
-from embedkit.encode.batching import check_tokenizer_workers
-from embedkit.encode.loading import check_encoding_options
+from embedkit.encode.runtime import Runtime
 from embedkit.errors import InputError
 
 DEFAULT_MAX_BATCH_TOKENS = 4096  # on a CPU; by device: embedkit.serve.sizing
@@ -47,6 +47,7 @@ DEFAULT_MAX_TEXTS = 2048
 DEFAULT_MAX_BODY_BYTES = 8 * 2**20
 DEFAULT_MAX_QUEUE_TEXTS = 16384
 DEFAULT_MAX_K = 1000
+SERVER_RUNTIME = Runtime(spinning=False)  # see `served_model.ServedModel.load` for why
 
 
 def _header_safe(value: str) -> bool:
@@ -64,23 +65,18 @@ class ServeConfig:
     token: str | None = None  # its server's token (else $MILVUS_TOKEN)
     host: str = "127.0.0.1"
     port: int = 8000  # 0: any free port (the URL printed on start says which)
-    device: str = "auto"
-    precision: str | None = None  # ONNX precision; None: the export's default for the device
+    runtime: Runtime = SERVER_RUNTIME  # device, precision, threads, warm-up, tokenizer workers
     api_key: str | None = None  # required as `Authorization: Bearer KEY` on every route but /health
     max_batch_tokens: int | None = None  # None: by device (sizing.DEFAULT_MAX_BATCH_TOKENS)
     max_wait_ms: float = DEFAULT_MAX_WAIT_MS
     workers: int = 1
     batches_in_flight: int | None = None  # None: by device (sizing.DEFAULT_IN_FLIGHT)
-    warmup: bool | None = None  # None: on CUDA only
-    tokenizer_workers: int | None = None  # None: by device
-    cuda_graphs: bool = True
     max_texts: int = DEFAULT_MAX_TEXTS  # texts (or queries) in one request
     max_body_bytes: int = DEFAULT_MAX_BODY_BYTES
     max_queue_texts: int = DEFAULT_MAX_QUEUE_TEXTS
     max_queue_tokens: int | None = None  # None: by device (sizing.AUTO_QUEUE_TOKENS)
     max_k: int = DEFAULT_MAX_K
     access_log: bool = False
-    ort_spinning: bool = False  # let ONNX Runtime's CPU threads busy-wait (see engine.stop_spinning)
     served_model_name: str | None = None  # None: the model's own name (embedkit.encode.model_name)
     rerank: str | None = None  # a cross-encoder folder for /rerank and /search's rerank_depth
     # more model folders served beside `model` for embeddings, each batched on its own and chosen
@@ -93,8 +89,6 @@ class ServeConfig:
     def check(self) -> None:
         if not 0 <= self.port <= 65535:
             raise InputError(f"--port must be 0 to 65535, got {self.port}")
-        check_encoding_options(self.device, self.precision)
-        check_tokenizer_workers(self.tokenizer_workers)
         if self.api_key is not None and (not self.api_key.strip() or self.api_key != self.api_key.strip()):
             raise InputError("the API key is empty or has surrounding spaces")
         if self.api_key is not None and not _header_safe(self.api_key):

@@ -74,7 +74,7 @@ class Sizing:
             max_batch_tokens=config.max_batch_tokens or DEFAULT_MAX_BATCH_TOKENS[kind],
             workers=config.workers,
             batches_in_flight=max(in_flight, config.workers),
-            warmup=kind == "cuda" if config.warmup is None else config.warmup,
+            warmup=kind == "cuda" if config.runtime.warmup is None else config.runtime.warmup,
             inline_tokenize_chars=INLINE_TOKENIZE_CHARS[kind],
             length_groups=kind == "cpu",
             wait_when_idle=kind == "cpu",

@@ -139,8 +139,14 @@ def test_index_gpu_without_faiss_gpu_exits_2(sharded, runner, tmp_path):
         pytest.skip("faiss sees a GPU here")
     folder, corpus = sharded
     parts = ["--from-vectors", str(folder / "parts")]
-    exit2(runner, ["index", str(corpus), *parts, "--out", str(tmp_path / "i"), "--gpu"], "faiss sees no GPU")
-    exit2(runner, ["index", str(corpus), "--out", str(tmp_path / "j"), "--gpu"], "faiss sees no GPU")
+    exit2(
+        runner,
+        ["index", str(corpus), *parts, "--out", str(tmp_path / "i"), "--device", "cuda"],
+        "faiss sees no GPU",
+    )
+    exit2(
+        runner, ["index", str(corpus), "--out", str(tmp_path / "j"), "--device", "cuda"], "faiss sees no GPU"
+    )
 
 
 def test_embed_ray_starts_and_stops_its_own_cluster(sharded, runner, tiny_bert, tmp_path, monkeypatch):

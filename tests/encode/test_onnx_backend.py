@@ -129,7 +129,7 @@ def test_bad_arguments(exported, tmp_path: Path):
         OnnxEncoder(exported.out_dir, precision="bf16")
     with pytest.raises(InputError, match="unknown device 'tpu'"):
         OnnxEncoder(exported.out_dir, device="tpu")
-    with pytest.raises(InputError, match="intra_op_threads must be 0"):
+    with pytest.raises(InputError, match="threads must be 0 \\(all cores\\) or more, got -1"):
         OnnxEncoder(exported.out_dir, intra_op_threads=-1)
     with pytest.raises(InputError, match="not an ONNX export"):
         OnnxEncoder(tmp_path)

@@ -21,6 +21,7 @@ from typer.testing import CliRunner
 from embedkit import SearchIndex, build_index
 from embedkit.cli.app import app
 from embedkit.data.corpus import Document
+from embedkit.encode.runtime import Runtime
 from embedkit.errors import InputError
 from embedkit.evaluation.fusion_calibration import CalibrationConfig, calibrate_index, pseudo_task
 from embedkit.evaluation.fusion_rule import CANDIDATES, LEXICAL, choose
@@ -417,7 +418,7 @@ def test_calibrate_writes_nothing_where_the_index_keeps_its_fusion(tmp_path: Pat
     assert "unchanged, no new version written" in " ".join(result.output.split())
     assert _versions(out) == before and SearchIndex.load(out).meta.get("fusion") is None
     set_recorded_fusion(out, {"method": "zscore", "alpha": 0.5, "reason": "recorded by hand"})
-    outcome = calibrate_index(out, device="cpu")
+    outcome = calibrate_index(out, runtime=Runtime(device="cpu"))
     assert outcome.written and (outcome.calibration.method, outcome.calibration.alpha) == default_choice()
     assert len(_versions(out)) == 2 and _versions(out) != before  # the previous version kept beside it
     assert Calibration.from_json(SearchIndex.load(out).meta["fusion"]) == outcome.calibration

@@ -8,6 +8,7 @@ tests prove the code path; the results are checked against the CPU path and a br
 from __future__ import annotations
 
 import json
+from dataclasses import replace
 
 import faiss_gpu_shim
 import numpy as np
@@ -16,6 +17,7 @@ from runtime_helpers import TableEncoder, brute_force, clustered, write_jsonl
 from typer.testing import CliRunner
 
 from embedkit.cli.app import app
+from embedkit.encode.runtime import Runtime
 from embedkit.errors import InputError
 from embedkit.index import INDEX_FILE, IVF_PQ_MIN_DOCS, SearchIndex
 from embedkit.index.faiss_gpu import GPU_MAX_K, faiss_gpu_for, needs_float16_tables
@@ -46,19 +48,21 @@ def no_gpu_faiss() -> None:
 
 def test_device_names_give_faiss_its_gpu(monkeypatch):
     faiss_gpu_shim.install(monkeypatch, gpus=2)
-    assert faiss_gpu_for("cpu") is None and faiss_gpu_for("auto") is None  # auto keeps faiss on the CPU
-    assert faiss_gpu_for("cuda") == 0 and faiss_gpu_for("cuda:1") == 1
-    assert faiss_gpu_for("cpu", gpu=True) == 0  # --gpu: faiss on GPU 0, the model where --device says
+    def on(device: str) -> int | None:
+        return faiss_gpu_for(Runtime(device))
+
+    assert on("cpu") is None and on("auto") is None  # auto keeps faiss on the CPU
+    assert on("cuda") == 0 and on("cuda:1") == 1
     with pytest.raises(InputError, match=r"--device cuda:2: faiss sees 2 GPU\(s\)"):
-        faiss_gpu_for("cuda:2")
+        on("cuda:2")
     with pytest.raises(InputError, match="unknown device 'gpu': use auto, cpu, cuda or cuda:N"):
-        faiss_gpu_for("gpu")  # devices.py's words, not a second vocabulary
+        on("gpu")  # devices.py's words, not a second vocabulary
 
 
 def test_cuda_without_gpu_faiss_is_one_line_naming_the_extra(tmp_path, tiny_bert):
     no_gpu_faiss()
     with pytest.raises(InputError) as caught:
-        faiss_gpu_for("cuda")
+        faiss_gpu_for(Runtime("cuda"))
     message = str(caught.value)
     assert "faiss sees no GPU" in message and "pip install 'embedkit[gpu]'" in message
     assert "faiss-cpu" in message  # which faiss is installed
@@ -166,8 +170,8 @@ def test_the_cli_builds_and_searches_with_faiss_on_the_gpu(tmp_path, tiny_bert, 
 
     def on_cpu(open_model):
         def opener(*args):
-            opened.append((open_model.__name__, args[-2]))
-            return open_model(*args[:-2], "cpu", args[-1])
+            opened.append((open_model.__name__, args[-1].device))
+            return open_model(*args[:-1], replace(args[-1], device="cpu"))
 
         return opener
 
@@ -205,3 +209,88 @@ def test_the_cli_builds_and_searches_with_faiss_on_the_gpu(tmp_path, tiny_bert, 
     assert {("as_encoder", "cuda"), ("open_model_for", "cuda")} <= set(opened)
     too_many = runner.invoke(app, ["search", str(tmp_path / "gpu"), "wing", "--device", "cuda", "-k", "5000"])
     assert too_many.exit_code == 2 and f"at most {GPU_MAX_K} results" in too_many.stderr
+
+
+def test_gpu_is_device_cuda_with_a_deprecation_line(tmp_path, tiny_bert, monkeypatch):
+    """`--gpu` (the older switch) runs as `--device cuda`: the same `Runtime` reaches the index and
+    the model, after one warning line; with `--device cpu` it is one error line, exit 2."""
+    import embedkit.index.search as search_module
+    import embedkit.jobs.index_build as build_module
+
+    faiss_gpu_shim.install(monkeypatch)
+    docs = np.random.default_rng(5).standard_normal((12, DIM))
+    corpus, _, _ = corpus_and_encoder(tmp_path, tiny_bert, docs)
+    runner = CliRunner()
+    model = ["--model", str(tiny_bert)]
+    assert runner.invoke(app, ["index", str(corpus), "--out", str(tmp_path / "idx"), *model]).exit_code == 0
+
+    reached = []  # the Runtime each run hands to faiss's placement
+
+    def stop_at_placement(runtime):
+        reached.append(runtime)
+        raise InputError("stopped where faiss is placed")
+
+    monkeypatch.setattr(search_module, "placement_for", stop_at_placement)
+    monkeypatch.setattr(build_module, "placement_for", stop_at_placement)
+    runs = {
+        "search": ["search", str(tmp_path / "idx"), "wing"],
+        "index": ["index", str(corpus), "--out", str(tmp_path / "new"), *model],
+    }
+    for command, args in runs.items():
+        reached.clear()
+        old = runner.invoke(app, [*args, "--gpu"])
+        new = runner.invoke(app, [*args, "--device", "cuda"])
+        assert reached[0] == reached[1] == Runtime("cuda"), command
+        assert old.stderr.splitlines() == [
+            "warning: --gpu is deprecated: use --device cuda",
+            "error: stopped where faiss is placed",
+        ]
+        assert new.stderr.splitlines() == ["error: stopped where faiss is placed"]
+        conflict = runner.invoke(app, [*args, "--gpu", "--device", "cpu"])
+        assert conflict.exit_code == 2 and len(reached) == 2  # refused before any placement
+        assert conflict.stderr.splitlines() == [
+            "error: --gpu runs on the GPU and --device cpu on the CPU: give one (--device cuda)"
+        ]
+
+
+def test_gpu_searches_with_faiss_and_the_model_on_gpu_0(tmp_path, tiny_bert, monkeypatch):
+    """The whole `search --gpu` run: faiss on the shim's GPU 0, the model asked for on cuda (opened
+    on the CPU here, where there is none), the same hits as on the CPU."""
+    import embedkit.index.search as search_module
+
+    asked = []
+    open_model_for = search_module.open_model_for
+
+    def on_cpu(meta, model, runtime):
+        asked.append(runtime.device)
+        return open_model_for(meta, model, replace(runtime, device="cpu"))
+
+    monkeypatch.setattr(search_module, "open_model_for", on_cpu)
+    docs = np.random.default_rng(6).standard_normal((12, DIM))
+    corpus, _, _ = corpus_and_encoder(tmp_path, tiny_bert, docs)
+    runner = CliRunner()
+    model = ["--model", str(tiny_bert)]
+    assert runner.invoke(app, ["index", str(corpus), "--out", str(tmp_path / "idx"), *model]).exit_code == 0
+    query = ["search", str(tmp_path / "idx"), "text of d3", "--json", "--mode", "dense"]
+    on_cpu_run = runner.invoke(app, [*query, "--device", "cpu"])
+    log = faiss_gpu_shim.install(monkeypatch)
+    on_gpu_run = runner.invoke(app, [*query, "--gpu"])
+    assert on_gpu_run.exit_code == 0, on_gpu_run.output
+    assert "faiss on cuda:0" in on_gpu_run.stderr and ("search", 0) in log.calls
+    assert asked == ["cpu", "cuda"]  # --gpu: the model on the GPU too, no longer where --device says
+    assert json.loads(on_gpu_run.stdout)["hits"] == json.loads(on_cpu_run.stdout)["hits"]
+
+
+def test_the_library_gpu_keyword_warns_and_means_cuda(tmp_path, tiny_bert, monkeypatch):
+    docs = np.random.default_rng(7).standard_normal((12, DIM)).astype(np.float32)
+    corpus, encoder, _ = corpus_and_encoder(tmp_path, tiny_bert, docs)
+    build_index(corpus, tmp_path / "idx", encoder, IndexOptions(lexical=False))
+    faiss_gpu_shim.install(monkeypatch)
+    with pytest.warns(DeprecationWarning, match="use Runtime\\(device='cuda'\\)"):
+        index = SearchIndex.load(tmp_path / "idx", gpu=True)
+    with index:
+        assert index.faiss_device == "cuda:0"
+    with SearchIndex.load(tmp_path / "idx", runtime=Runtime("cuda")) as index:
+        assert index.faiss_device == "cuda:0"
+    with pytest.raises(InputError, match="not both"):
+        SearchIndex.load(tmp_path / "idx", runtime=Runtime("cuda"), device="cpu")

@@ -10,6 +10,7 @@ import numpy as np
 import pytest
 from runtime_helpers import TableEncoder, brute_force, clustered, write_jsonl
 
+from embedkit.encode.runtime import Runtime
 from embedkit.errors import InputError
 from embedkit.index import INDEX_FILE, META_FILE, SearchIndex
 from embedkit.index.docstore import DocStore
@@ -282,7 +283,7 @@ def test_gpu_without_faiss_gpu_is_an_input_error(small_parts):
         pytest.skip("faiss sees a GPU here")
     corpus, parts, tmp_path = small_parts
     with pytest.raises(InputError, match="faiss sees no GPU"):
-        build_index_from_vectors(parts, corpus, tmp_path / "idx", gpu=True)
+        build_index_from_vectors(parts, corpus, tmp_path / "idx", runtime=Runtime("cuda"))
 
 
 @pytest.mark.parametrize(("quantize", "dim"), [("int8", None), ("binary", None), (None, 16), ("binary", 16)])

@@ -9,6 +9,7 @@ import numpy as np
 import pytest
 from runtime_helpers import TableEncoder, brute_force, clustered, write_jsonl
 
+from embedkit.encode.runtime import Runtime
 from embedkit.errors import InputError
 from embedkit.index import (
     HNSW_M,
@@ -156,10 +157,10 @@ def test_choose_kind():
     assert choose_kind("auto", 99_999, 384)[0] == "flat"
     assert choose_kind("auto", 100_000, 384, memory=64 * 2**30)[0] == "hnsw"
     assert choose_kind("auto", 10_000_000, 384, memory=8 * 2**30)[0] == "ivf-pq"
-    assert choose_kind("auto", 500_000, 384, gpu=True)[0] == "ivf-pq"
+    assert choose_kind("auto", 500_000, 384, on_gpu=True)[0] == "ivf-pq"
     assert choose_kind("flat", 10**9, 384) == ("flat", "asked for")
     with pytest.raises(InputError, match="no GPU HNSW"):
-        choose_kind("hnsw", 10, 384, gpu=True)
+        choose_kind("hnsw", 10, 384, on_gpu=True)
     with pytest.raises(InputError, match="unknown index kind 'ivf'"):
         choose_kind("ivf", 10, 384)
     with pytest.raises(InputError, match="ivf-pq needs at least 9,984 documents"):
@@ -245,7 +246,7 @@ def test_gpu_without_faiss_gpu_is_an_input_error(small_index):
         pytest.skip("faiss sees a GPU here")
     path, _ = small_index
     with pytest.raises(InputError, match="faiss sees no GPU"):
-        SearchIndex.load(path, gpu=True)
+        SearchIndex.load(path, runtime=Runtime("cuda"))
 
 
 @pytest.mark.parametrize(

@@ -11,6 +11,7 @@ from typer.testing import CliRunner
 
 from embedkit.cli.app import app
 from embedkit.encode.model_folder import default_base_model_path
+from embedkit.encode.runtime import Runtime
 from embedkit.index.folder import locate_model, read_index_meta
 
 DOCS = "\n".join(
@@ -42,7 +43,7 @@ def test_a_tree_moved_whole_keeps_its_model(tmp_path: Path, tiny_bert: Path):
     from embedkit.serve.served_model import ServedModel
     from embedkit.serve.settings import ServeConfig
 
-    config = ServeConfig(index=str(data / "my-index"), device="cpu")
+    config = ServeConfig(index=str(data / "my-index"), runtime=Runtime(device="cpu"))
     ServedModel.check(config)
     served = ServedModel.load(config)
     try:

@@ -16,6 +16,7 @@ from typer.testing import CliRunner
 from embedkit import SearchIndex, build_index
 from embedkit.encode.loading import load_encoder
 from embedkit.encode.prefixes import Prefixes, detect_prefixes, resolve_prefixes
+from embedkit.encode.runtime import Runtime
 from embedkit.errors import InputError
 from embedkit.jobs.index_build import IndexOptions
 
@@ -138,7 +139,7 @@ def test_eval_and_reembed_use_the_recorded_prefixes(tmp_path, tiny_bert):
     indexed = RetrievalEvaluator(beir, index=tmp_path / "idx", mode="dense").evaluate(encoder)
     assert encoder.seen == [f"search: {q}" for q in QUERIES]  # the index's prefix, recorded there
     assert indexed.per_query == exact.per_query
-    reembed_index(tmp_path / "idx", tiny_bert, device="cpu")
+    reembed_index(tmp_path / "idx", tiny_bert, runtime=Runtime(device="cpu"))
     with SearchIndex.load(tmp_path / "idx") as index:
         assert (index.meta["query_prefix"], index.meta["passage_prefix"]) == ("search: ", "doc: ")
         want = encoder.encoder.encode([f"doc: {t}" for t in DOCS], normalize=True)

@@ -14,6 +14,7 @@ import pytest
 
 from embedkit import SearchIndex, build_index
 from embedkit.encode.loading import load_encoder
+from embedkit.encode.runtime import Runtime
 from embedkit.index.folder import read_index_meta
 from embedkit.jobs.index_build import IndexOptions
 from embedkit.jobs.index_reembed import reembed_index
@@ -67,7 +68,7 @@ def test_reembed_keeps_the_recorded_fusion_and_calibrates_nothing(
         raise AssertionError("a re-embed calibrated with the new model")
 
     monkeypatch.setattr(calibrate, "calibrate_version", refuse)
-    reembed_index(tmp_path / "idx", other_model, device="cpu")
+    reembed_index(tmp_path / "idx", other_model, runtime=Runtime(device="cpu"))
     meta = read_index_meta(tmp_path / "idx")
     assert meta["fusion"] == before
     want = load_encoder(other_model, device="cpu").encode(DOCS, normalize=True)
@@ -83,5 +84,5 @@ def test_reembed_of_an_index_without_a_calibration_keeps_the_default(
     build_index(corpus, tmp_path / "idx", tiny_bert, IndexOptions(calibrate=False))
     assert not read_index_meta(tmp_path / "idx").get("fusion")
     monkeypatch.setattr(calibrate, "calibrate_version", lambda *a, **k: RECORD)  # would be recorded
-    reembed_index(tmp_path / "idx", other_model, device="cpu")
+    reembed_index(tmp_path / "idx", other_model, runtime=Runtime(device="cpu"))
     assert not read_index_meta(tmp_path / "idx").get("fusion")

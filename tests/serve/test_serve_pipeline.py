@@ -17,6 +17,7 @@ from types import SimpleNamespace
 import numpy as np
 import pytest
 
+from embedkit.encode.runtime import Runtime
 from embedkit.encode.shapes import ShapePlan, row_buckets
 from embedkit.serve.dynamic_batcher import DynamicBatcher
 from embedkit.serve.settings import ServeConfig
@@ -96,7 +97,7 @@ def test_sizing_by_device():
     assert cuda.warmup
     assert cuda.prepares_ahead and cuda.inline_tokenize_chars == 2_000
     assert cpu.length_groups and cpu.wait_when_idle and not cuda.length_groups and not cuda.wait_when_idle
-    asked = ServeConfig(max_batch_tokens=1000, workers=3, batches_in_flight=2, warmup=False)
+    asked = ServeConfig(max_batch_tokens=1000, workers=3, batches_in_flight=2, runtime=Runtime(warmup=False))
     chosen = Sizing.resolve(asked, "cuda", 256)
     assert (chosen.max_batch_tokens, chosen.workers, chosen.batches_in_flight) == (1000, 3, 3)
     assert not chosen.warmup
