@@ -320,7 +320,6 @@ class Collection:
         fields = checked_fields(DEFAULT_FIELDS if include is None else names("include", include))
         queries = text_list("texts", texts)
         index = self._opened()
-        k = min(k, max(index.document_count, 1))  # never more hits than documents are asked of a side
         encoder = self._encoder_for(index) if index.request(k, **settings).mode != "lexical" else None
         snippets, passages = "snippet" in fields, include is not None and "passage" in fields
         results = index.search_text(queries, k, encoder, snippets=snippets, passages=passages, **settings)

@@ -192,19 +192,41 @@ def test_every_entry_point_ranks_a_pushed_collection_alike(collection: dict, tin
             assert served(client, {"queries": QUERIES, "k": K, **settings(mode, fusion, WHERE)}) == api
 
 
-def test_no_settings_is_one_search_at_every_entry_point(collection: dict, tiny_onnx: Path) -> None:
-    """Asked for nothing, the CLI, `/search`, the Python API and an evaluation resolve the same
-    request (the index's default mode and fusion), so `eval retrieval` measures what users search."""
+# What a user may ask for, as each entry point takes it; {} asks for nothing (the index's defaults).
+ASKED = [
+    {},
+    {"mode": "dense"},
+    {"mode": "lexical"},
+    {"fusion": "rrf"},
+    {"alpha": 0.4},
+    {"mode": "hybrid", "fusion": "zscore", "alpha": 0.3},
+]
+
+
+def cli_flags(asked: dict) -> list[str]:
+    return [flag for name, value in asked.items() for flag in (f"--{name}", str(value))]
+
+
+@pytest.mark.parametrize("asked", ASKED, ids=lambda a: ",".join(f"{k}={v}" for k, v in a.items()) or "none")
+def test_the_same_settings_resolve_one_request_at_every_entry_point(
+    collection: dict, tiny_onnx: Path, asked: dict
+) -> None:
+    """Given the same settings (or none), the CLI, `/search`, the Python API (`SearchIndex` and
+    `Collection`) and an evaluation resolve the same request: the user's settings over the index's
+    recorded choice over the library's defaults, so `eval retrieval` measures what users search.
+    The reference for the resolved values is written out by hand below, from the index's record."""
+    from embedkit import open_collection
     from embedkit.search import pipeline
+    from embedkit.search.fusion import DEFAULT_ALPHA
 
     index_dir, queries = collection["passages"], collection["folder"] / "queries.txt"
     encoder = load_encoder(tiny_onnx, device="cpu")
-    asked: dict[str, object] = {}
+    resolved: dict[str, object] = {}
     real_search = pipeline.search
 
     def recording(where: str):
         def search(store, texts, model, request, prefixes):
-            asked[where] = (request.mode, request.fusion, request.alpha, request.k, request.where)
+            resolved[where] = (request.mode, request.fusion, request.alpha, request.k, request.depth)
             return real_search(store, texts, model, request, prefixes)
 
         return search
@@ -214,22 +236,33 @@ def test_no_settings_is_one_search_at_every_entry_point(collection: dict, tiny_o
     try:
         with SearchIndex.load(index_dir) as index, TestClient(create_app(Engine(config))) as client:
             ready(client)
+            recorded = index.meta.get("fusion") or {"method": "prf", "alpha": DEFAULT_ALPHA}
             mp.setattr(pipeline, "search", recording("api"))
-            api = ranked(index.search_text(QUERIES, K, encoder=encoder))
+            api = ranked(index.search_text(QUERIES, K, encoder=encoder, **asked))
+            mp.setattr(pipeline, "search", recording("collection"))
+            with open_collection(index_dir) as opened:
+                found = opened.query(QUERIES, k=K, include=["scores"], **asked)
+            assert [[(h["id"], h["score"]) for h in hits] for hits in found] == api
             mp.setattr(pipeline, "search", recording("eval"))
-            run = RetrievalEvaluator(collection["beir"], index=index).evaluate(encoder).run
+            run = RetrievalEvaluator(collection["beir"], index=index, **asked).evaluate(encoder).run
+            assert [list(run[f"q{i}"].items()) for i in range(len(QUERIES))] == api
             mp.setattr(pipeline, "search", recording("served"))
-            assert served(client, {"queries": QUERIES, "k": K}) == api
+            assert served(client, {"queries": QUERIES, "k": K, **asked}) == api
             mp.setattr(pipeline, "search", recording("cli"))
-            result = CliRunner().invoke(
-                app, ["search", str(index_dir), "--queries", str(queries), "--json", "-k", str(K)]
-            )
+            args = ["search", str(index_dir), "--queries", str(queries), "--json", "-k", str(K)]
+            result = CliRunner().invoke(app, args + cli_flags(asked))
             assert result.exit_code == 0, result.output
             assert from_json([json.loads(line)["hits"] for line in result.stdout.splitlines()]) == api
-            assert [list(run[f"q{i}"].items()) for i in range(len(QUERIES))] == api
-            assert index.request().mode == "hybrid"
     finally:
         mp.undo()
-    assert set(asked) == {"api", "eval", "served", "cli"}
-    assert len(set(asked.values())) == 1, asked
-    assert next(iter(asked.values()))[0] == "hybrid"
+    assert set(resolved) == {"api", "collection", "eval", "served", "cli"}
+    assert len(set(resolved.values())) == 1, resolved
+    # by hand: hybrid unless asked otherwise (the index has a lexical side and no dense choice);
+    # a fusion asked for without a weight takes the default weight, else the recorded pair
+    mode = asked.get("mode", "hybrid")
+    if "fusion" in asked:
+        fusion, alpha = asked["fusion"], asked.get("alpha", DEFAULT_ALPHA)
+    else:
+        fusion, alpha = recorded["method"], asked.get("alpha", recorded["alpha"])
+    depth = max(K, 100) if mode == "hybrid" else K
+    assert next(iter(resolved.values())) == (mode, fusion, alpha, K, depth)
