@@ -16,12 +16,13 @@ pipeline (`embedkit.search.pipeline`). So are the guarantees: every write makes 
 in one rename (a crash leaves the old one), one writer at a time holds the folder (a lock), and a
 query that overlaps a write reads the old or the new version, never a mix.
 
-The methods take Chroma's arguments and give Chroma's result shapes (`embedkit.chroma_shapes`);
-`query(texts, k=...)` gives embedkit's own hits instead, the records of `embedkit search --json`
-(`embedkit.search.hits.hit_record`). `where` is Chroma's dict (`{"year": {"$gte": 2020}}`,
-`embedkit.index.where_dict`) or the CLI's filter expression (`year >= 2020 and tags contains "a"`,
-`embedkit.index.where`). Every argument is checked on entry (`embedkit.arguments`): a wrong one, or
-one of Chroma's that a collection does not do, is an `InputError` naming it.
+The methods take Chroma's arguments and give Chroma's result shapes (`embedkit.chroma_shapes`; the
+reads, `query` and `get`, are `embedkit.collection_reads`); `query(texts, k=...)` gives embedkit's
+own hits instead, the records of `embedkit search --json` (`embedkit.search.hits.hit_record`).
+`where` is Chroma's dict (`{"year": {"$gte": 2020}}`, `embedkit.index.where_dict`) or the CLI's
+filter expression (`year >= 2020 and tags contains "a"`, `embedkit.index.where`). Every argument is
+checked on entry (`embedkit.arguments`): a wrong one, or one of Chroma's that a collection does not
+do, is an `InputError` naming it.
 Every hit has a snippet: the part of its text that best answers the query
 (`embedkit.search.snippets`).
 """
@@ -37,24 +38,14 @@ from embedkit.arguments import (
     flag,
     folder,
     id_list,
-    names,
     optional_text,
-    optional_weight,
-    query_vectors,
     refuse_unknown,
     text,
-    text_list,
-    vector_like,
     whole_number,
 )
-from embedkit.chroma_shapes import (
-    chroma_include,
-    chroma_search,
-    get_result,
-    no_where_document,
-    where_expression,
-)
+from embedkit.chroma_shapes import no_where_document, where_expression
 from embedkit.collection_input import WRITE_ARGUMENTS, changed_documents, new_documents, upserted_documents
+from embedkit.collection_reads import QUERY_ARGUMENTS, IndexReads, search_settings
 from embedkit.encode.runtime import Runtime, runtime_of
 from embedkit.errors import InputError
 
@@ -66,7 +57,6 @@ if TYPE_CHECKING:
     from embedkit.index.search import SearchIndex
 
     Model = Encoder | str | Path | None  # an open encoder, a model folder, or None (see `Collection`)
-    Texts = Sequence[str]
     Ids = str | Sequence[str]  # a single id is a list of one, as in Chroma
     Docs = str | Sequence[str] | None
     Metas = Sequence[dict[str, Any] | None] | dict[str, Any] | None
@@ -193,11 +183,7 @@ class Collection:
         return self._write(changed, upsert=True)
 
     def delete(
-        self,
-        ids: str | Texts | None = None,
-        where: Where = None,
-        where_document: Any = None,
-        **unknown: Any,
+        self, ids: Ids | None = None, where: Where = None, where_document: Any = None, **unknown: Any
     ) -> EditReport | None:
         """Delete the documents `ids`, or those that pass `where`, or those of `ids` that pass it
         (as Chroma); an id the collection does not hold is an `InputError` and nothing is deleted
@@ -293,56 +279,12 @@ class Collection:
         """
         refuse_unknown("query", unknown, QUERY_ARGUMENTS)
         no_where_document(where_document)
-        settings = {
-            "mode": optional_text("mode", mode),
-            "fusion": optional_text("fusion", fusion),
-            "alpha": optional_weight("alpha", alpha),
-            "where": where_expression(where),
-        }
-        if query_embeddings is None and vector_like(texts):  # Chroma's first argument: query_embeddings
-            query_embeddings, texts = texts, None
-        chroma = query_texts is not None or query_embeddings is not None
-        if chroma and (texts is not None or k is not None):
-            raise InputError("query: give query_texts and n_results (Chroma's) or texts and k, not both")
-        if not chroma and n_results is not None:
-            raise InputError("query: n_results goes with query_texts or query_embeddings (texts takes k)")
-        if chroma:
-            wanted = 10 if n_results is None else whole_number("n_results", n_results)
-            return self._chroma_query(query_texts, query_embeddings, wanted, include, settings)
-        if texts is None:
-            raise InputError("query: give the query text (or query_texts=, as in Chroma)")
-        return self._hits(texts, 10 if k is None else whole_number("k", k), include, settings)
-
-    def _hits(self, texts: Any, k: int, include: Any, settings: dict[str, Any]) -> Any:
-        """embedkit's query: hit records (`hit_record`)."""
-        from embedkit.search.hits import DEFAULT_FIELDS, checked_fields, hit_record
-
-        fields = checked_fields(DEFAULT_FIELDS if include is None else names("include", include))
-        queries = text_list("texts", texts)
-        index = self._opened()
-        encoder = self._encoder_for(index) if index.request(k, **settings).mode != "lexical" else None
-        snippets, passages = "snippet" in fields, include is not None and "passage" in fields
-        results = index.search_text(queries, k, encoder, snippets=snippets, passages=passages, **settings)
-        records = [[hit_record(rank, hit, fields) for rank, hit in enumerate(hits, 1)] for hits in results]
-        return records if not isinstance(texts, str) else records[0]
-
-    def _chroma_query(
-        self, texts: Any, vectors: Any, n_results: int, include: Any, settings: dict[str, Any]
-    ) -> dict[str, Any]:
-        """Chroma's query: its `QueryResult`, distances 1 - cosine in dense mode."""
-        fields = chroma_include(include, query=True)
-        if texts is not None and vectors is not None:
-            raise InputError("query: give query_texts or query_embeddings, not both")
-        settings["mode"] = settings["mode"] or "dense"  # Chroma's search, its distances exact
-        if vectors is not None and settings["mode"] != "dense":
-            raise InputError("query: query_embeddings are searched in dense mode only")
-        matrix = None if vectors is None else query_vectors("query_embeddings", vectors)
-        queries = None if texts is None else text_list("query_texts", texts)
-        return chroma_search(self._opened(), queries, matrix, n_results, fields, settings, self._encoder_for)
+        settings = search_settings(mode, fusion, alpha, where)
+        return self._reads().query(texts, k, (query_texts, query_embeddings, n_results), include, settings)
 
     def get(
         self,
-        ids: str | Texts | None = None,
+        ids: Ids | None = None,
         where: Where = None,
         limit: int | None = None,
         offset: int | None = None,
@@ -356,24 +298,7 @@ class Collection:
         `offset` of them skipped, at most `limit` given."""
         refuse_unknown("get", unknown, "ids, where, limit, offset, include")
         no_where_document(where_document)
-        fields = chroma_include(include, query=False)
-        keys = None if ids is None else id_list("ids", ids)
-        expression = where_expression(where)
-        first = 0 if offset is None else whole_number("offset", offset, least=0)
-        most = None if limit is None else whole_number("limit", limit, least=0)
-        if not self._exists():
-            return get_result([], fields)
-        index = self._opened()
-        if keys is not None:
-            passing = None if expression is None else {d.id for d in index.documents_held(expression)}
-            found = [
-                d for d in index.get_documents(keys) if d is not None and (passing is None or d.id in passing)
-            ]
-            chosen = found[first : None if most is None else first + most]
-        else:
-            chosen = index.documents_held(expression, first, most)
-        vectors = index.vectors_of_documents([d.id for d in chosen]) if "embeddings" in fields else None
-        return get_result(chosen, fields, vectors)
+        return self._reads().get(ids, where, limit, offset, include)
 
     def peek(self, limit: int = 10) -> dict[str, Any]:
         """The first `limit` documents added, as Chroma's `peek`: a `GetResult` with their
@@ -413,6 +338,10 @@ class Collection:
             self._index = SearchIndex.load(self.path)
         return self._index
 
+    def _reads(self) -> IndexReads:
+        """The reads (`embedkit.collection_reads`) of this collection's index and model."""
+        return IndexReads(self._opened, self._exists, self._encoder_for)
+
     def _encoder_for(self, index: SearchIndex) -> Encoder:
         """The model (`_opened_model`), checked against the index as it is now."""
         encoder = self._opened_model(exists=True)
@@ -436,6 +365,3 @@ class Collection:
 
 
 SETTINGS = "model, kind, passages, lexical, calibrate, runtime (or device, precision)"
-QUERY_ARGUMENTS = (
-    "query_texts, query_embeddings, n_results (or texts, k), where, include, mode, fusion, alpha"
-)
