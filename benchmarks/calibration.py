@@ -30,14 +30,8 @@ import numpy as np
 from embedkit.data.beir import read_beir
 from embedkit.data.corpus import Document
 from embedkit.encode.prefixes import Prefixes
-from embedkit.evaluation.fusion_calibration import (
-    CalibrationConfig,
-    candidate_runs,
-    per_query_ndcg,
-    pseudo_task,
-    score_task,
-    too_few,
-)
+from embedkit.evaluation.fusion_calibration import CalibrationConfig, pseudo_task, too_few
+from embedkit.evaluation.fusion_candidates import candidate_runs, per_query_ndcg, score_task
 from embedkit.evaluation.fusion_rule import choose, score_table
 from embedkit.evaluation.memory_store import MemoryStore
 

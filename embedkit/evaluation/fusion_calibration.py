@@ -6,7 +6,8 @@ document), each with its source document as the one relevant answer; `ict-common
 sentences without their rare words (`without_rare_words`). Each candidate of
 `embedkit.evaluation.fusion_rule.CANDIDATES` is searched by the search pipeline itself
 (`embedkit.search.pipeline`, over the sample held in memory: `embedkit.evaluation.memory_store`)
-and scored (nDCG@10) on them, and `choose` picks: what is calibrated is what `search` runs.
+and scored (nDCG@10) on them (`embedkit.evaluation.fusion_candidates`: the task and its
+measurements), and `choose` picks: what is calibrated is what `search` runs.
 
 The searched collection is a sample of at most `CalibrationConfig.documents` documents (the
 query sources among them), read back from the index with their stored vectors; only the query
@@ -22,28 +23,16 @@ import random
 import time
 from collections import Counter
 from collections.abc import Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-import numpy as np
-
 from embedkit.data.document import Document
-from embedkit.encode.caching import RepeatCache
 from embedkit.encode.prefixes import Prefixes, recorded_prefixes
 from embedkit.encode.protocol import Encoder
 from embedkit.errors import InputError
-from embedkit.evaluation.fusion_rule import (
-    CANDIDATES,
-    COMMON,
-    LEXICAL,
-    RULE_KINDS,
-    choose,
-    kind_read,
-    score_table,
-)
-from embedkit.evaluation.memory_store import MemoryStore
-from embedkit.evaluation.metrics import evaluate_run
+from embedkit.evaluation.fusion_candidates import PseudoTask, score_task
+from embedkit.evaluation.fusion_rule import COMMON, RULE_KINDS, choose, kind_read, score_table
 from embedkit.evaluation.passage_sample import PassageSample, sample_passages
 from embedkit.evaluation.pseudo_kinds import (
     QUERY_KINDS,
@@ -52,19 +41,14 @@ from embedkit.evaluation.pseudo_kinds import (
     make_pseudo_queries,
     words,
 )
-from embedkit.evaluation.runs import Run, run_of_hits
 from embedkit.search import pipeline
-from embedkit.search.fusion import DEFAULT_ALPHA
-from embedkit.search.request import Calibration, SearchRequest, default_choice, label, recorded_choice
+from embedkit.search.request import Calibration, default_choice, recorded_choice
 from embedkit.storage.locking import locked
 
 if TYPE_CHECKING:
     from embedkit.encode.runtime import Runtime
     from embedkit.index.passages import PassageSettings
     from embedkit.search.store import SearchStore
-
-DEPTH = 100  # the single sides' runs, as deep as each side's candidates before fusion (FUSION_DEPTH)
-TOP = 10  # the fused runs: nDCG@10 reads no further
 
 
 @dataclass(frozen=True)
@@ -90,19 +74,6 @@ class CalibrationConfig:
 
 
 # --- the pseudo-query task ------------------------------------------------------------------------
-
-
-@dataclass(frozen=True)
-class PseudoTask:
-    """Queries with one relevant document each, and the searched sample without the queries' text."""
-
-    queries: list[PseudoQuery]  # source = the row in `documents`
-    documents: list[Document]  # searched: a query's source holds its `positive` text
-    changed: list[int]  # rows whose text a query changed (their vectors must be embedded again)
-
-    @property
-    def qrels(self) -> dict[str, dict[str, int]]:
-        return {f"q{i}": {self.documents[q.source].id: 1} for i, q in enumerate(self.queries)}
 
 
 def pseudo_task(documents: Sequence[Document], config: CalibrationConfig) -> PseudoTask:
@@ -161,85 +132,6 @@ def without_rare_words(text: str, df: Counter[str], min_df: int) -> str:
     term), which BM25 matches exactly; people's queries rarely hold them. Stopwords stay.
     """
     return " ".join(t for t in text.split() if all(df[w] >= min_df for w in words(t)))
-
-
-# --- scoring the candidates -----------------------------------------------------------------------
-
-
-def candidate_requests() -> dict[str, SearchRequest]:
-    """BM25 alone (`LEXICAL`) and each candidate of `CANDIDATES`, as search requests."""
-    requests = {LEXICAL: SearchRequest(DEPTH, mode="lexical")}
-    for method, alpha in CANDIDATES:
-        if method == "dense":
-            requests[label(method, alpha)] = SearchRequest(DEPTH, mode="dense")
-        else:
-            weight = DEFAULT_ALPHA if alpha is None else alpha
-            requests[label(method, alpha)] = SearchRequest(TOP, mode="hybrid", fusion=method, alpha=weight)
-    return {name: request.resolved({}, has_lexical=True) for name, request in requests.items()}
-
-
-def candidate_runs(
-    store: MemoryStore,
-    texts: list[str],
-    encoder: Encoder,
-    prefixes: Prefixes,
-    exclude: Sequence[str] | None = None,  # per query, a doc id it must not find (`SearchRequest`)
-) -> dict[str, Run]:
-    """Each candidate's run (and BM25's) of the queries `texts` (`q0`, `q1`, ...), by the search pipeline."""
-    query_ids = [f"q{i}" for i in range(len(texts))]
-    encoder = RepeatCache(encoder)  # every candidate embeds the same queries: once
-    runs = {}
-    for name, request in candidate_requests().items():
-        model = encoder if request.mode != "lexical" else None
-        asked = replace(request, exclude=exclude)
-        runs[name] = run_of_hits(query_ids, pipeline.search(store, texts, model, asked, prefixes))
-    return runs
-
-
-def per_query_ndcg(runs: dict[str, Run], qrels: dict[str, dict[str, int]]) -> dict[str, dict[str, float]]:
-    """candidate -> query id -> nDCG@10 (in [0, 1])."""
-    return {
-        name: {q: m["ndcg@10"] for q, m in evaluate_run(run, qrels, ("ndcg@10",)).per_query.items()}
-        for name, run in runs.items()
-    }
-
-
-def score_task(
-    task: PseudoTask,
-    vectors: np.ndarray,
-    encoder: Encoder,
-    lexical_settings: Any = None,
-    prefixes: Prefixes | None = None,  # the index's query and passage prefixes (none: no prefix)
-    passages: PassageSample | None = None,  # the sample's passages, in an index of passages
-) -> dict[str, dict[str, list[float]]]:
-    """candidate -> kind -> nDCG@10 x 100 of each of the task's queries of that kind, in task order;
-    `vectors` are the sample's stored vectors (unused where `passages` holds them)."""
-    prefixes = prefixes or Prefixes()
-    if passages is not None:  # an index of passages: documents ranked by their best passage
-        units, unit_vectors, numbers = passages.searched(task.documents, task.changed, encoder, prefixes)
-        store = MemoryStore(units, unit_vectors, lexical_settings, numbers)
-    else:
-        doc_vectors = np.array(vectors, dtype=np.float32)
-        if task.changed:  # the sources without their query's text, embedded as the index would
-            texts = prefixes.passages([task.documents[row].full_text for row in task.changed])
-            doc_vectors[task.changed] = encoder.encode(texts, normalize=True)
-        store = MemoryStore(task.documents, doc_vectors, lexical_settings)
-    try:
-        texts = [q.text for q in task.queries]
-        scores = per_query_ndcg(candidate_runs(store, texts, encoder, prefixes), task.qrels)
-    finally:
-        store.close()
-    query_ids = [f"q{i}" for i in range(len(task.queries))]
-    kinds = sorted({q.kind for q in task.queries}, key=(*QUERY_KINDS, COMMON).index)
-    return {
-        name: {
-            kind: [
-                100 * values[qid] for qid, q in zip(query_ids, task.queries, strict=True) if q.kind == kind
-            ]
-            for kind in kinds
-        }
-        for name, values in scores.items()
-    }
 
 
 # --- calibrating an index ---------------------------------------------------------------------------

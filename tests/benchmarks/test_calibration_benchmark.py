@@ -10,7 +10,7 @@ from eval_data import HashEncoder, write_beir
 
 from embedkit.data.beir import read_beir
 from embedkit.data.document import Document
-from embedkit.evaluation.fusion_calibration import candidate_requests
+from embedkit.evaluation.fusion_candidates import candidate_requests
 from embedkit.evaluation.retrieval import RetrievalEvaluator
 
 pytest.importorskip("tantivy")
