@@ -4,7 +4,8 @@
 interface every evaluator follows; `sts`, `retrieval` and `pseudo_queries` implement it, searching
 through the search pipeline (`embedkit.search`) over an index or a corpus held in memory
 (`memory_store`, whose `exact_search` is exact numpy search). `fusion_calibration` chooses an
-index's fusion on pseudo queries (`pseudo_kinds`), by the rule of `fusion_rule`.
+index's fusion on pseudo queries (`pseudo_kinds`), each candidate scored by `fusion_candidates`, by
+the rule of `fusion_rule`.
 """
 
 from embedkit.evaluation.evaluator import Evaluator
