@@ -24,7 +24,7 @@ from embedkit import SearchIndex, build_index
 from embedkit.cli.app import app
 from embedkit.errors import InputError
 from embedkit.index import docstore_records
-from embedkit.jobs.index_build import IndexOptions
+from embedkit.jobs.index_options import IndexOptions
 from embedkit.storage.versioned import current_dir
 
 pytest.importorskip("faiss")
@@ -218,7 +218,7 @@ def test_a_kill_during_a_sync_leaves_the_old_version_and_the_next_sync_finishes(
     _edit_remove_add(folder)
     options = "IndexOptions(sync=True, calibrate=False, device='cpu')"
     code = (
-        "from embedkit import build_index; from embedkit.jobs.index_build import IndexOptions; "
+        "from embedkit import build_index; from embedkit.jobs.index_options import IndexOptions; "
         f"build_index({str(folder)!r}, {str(out)!r}, options={options})"
     )
     env = {**os.environ, "EMBEDKIT_FAULT_AT": step}
