@@ -38,7 +38,7 @@ from embedkit import build_index, load_encoder
 from embedkit.data.beir import read_beir
 from embedkit.encode.protocol import EncoderBase
 from embedkit.index.search import SearchIndex
-from embedkit.jobs.index_build import IndexOptions
+from embedkit.jobs.index_options import IndexOptions
 
 CRANFIELD = Path(__file__).resolve().parents[2] / "shared" / "data" / "cranfield"
 MODES = {  # label -> search_text arguments

@@ -42,7 +42,7 @@ from lexical import Doc, synthetic  # benchmarks/lexical.py
 from embedkit import build_index, load_encoder
 from embedkit.data.beir import read_beir
 from embedkit.index.search import SearchIndex
-from embedkit.jobs.index_build import IndexOptions
+from embedkit.jobs.index_options import IndexOptions
 from embedkit.remote.base import RemoteTarget
 from embedkit.remote.push import push_index
 from embedkit.remote.search import open_pushed

@@ -186,7 +186,8 @@ def index(
     form either way.
     """
     from embedkit.errors import InputError
-    from embedkit.jobs.index_build import IndexOptions, build_index
+    from embedkit.jobs.index_build import build_index
+    from embedkit.jobs.index_options import IndexOptions
     from embedkit.jobs.streaming import CorpusOptions
 
     runtime = runtime_from_options(device, precision, gpu=gpu)

@@ -25,7 +25,7 @@ _EXPORTS: dict[str, str] = {
     "embed_shard": "embedkit.jobs.sharding",
     "embed_with_ray": "embedkit.jobs.distributed",
     "Shard": "embedkit.jobs.parts",
-    "IndexOptions": "embedkit.jobs.index_build",
+    "IndexOptions": "embedkit.jobs.index_options",
     "build_index": "embedkit.jobs.index_build",
     "build_index_from_vectors": "embedkit.jobs.index_from_parts",
     "SearchIndex": "embedkit.index.search",

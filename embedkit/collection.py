@@ -211,7 +211,8 @@ class Collection:
         return self._write(folder("corpus", corpus), upsert=False, sync=True)
 
     def _write(self, documents: list[Document] | str | Path, upsert: bool, sync: bool = False) -> IndexReport:
-        from embedkit.jobs.index_build import IndexOptions, build_index
+        from embedkit.jobs.index_build import build_index
+        from embedkit.jobs.index_options import IndexOptions
 
         exists = self._exists()
         options = IndexOptions(

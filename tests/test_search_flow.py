@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 
 from embedkit import build_index
-from embedkit.jobs.index_build import IndexOptions
+from embedkit.jobs.index_options import IndexOptions
 
 HERE = Path(__file__).resolve().parent
 # 9 since each hit's snippet is its best window (`search.snippets`), read as plain text by data's

@@ -15,9 +15,8 @@ method taking or giving `rows` speaks of vector rows, and `rows_by_id` gives eve
 document (all its passages), which is what a delete must remove.
 
 Each document's `content_hash` (`embedkit.index.content_hash`) tells a sync (`embedkit index
---sync`) which documents of a corpus read again are unchanged. A store written before the column
-existed gains it when opened for writing; its earlier rows hold NULL, and their hash is computed
-from their fields, the same value: such an index syncs without embedding its documents again.
+--sync`) which documents of a corpus read again are unchanged. The tables, the records written
+into them and the upgrade of a store an earlier version wrote are `embedkit.index.docstore_records`.
 
 An index built with a lexical side also holds a tantivy BM25 index (`embedkit.index.lexical`) in
 `lexical/` beside the SQLite file. `add`, `remove` and `commit` go to both, in a staging version
@@ -35,7 +34,6 @@ from __future__ import annotations
 
 import json
 import sqlite3
-from collections import Counter
 from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any, cast
@@ -43,28 +41,13 @@ from typing import Any, cast
 from embedkit.data.document import Document, Passage, TextSpan
 from embedkit.data.values import check_ids
 from embedkit.errors import InputError
-from embedkit.index.content_hash import hash_fields, stored_metadata
+from embedkit.index import docstore_records as records
+from embedkit.index.content_hash import hash_fields
 from embedkit.index.deletions import Deletions
 from embedkit.index.fields import MetadataFilters
 from embedkit.index.lexical import LEXICAL_DIR, LexicalIndex, LexicalSettings
 from embedkit.index.store_errors import store_error
 
-_SCHEMA = """
-CREATE TABLE documents (
-    row INTEGER PRIMARY KEY,
-    id TEXT NOT NULL UNIQUE,
-    title TEXT NOT NULL,
-    text TEXT NOT NULL,
-    metadata TEXT,
-    content_hash TEXT
-)
-"""
-_PASSAGES_SCHEMA = (
-    "CREATE TABLE passages (row INTEGER PRIMARY KEY, document INTEGER NOT NULL, "
-    "start INTEGER NOT NULL, end INTEGER NOT NULL)",
-    "CREATE INDEX passages_document ON passages(document)",
-)
-_INSERT = "INSERT INTO documents (row, id, title, text, metadata, content_hash) VALUES (?, ?, ?, ?, ?, ?)"
 MAX_PARAMS = 900  # SQLite's bound on the `?` of one statement is 999 in older builds
 READ_BATCH = 10_000  # documents read at once when walking the whole store
 # The BM25 postings earlier embedkit versions kept in the SQLite file: such a store opens with
@@ -107,9 +90,9 @@ class DocStore:
         path = Path(path)
         if path.exists():
             raise InputError(f"{path} already exists")
-        db = _staged(path)
-        db.execute(_SCHEMA)
-        for statement in _PASSAGES_SCHEMA if passages else ():
+        db = records.staged(path)
+        db.execute(records.SCHEMA)
+        for statement in records.PASSAGES_SCHEMA if passages else ():
             db.execute(statement)
         return cls(db, path)
 
@@ -126,11 +109,13 @@ class DocStore:
             raise InputError(f"document store missing: {path}")
         try:
             db = (
-                _staged(path) if writable else sqlite3.connect(f"{path.resolve().as_uri()}?mode=ro", uri=True)
+                records.staged(path)
+                if writable
+                else sqlite3.connect(f"{path.resolve().as_uri()}?mode=ro", uri=True)
             )
             db.execute("SELECT row, id, title, text, metadata FROM documents LIMIT 1").fetchall()
             if writable:
-                _add_hash_column(db)
+                records.add_hash_column(db)
         except sqlite3.DatabaseError as exc:
             raise store_error(exc, path) from None
         try:
@@ -212,20 +197,14 @@ class DocStore:
         if self._first_added is None:
             self._first_added = first_document
         try:
-            self._db.executemany(_INSERT, _records(first_document, whole))
+            self._db.executemany(records.INSERT, records.document_records(first_document, whole))
             if spans:
-                self._db.executemany("INSERT INTO passages VALUES (?, ?, ?, ?)", spans)
+                self._db.executemany(records.INSERT_PASSAGES, spans)
             self.filters.note([doc.metadata for doc in whole])  # what `--where` may name
             if self.lexical is not None:  # committed with the documents: both, or neither
                 self.lexical.add_rows(range(first_row, first_row + len(documents)), documents)
         except sqlite3.IntegrityError:
-            doc_id = self._first_duplicate(first_document, whole)
-            held = "SELECT 1 FROM documents WHERE id = ? AND row < ?"
-            if self._db.execute(held, (doc_id, self._first_added)).fetchone() is not None:
-                reason = "the index holds it already; `--append --upsert` replaces documents by id"
-            else:
-                reason = "the corpus gives it twice, and ids in an index must be unique"
-            raise InputError(f"duplicate document id {doc_id!r}: {reason}") from None
+            raise records.duplicate_id(self._db, first_document, self._first_added, whole) from None
 
     def _passage_records(
         self, first_row: int, passages: Sequence[Passage]
@@ -236,15 +215,8 @@ class DocStore:
         if self._next_document is None:
             self._next_document = self._max_row("documents") + 1
         first_document = self._next_document
-        documents: list[Document] = []
-        spans = []
-        for i, passage in enumerate(passages):
-            if passage.number == 0:
-                documents.append(passage.document)
-                self._next_document += 1
-            elif self._next_document == 0:
-                raise InputError("a document's passages must start with its first")
-            spans.append((first_row + i, self._next_document - 1, passage.start, passage.end))
+        documents, spans = records.passage_records(first_row, first_document, passages)
+        self._next_document += len(documents)
         return first_document, documents, spans
 
     def by_rows(self, rows: Sequence[int]) -> list[Document | None]:
@@ -311,16 +283,13 @@ class DocStore:
     def content_hashes(self, ids: Sequence[str]) -> dict[str, str]:
         """Id -> `content_hash` of the documents `ids` held (unknown ids left out); computed from
         the fields where the store predates the column."""
-        hashed = self._has_hash_column()
+        hashed = records.has_hash_column(self._db)
         column = "content_hash" if hashed else "NULL"
         sql = f"SELECT id, {column}, title, text, metadata FROM documents WHERE id IN ({{}})"
         return {
             doc_id: stored or hash_fields(title, text, metadata)
             for doc_id, stored, title, text, metadata in self._query_in(sql, [str(i) for i in ids])
         }
-
-    def _has_hash_column(self) -> bool:
-        return any(name == "content_hash" for _, name, *_ in self._db.execute("PRAGMA table_info(documents)"))
 
     def ids(self) -> Iterator[str]:
         """Every document's id, in row order."""
@@ -393,40 +362,3 @@ class DocStore:
             )
             for row, doc_id, title, text, metadata in self._query_in(sql, values)
         }
-
-    def _first_duplicate(self, first_row: int, documents: Sequence[Document]) -> str:
-        counts = Counter(str(doc.id) for doc in documents)
-        for doc in documents:
-            doc_id = str(doc.id)
-            # rows >= first_row may hold this very batch, inserted before the failing record
-            query = "SELECT 1 FROM documents WHERE id = ? AND row < ?"
-            if counts[doc_id] > 1 or self._db.execute(query, (doc_id, first_row)).fetchone() is not None:
-                return doc_id
-        return "?"
-
-
-def _staged(path: Path) -> sqlite3.Connection:
-    """A connection to a store in a staging folder, renamed into place only when complete: SQLite's
-    own crash journal would protect nothing there, and only slow the inserts down."""
-    db = sqlite3.connect(path)
-    db.execute("PRAGMA journal_mode=OFF")
-    db.execute("PRAGMA synchronous=OFF")
-    return db
-
-
-def _add_hash_column(db: sqlite3.Connection) -> None:
-    """Give a store written before `content_hash` existed the column (its rows hold NULL)."""
-    columns = {name for _, name, *_ in db.execute("PRAGMA table_info(documents)")}
-    if "content_hash" not in columns:
-        db.execute("ALTER TABLE documents ADD COLUMN content_hash TEXT")
-
-
-def _records(first_row: int, documents: Sequence[Document]) -> list[tuple[Any, ...]]:
-    """`documents` table records of `documents` at rows first_row, first_row + 1, ..."""
-    records = []
-    for i, doc in enumerate(documents):
-        metadata = stored_metadata(doc)
-        title = doc.title or ""
-        digest = hash_fields(title, doc.text, metadata)
-        records.append((first_row + i, str(doc.id), title, doc.text, metadata, digest))
-    return records

@@ -4,10 +4,11 @@
 minutes of embedding, the model, the index appended to), `fill` (the corpus read once: documents,
 BM25 and vectors written, an upsert's replaced documents removed, the count and fingerprint
 kept as it streams), `calibrated` (the fusion chosen on pseudo queries from the new documents,
-`embedkit.evaluation.fusion_calibration`) and `record` (the metadata). Every write builds a
-complete version inside INDEX_DIR and makes it live in one rename (`embedkit.storage.versioned`);
-an append works on a copy. A crash at any point leaves the previous index intact, and one writer
-at a time holds the index (`embedkit.storage.locking`).
+`embedkit.evaluation.fusion_calibration`) and `record` (the metadata); its settings, and their
+checks, are `embedkit.jobs.index_options`. Every write builds a complete version inside INDEX_DIR
+and makes it live in one rename (`embedkit.storage.versioned`); an append works on a copy. A
+crash at any point leaves the previous index intact, and one writer at a time holds the index
+(`embedkit.storage.locking`).
 
 Kinds: `flat` (exact), `hnsw` (graph, approximate, fast), `ivf-pq` (compressed, for corpora whose
 vectors do not fit in memory). `auto` picks flat under `AUTO_FLAT_MAX` vectors, HNSW above, and
@@ -19,7 +20,7 @@ go to a file in the build folder first and into the chosen FAISS index once all 
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -27,7 +28,6 @@ from embedkit.data.corpus import ReadStats, is_line_file
 from embedkit.data.textfolder import check_folder, is_documents
 from embedkit.encode.default_onnx import recorded_model_path
 from embedkit.encode.prefixes import Prefixes, check_recorded, recorded_prefixes, resolve_prefixes
-from embedkit.encode.runtime import Runtime, runtime_of
 from embedkit.encode.truncated_encoder import TruncatedEncoder, keep_dimensions
 from embedkit.encode.truncation import CutDocuments
 from embedkit.errors import InputError
@@ -49,23 +49,14 @@ from embedkit.index.folder import (
     read_index_meta,
     relative_model,
 )
-from embedkit.index.kinds import KINDS
 from embedkit.index.lexical_rebuild import fill_lexical
 from embedkit.index.meta import IndexMeta, new_index_id, now
 from embedkit.index.passages import PassageSettings, PassageSplitter, fitting_passages, passage_settings
-from embedkit.index.quantized import QUANTIZE_ON_CPU, check_quantize, quantization
 from embedkit.index.version_copy import copy_store, read_faiss_copy, write_faiss
 from embedkit.jobs.index_changes import SyncTracker, Tally, Unchanged, sync_into_index, unchanged_report
+from embedkit.jobs.index_options import IndexOptions, check_options, check_vector_options
 from embedkit.jobs.index_vectors import Target, VectorWriter
-from embedkit.jobs.streaming import (
-    Corpus,
-    CorpusOptions,
-    as_encoder,
-    chunked,
-    corpus_name,
-    embed_chunk,
-    read_corpus,
-)
+from embedkit.jobs.streaming import Corpus, as_encoder, chunked, corpus_name, embed_chunk, read_corpus
 from embedkit.progress import ProgressBar
 from embedkit.search.request import Calibration
 from embedkit.storage.atomic import write_json_atomic
@@ -74,46 +65,6 @@ from embedkit.storage.versioned import new_version
 
 if TYPE_CHECKING:
     from embedkit.encode.protocol import Encoder
-
-
-@dataclass(frozen=True)
-class IndexOptions:
-    """How `build_index` builds or extends an index; the defaults are `embedkit index`'s."""
-
-    kind: str = "auto"  # auto, flat, hnsw or ivf-pq (`embedkit.index.kinds`)
-    # keep the first `dim` dimensions of each vector, renormalized (`embedkit.encode.dimensions`);
-    # None: the model's own (an append keeps the index's)
-    dim: int | None = None
-    # int8 or binary: FAISS searches compact codes, the best candidates rescored with the float
-    # vectors kept on disk (`embedkit.index.quantized`); None: float vectors (an append keeps the index's)
-    quantize: str | None = None
-    append: bool = False  # add to the index in `out`
-    upsert: bool = False  # with `append`: documents whose ids the index holds replace them
-    overwrite: bool = False  # replace the index in `out`
-    # keep the index in `out` in step with the corpus: unchanged documents kept, changed and new
-    # ones embedded, those gone deleted (`embedkit.jobs.index_changes`); no index there: a new one
-    sync: bool = False
-    lexical: bool = True  # a new index also gets a BM25 index of title + text (hybrid search)
-    calibrate: bool = True  # choose the fusion on pseudo queries (`embedkit.evaluation.fusion_calibration`)
-    passages: PassageSettings | str | None = None  # split documents into passages (a new index)
-    query_prefix: str | None = None  # None: the model card's (a new index) or the index's (append)
-    passage_prefix: str | None = None
-    # where the model runs (`embedkit.encode.runtime`, its defaults); device cuda or cuda:N also
-    # builds with faiss on that GPU (saved in CPU form)
-    runtime: Runtime = field(default_factory=Runtime)
-    corpus: CorpusOptions = field(default_factory=CorpusOptions)  # columns, chunk and batch sizes
-    # the older spelling of `runtime` (gpu=True, deprecated: device cuda), folded into it on creation
-    device: str | None = None
-    precision: str | None = None
-    gpu: bool = False
-
-    def __post_init__(self) -> None:
-        if self.device is None and self.precision is None and not self.gpu:
-            return
-        given = None if self.runtime == Runtime() else self.runtime
-        runtime = runtime_of(given, self.gpu, device=self.device, precision=self.precision)
-        for name, value in (("runtime", runtime), ("device", None), ("precision", None), ("gpu", False)):
-            object.__setattr__(self, name, value)  # frozen: set once, here
 
 
 @dataclass
@@ -225,10 +176,7 @@ def build_index(
 def prepare(corpus: Corpus, out: Path, model: Encoder | str | Path | None, options: IndexOptions) -> Plan:
     """Every check that can fail before the corpus is read, and the model opened (checked against
     the index appended to)."""
-    if options.kind not in KINDS:
-        raise InputError(f"unknown index kind {options.kind!r}: use {', '.join(KINDS)}")
-    if options.upsert and not options.append:
-        raise InputError("--upsert replaces documents of an existing index: use it with --append")
+    check_options(options)
     if options.sync:
         held = sync_into_index(out, options.append, options.overwrite)
         options = replace(options, append=held, upsert=held)
@@ -250,7 +198,7 @@ def prepare(corpus: Corpus, out: Path, model: Encoder | str | Path | None, optio
     # line ids go on after the index's, not from 1 again; an upsert keeps them, to meet its lines
     if old is not None and not options.upsert and isinstance(corpus, (str, Path)) and is_line_file(corpus):
         options = replace(options, corpus=replace(options.corpus, first_line_id=_largest_number_id(out)))
-    _check_vector_options(options, old)
+    check_vector_options(options, old)
     if old is not None and (model is None or isinstance(model, (str, Path))):
         encoder = open_model_for(old, model, options.runtime)
     else:
@@ -264,23 +212,6 @@ def prepare(corpus: Corpus, out: Path, model: Encoder | str | Path | None, optio
         prefixes = recorded_prefixes(old)
         check_recorded(prefixes, options.query_prefix, options.passage_prefix, "index")
     return Plan(corpus, out, options, old, encoder, prefixes, split, placement)
-
-
-def _check_vector_options(options: IndexOptions, old: dict[str, Any] | None) -> None:
-    """--quantize and --dim: known values for a new index; an append keeps the index's."""
-    if options.quantize is not None:
-        check_quantize(options.quantize, "flat" if options.kind == "auto" else options.kind, 8)
-        if options.runtime.faiss_gpu is not None:
-            raise InputError(QUANTIZE_ON_CPU)
-    if old is not None and options.quantize not in (None, quantization(old["params"])):
-        held = quantization(old["params"]) or "float vectors"
-        raise InputError(
-            f"--quantize {options.quantize} differs from the index's ({held}); an append keeps it"
-        )
-    if old is not None and options.dim not in (None, int(old["dim"])):
-        raise InputError(
-            f"--dim {options.dim} differs from the index's dimension {old['dim']}; an append keeps it"
-        )
 
 
 def _largest_number_id(out: Path) -> int:

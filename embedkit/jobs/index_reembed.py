@@ -25,7 +25,8 @@ from embedkit.index.build_report import IndexReport
 from embedkit.index.docstore import DocStore
 from embedkit.index.folder import DOCS_FILE, index_files_dir, read_index_meta
 from embedkit.index.passages import PassageSettings
-from embedkit.jobs.index_build import IndexOptions, build_index
+from embedkit.jobs.index_build import build_index
+from embedkit.jobs.index_options import IndexOptions
 from embedkit.jobs.streaming import CorpusOptions, read_corpus
 from embedkit.search.request import Calibration
 

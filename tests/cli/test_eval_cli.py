@@ -13,7 +13,7 @@ from typer.testing import CliRunner
 
 from embedkit.cli.app import app
 from embedkit.evaluation.metrics import RETRIEVAL_METRICS
-from embedkit.jobs.index_build import IndexOptions
+from embedkit.jobs.index_options import IndexOptions
 
 runner = CliRunner()
 

@@ -20,7 +20,7 @@ from embedkit import build_index
 from embedkit.cli.app import app
 from embedkit.cli.common import check_io
 from embedkit.errors import InputError
-from embedkit.jobs.index_build import IndexOptions
+from embedkit.jobs.index_options import IndexOptions
 
 runner = CliRunner()
 

@@ -13,7 +13,7 @@ from runtime_helpers import TableEncoder
 
 from embedkit.data.corpus import ReadStats, read_documents
 from embedkit.errors import InputError
-from embedkit.jobs.index_build import IndexOptions
+from embedkit.jobs.index_options import IndexOptions
 
 
 def write(path, content):

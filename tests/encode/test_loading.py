@@ -12,7 +12,7 @@ import pytest
 
 from embedkit.encode.loading import Encoder, load_encoder
 from embedkit.errors import InputError
-from embedkit.jobs.index_build import IndexOptions
+from embedkit.jobs.index_options import IndexOptions
 
 
 @pytest.fixture(scope="module")

@@ -26,7 +26,7 @@ from embedkit.index.folder import check_model_for, index_files_dir
 
 torch = pytest.importorskip("torch")
 from embedkit.encode.torch_backend import TorchEncoder  # noqa: E402
-from embedkit.jobs.index_build import IndexOptions  # noqa: E402
+from embedkit.jobs.index_options import IndexOptions  # noqa: E402
 
 TEXTS = [
     "The Wing flow",

@@ -9,7 +9,7 @@ import pytest
 from embedkit.encode.loading import load_encoder
 from embedkit.encode.runtime import Runtime, fold_gpu, runtime_of
 from embedkit.errors import InputError
-from embedkit.jobs.index_build import IndexOptions
+from embedkit.jobs.index_options import IndexOptions
 
 
 def test_defaults_are_the_libraries_own():

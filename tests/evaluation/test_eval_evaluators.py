@@ -13,7 +13,7 @@ from eval_data import DOCS, QRELS, QUERIES, HashEncoder, write_beir, write_sts
 from embedkit.errors import InputError
 from embedkit.evaluation import RetrievalEvaluator, StsEvaluator, evaluate_retrieval, evaluate_sts
 from embedkit.evaluation.metrics import RETRIEVAL_METRICS
-from embedkit.jobs.index_build import IndexOptions
+from embedkit.jobs.index_options import IndexOptions
 
 
 @pytest.fixture(scope="module")

@@ -7,7 +7,7 @@ import json
 from pathlib import Path
 
 from embedkit import build_index
-from embedkit.jobs.index_build import IndexOptions
+from embedkit.jobs.index_options import IndexOptions
 
 N = 24  # documents of the test indexes
 LANGS = ["en", "fr", "de"]

@@ -25,7 +25,7 @@ from embedkit.encode.runtime import Runtime
 from embedkit.errors import InputError
 from embedkit.evaluation.fusion_calibration import CalibrationConfig, calibrate_index, pseudo_task
 from embedkit.evaluation.fusion_rule import CANDIDATES, LEXICAL, choose
-from embedkit.jobs.index_build import IndexOptions
+from embedkit.jobs.index_options import IndexOptions
 from embedkit.search.request import Calibration, default_choice, fusion_for, label
 
 pytest.importorskip("faiss")

@@ -26,7 +26,7 @@ from embedkit.data.corpus import Document
 from embedkit.errors import InputError
 from embedkit.index.edits import compact_index, delete_documents
 from embedkit.index.lexical import LexicalIndex
-from embedkit.jobs.index_build import IndexOptions
+from embedkit.jobs.index_options import IndexOptions
 from embedkit.storage.versioned import current_dir
 
 pytest.importorskip("faiss")

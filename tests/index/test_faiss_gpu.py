@@ -22,8 +22,9 @@ from embedkit.errors import InputError
 from embedkit.index import INDEX_FILE, IVF_PQ_MIN_DOCS, SearchIndex
 from embedkit.index.faiss_gpu import GPU_MAX_K, faiss_gpu_for, needs_float16_tables
 from embedkit.index.folder import index_files_dir
-from embedkit.jobs.index_build import IndexOptions, build_index
+from embedkit.jobs.index_build import build_index
 from embedkit.jobs.index_from_parts import build_index_from_vectors
+from embedkit.jobs.index_options import IndexOptions
 from embedkit.jobs.parts import Shard
 from embedkit.jobs.sharding import embed_shard
 from embedkit.jobs.streaming import CorpusOptions

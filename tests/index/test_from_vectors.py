@@ -16,8 +16,9 @@ from embedkit.index import INDEX_FILE, META_FILE, SearchIndex
 from embedkit.index.docstore import DocStore
 from embedkit.index.folder import index_files_dir
 from embedkit.index.lexical import LexicalSettings
-from embedkit.jobs.index_build import IndexOptions, build_index
+from embedkit.jobs.index_build import build_index
 from embedkit.jobs.index_from_parts import build_index_from_vectors
+from embedkit.jobs.index_options import IndexOptions
 from embedkit.jobs.parts import Shard
 from embedkit.jobs.sharding import embed_shard
 from embedkit.jobs.streaming import CorpusOptions

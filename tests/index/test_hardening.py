@@ -16,7 +16,8 @@ from runtime_helpers import TableEncoder, write_jsonl
 from embedkit.errors import InputError
 from embedkit.index import INDEX_FILE, META_FILE, SearchIndex
 from embedkit.index.folder import index_files_dir
-from embedkit.jobs.index_build import IndexOptions, build_index
+from embedkit.jobs.index_build import build_index
+from embedkit.jobs.index_options import IndexOptions
 from embedkit.storage.checksums import STAMP, write_checksums
 from embedkit.storage.versioned import CHECKSUMS, MARKER
 

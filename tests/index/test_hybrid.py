@@ -16,7 +16,7 @@ from embedkit.cli.app import app
 from embedkit.data.corpus import Document
 from embedkit.errors import InputError
 from embedkit.index.lexical import LexicalIndex
-from embedkit.jobs.index_build import IndexOptions
+from embedkit.jobs.index_options import IndexOptions
 from embedkit.search.fusion import fuse
 
 pytest.importorskip("faiss")

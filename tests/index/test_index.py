@@ -22,7 +22,8 @@ from embedkit.index import (
     open_index_for,
 )
 from embedkit.index.folder import index_files_dir
-from embedkit.jobs.index_build import IndexOptions, build_index
+from embedkit.jobs.index_build import build_index
+from embedkit.jobs.index_options import IndexOptions
 from embedkit.jobs.streaming import CorpusOptions
 from embedkit.storage.checksums import write_checksums
 

@@ -17,7 +17,7 @@ from embedkit.cli.app import app
 from embedkit.encode.loading import load_encoder
 from embedkit.errors import InputError
 from embedkit.index.folder import index_files_dir
-from embedkit.jobs.index_build import IndexOptions
+from embedkit.jobs.index_options import IndexOptions
 
 DOCS = [
     "shock wave on the wing",

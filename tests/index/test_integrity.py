@@ -17,7 +17,8 @@ from embedkit.errors import InputError
 from embedkit.index import INDEX_FILE, SearchIndex
 from embedkit.index.folder import DOCS_FILE, index_files_dir
 from embedkit.index.integrity import verify_index
-from embedkit.jobs.index_build import IndexOptions, build_index
+from embedkit.jobs.index_build import build_index
+from embedkit.jobs.index_options import IndexOptions
 from embedkit.storage import checksums
 from embedkit.storage.checksums import ChecksumMismatch
 

@@ -18,7 +18,7 @@ from embedkit import SearchIndex, build_index
 from embedkit.cli.app import app
 from embedkit.index.edits import compact_index, delete_documents
 from embedkit.index.kinds import IVF_PQ_MIN_DOCS
-from embedkit.jobs.index_build import IndexOptions
+from embedkit.jobs.index_options import IndexOptions
 
 pytest.importorskip("faiss")
 N = IVF_PQ_MIN_DOCS + 16

@@ -24,7 +24,7 @@ from typer.testing import CliRunner
 from embedkit import SearchIndex, build_index
 from embedkit.cli.app import app
 from embedkit.index.edits import compact_index, delete_documents
-from embedkit.jobs.index_build import IndexOptions
+from embedkit.jobs.index_options import IndexOptions
 from embedkit.search.fusion import fuse
 
 pytest.importorskip("faiss")

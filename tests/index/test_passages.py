@@ -18,7 +18,8 @@ from embedkit.encode.loading import load_encoder
 from embedkit.errors import InputError
 from embedkit.index import SearchIndex, hit_record, rebuild_lexical
 from embedkit.index.passages import PassageSettings, PassageSplitter, token_windows
-from embedkit.jobs.index_build import IndexOptions, build_index
+from embedkit.jobs.index_build import build_index
+from embedkit.jobs.index_options import IndexOptions
 from embedkit.search.fusion import weighted
 
 WORDS = ["wing", "flow", "air", "pressure", "boundary", "layer", "shock", "wave", "heat", "transfer"]

@@ -18,7 +18,7 @@ from embedkit.encode.loading import load_encoder
 from embedkit.encode.prefixes import Prefixes, detect_prefixes, resolve_prefixes
 from embedkit.encode.runtime import Runtime
 from embedkit.errors import InputError
-from embedkit.jobs.index_build import IndexOptions
+from embedkit.jobs.index_options import IndexOptions
 
 E5_CARD = 'Each input text should start with "query: " or "passage: ", even for non-English texts.\n'
 BGE_CARD = (

@@ -21,7 +21,7 @@ from embedkit.index.edits import compact_index, delete_documents
 from embedkit.index.folder import index_files_dir
 from embedkit.index.integrity import verify_index
 from embedkit.index.quantized import FULL_VECTORS
-from embedkit.jobs.index_build import IndexOptions
+from embedkit.jobs.index_options import IndexOptions
 
 CASES = [("flat", "int8"), ("hnsw", "int8"), ("flat", "binary"), ("hnsw", "binary")]
 QUERIES = ["shock wave on the wing", "heat transfer at high mach", "drag and lift", "boundary layer flow"]

@@ -16,7 +16,7 @@ from embedkit import SearchIndex, build_index
 from embedkit.encode.loading import load_encoder
 from embedkit.encode.runtime import Runtime
 from embedkit.index.folder import read_index_meta
-from embedkit.jobs.index_build import IndexOptions
+from embedkit.jobs.index_options import IndexOptions
 from embedkit.jobs.index_reembed import reembed_index
 from embedkit.search.request import Calibration
 

@@ -20,7 +20,7 @@ from embedkit import build_index
 from embedkit.cli.app import app
 from embedkit.index.kinds import HNSW_EF_SEARCH, index_params, new_faiss_index
 from embedkit.index.local_store import search_rows
-from embedkit.jobs.index_build import IndexOptions
+from embedkit.jobs.index_options import IndexOptions
 
 hypothesis = pytest.importorskip("hypothesis")
 st = hypothesis.strategies

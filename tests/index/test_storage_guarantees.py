@@ -20,7 +20,7 @@ from typer.testing import CliRunner
 from embedkit import SearchIndex, build_index
 from embedkit.cli.app import app
 from embedkit.errors import InputError
-from embedkit.jobs.index_build import IndexOptions
+from embedkit.jobs.index_options import IndexOptions
 from embedkit.storage.checksums import CHECKSUMS, STAMP, ChecksumMismatch, read_checksums
 from embedkit.storage.versioned import MARKER, POINTER, clean, new_version
 

@@ -23,8 +23,8 @@ from typer.testing import CliRunner
 from embedkit import SearchIndex, build_index
 from embedkit.cli.app import app
 from embedkit.errors import InputError
-from embedkit.index import docstore
-from embedkit.jobs.index_build import IndexOptions
+from embedkit.index import docstore_records
+from embedkit.jobs.index_options import IndexOptions
 from embedkit.storage.versioned import current_dir
 
 pytest.importorskip("faiss")
@@ -188,11 +188,13 @@ def test_an_index_built_before_content_hashes_syncs_without_embedding_again(
     folder, out = tmp_path / "docs", tmp_path / "idx"
     _folder(folder)
     encoder = CountingEncoder(tiny_bert)
-    records = docstore._records
+    records = docstore_records.document_records
     with monkeypatch.context() as patch:
-        patch.setattr(docstore, "_SCHEMA", docstore._SCHEMA.replace(",\n    content_hash TEXT", ""))
-        patch.setattr(docstore, "_INSERT", "INSERT INTO documents VALUES (?, ?, ?, ?, ?)")
-        patch.setattr(docstore, "_records", lambda first, docs: [r[:5] for r in records(first, docs)])
+        schema = docstore_records.SCHEMA.replace(",\n    content_hash TEXT", "")
+        patch.setattr(docstore_records, "SCHEMA", schema)
+        patch.setattr(docstore_records, "INSERT", "INSERT INTO documents VALUES (?, ?, ?, ?, ?)")
+        five_columns = lambda first, docs: [r[:5] for r in records(first, docs)]  # noqa: E731
+        patch.setattr(docstore_records, "document_records", five_columns)
         build_index(folder, out, encoder, _options())
     with sqlite3.connect(current_dir(out) / "docs.sqlite") as db:
         assert "content_hash" not in {row[1] for row in db.execute("PRAGMA table_info(documents)")}
@@ -216,7 +218,7 @@ def test_a_kill_during_a_sync_leaves_the_old_version_and_the_next_sync_finishes(
     _edit_remove_add(folder)
     options = "IndexOptions(sync=True, calibrate=False, device='cpu')"
     code = (
-        "from embedkit import build_index; from embedkit.jobs.index_build import IndexOptions; "
+        "from embedkit import build_index; from embedkit.jobs.index_options import IndexOptions; "
         f"build_index({str(folder)!r}, {str(out)!r}, options={options})"
     )
     env = {**os.environ, "EMBEDKIT_FAULT_AT": step}

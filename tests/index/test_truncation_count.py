@@ -30,7 +30,7 @@ def test_truncated_counts_each_long_document_once(tmp_path: Path, tiny_bert: Pat
 
 
 def test_the_passage_advice_followed_cuts_nothing(tmp_path: Path, tiny_bert: Path) -> None:
-    from embedkit.jobs.index_build import IndexOptions
+    from embedkit.jobs.index_options import IndexOptions
 
     docs = calibration_documents()
     corpus = write_jsonl_docs(tmp_path / "c.jsonl", docs)
@@ -57,7 +57,7 @@ def test_the_note_names_the_documents_cut(tmp_path: Path, tiny_bert: Path) -> No
     from typer.testing import CliRunner
 
     from embedkit.cli.app import app
-    from embedkit.jobs.index_build import IndexOptions
+    from embedkit.jobs.index_options import IndexOptions
 
     docs = calibration_documents()
     for doc in docs[:20]:  # the first half short: the long ones are not simply the first

@@ -24,7 +24,7 @@ from typer.testing import CliRunner
 from embedkit import build_index
 from embedkit.cli.app import app
 from embedkit.index.folder import DOCS_FILE, INDEX_FILE, META_FILE, index_files_dir
-from embedkit.jobs.index_build import IndexOptions
+from embedkit.jobs.index_options import IndexOptions
 from embedkit.storage.checksums import write_checksums
 
 pytest.importorskip("faiss")

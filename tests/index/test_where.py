@@ -22,7 +22,7 @@ from embedkit import SearchIndex, build_index
 from embedkit.cli.app import app
 from embedkit.errors import InputError
 from embedkit.index.where import parse
-from embedkit.jobs.index_build import IndexOptions
+from embedkit.jobs.index_options import IndexOptions
 from embedkit.search.fusion import fuse
 
 pytest.importorskip("faiss")

@@ -19,7 +19,7 @@ from embedkit import SearchIndex, build_index
 from embedkit.cli.app import app
 from embedkit.errors import InputError
 from embedkit.index.where_dict import expression_of
-from embedkit.jobs.index_build import IndexOptions
+from embedkit.jobs.index_options import IndexOptions
 from embedkit.remote.milvus import milvus_filter
 
 hypothesis = pytest.importorskip("hypothesis")

@@ -25,7 +25,7 @@ from embedkit import SearchIndex, build_index
 from embedkit.cli.app import app
 from embedkit.errors import InputError
 from embedkit.index.where import MAX_COMPARISONS, MAX_DEPTH, MAX_IN_VALUES, parse
-from embedkit.jobs.index_build import IndexOptions
+from embedkit.jobs.index_options import IndexOptions
 
 hypothesis = pytest.importorskip("hypothesis")
 st = hypothesis.strategies

@@ -20,7 +20,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from runtime_helpers import TableEncoder, write_jsonl  # noqa: E402
 
 from embedkit.errors import InputError  # noqa: E402
-from embedkit.jobs.index_build import IndexOptions, build_index  # noqa: E402
+from embedkit.jobs.index_build import build_index  # noqa: E402
+from embedkit.jobs.index_options import IndexOptions  # noqa: E402
 from embedkit.jobs.streaming import CorpusOptions, embed_to_file  # noqa: E402
 from embedkit.storage.locking import wait_for_locks  # noqa: E402
 

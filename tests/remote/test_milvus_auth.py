@@ -24,7 +24,7 @@ import pytest
 from typer.testing import CliRunner
 
 from embedkit.cli.app import app
-from embedkit.jobs.index_build import IndexOptions
+from embedkit.jobs.index_options import IndexOptions
 
 grpc = pytest.importorskip("grpc")
 pytest.importorskip("pymilvus")

@@ -20,7 +20,7 @@ from embedkit import SearchIndex, build_index
 from embedkit.errors import InputError
 from embedkit.index.edits import delete_documents
 from embedkit.index.where_sql import rows_where
-from embedkit.jobs.index_build import IndexOptions
+from embedkit.jobs.index_options import IndexOptions
 from embedkit.remote.base import RemoteTarget
 from embedkit.remote.push import push_index
 from embedkit.remote.search import open_pushed

@@ -19,7 +19,7 @@ from runtime_helpers import TableEncoder
 from embedkit import SearchIndex, build_index
 from embedkit.data.corpus import Document
 from embedkit.index.lexical import LexicalIndex, LexicalSettings
-from embedkit.jobs.index_build import IndexOptions
+from embedkit.jobs.index_options import IndexOptions
 from embedkit.remote.base import RemoteTarget
 from embedkit.remote.push import push_index
 from embedkit.remote.search import open_pushed

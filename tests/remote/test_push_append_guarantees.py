@@ -21,7 +21,7 @@ from typer.testing import CliRunner
 from embedkit import build_index
 from embedkit.cli.app import app
 from embedkit.errors import RunFailure
-from embedkit.jobs.index_build import IndexOptions
+from embedkit.jobs.index_options import IndexOptions
 from embedkit.remote.base import RemoteTarget
 from embedkit.remote.milvus import MilvusCollection
 from embedkit.remote.push import push_index

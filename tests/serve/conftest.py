@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 from serve_helpers import CORPUS, in_process
 
-from embedkit.jobs.index_build import IndexOptions
+from embedkit.jobs.index_options import IndexOptions
 
 
 @pytest.fixture(scope="session")

@@ -28,7 +28,7 @@ from embedkit import SearchIndex, build_index, load_encoder  # noqa: E402
 from embedkit.cli.app import app  # noqa: E402
 from embedkit.evaluation import RetrievalEvaluator  # noqa: E402
 from embedkit.index.edits import delete_documents  # noqa: E402
-from embedkit.jobs.index_build import IndexOptions  # noqa: E402
+from embedkit.jobs.index_options import IndexOptions  # noqa: E402
 from embedkit.serve.app import create_app  # noqa: E402
 from embedkit.serve.engine import Engine  # noqa: E402
 from embedkit.serve.settings import ServeConfig  # noqa: E402

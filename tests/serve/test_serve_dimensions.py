@@ -14,7 +14,7 @@ import numpy as np
 import pytest
 from serve_helpers import CORPUS, app_client_for
 
-from embedkit.jobs.index_build import IndexOptions
+from embedkit.jobs.index_options import IndexOptions
 
 N = 8
 

@@ -15,7 +15,7 @@ pytest.importorskip("httpx")
 from serve_helpers import ready  # noqa: E402
 from starlette.testclient import TestClient  # noqa: E402
 
-from embedkit.jobs.index_build import IndexOptions
+from embedkit.jobs.index_options import IndexOptions
 from embedkit.serve.app import create_app  # noqa: E402
 from embedkit.serve.engine import Engine  # noqa: E402
 from embedkit.serve.settings import ServeConfig  # noqa: E402

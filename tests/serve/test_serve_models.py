@@ -145,7 +145,7 @@ def second_index(second: Path, tmp_path_factory: pytest.TempPathFactory) -> Path
     from serve_helpers import CORPUS
 
     from embedkit import build_index
-    from embedkit.jobs.index_build import IndexOptions
+    from embedkit.jobs.index_options import IndexOptions
 
     folder = tmp_path_factory.mktemp("second-index")
     corpus = folder / "corpus.jsonl"

@@ -72,7 +72,7 @@ MANUAL = {"_id": "manual", "title": "Aurora Duo Espresso Machine - User Manual",
 @pytest.fixture(scope="module")
 def manual_index(tiny_onnx: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
     from embedkit import build_index
-    from embedkit.jobs.index_build import IndexOptions
+    from embedkit.jobs.index_options import IndexOptions
 
     folder = tmp_path_factory.mktemp("manual-index")
     corpus = folder / "corpus.jsonl"
