@@ -14,7 +14,6 @@ from embedkit.cli.eval_output import (
     check_outputs,
     encoder_label,
     interactive,
-    load_model,
     model_record,
     print_out,
     write_json,
@@ -119,7 +118,8 @@ def retrieval(
     Ties in score rank by doc id, descending (trec_eval's order).
     """
     from embedkit.errors import InputError
-    from embedkit.evaluation import RetrievalEvaluator
+    from embedkit.evaluation.retrieval_modes import evaluate_modes
+    from embedkit.search.request import SEARCH_MODES
 
     check_search_choices(None if mode == "all" else mode, fusion, alpha)
     check_outputs([beir_dir, index, model], json_path, per_query, plot)
@@ -127,70 +127,37 @@ def retrieval(
         from embedkit.extras import require_extra
 
         require_extra("plots", "--plot")
-    meta, searched = None, None
-    if index is not None:
-        from embedkit.remote.base import is_remote
-
-        if is_remote(index):  # a pushed collection, opened once for every mode
-            searched = open_search_index(index, collection, token)
-            meta = searched.meta
-        else:
-            from embedkit.index import read_index_meta
-
-            searched = Path(index)
-            meta = read_index_meta(searched)  # fail on a bad folder before loading anything
-    elif collection is not None or token is not None:
+    if index is None and (collection is not None or token is not None):
         raise InputError("--collection and --token go with --index milvus://HOST:PORT or FILE.db")
-    from embedkit.search.request import SEARCH_MODES
+    from embedkit.remote.base import is_remote
 
+    # a pushed collection is opened here, once for every mode; an index folder by the evaluation
+    searched = open_search_index(index, collection, token) if index is not None and is_remote(index) else None
     asked = mode
     # None: the evaluator runs what `embedkit search` runs (`RetrievalEvaluator`'s default)
     modes: list[str | None] = list(SEARCH_MODES) if mode == "all" else [mode]
-    runtime = runtime_from_options(device, precision)
-    scorer = None
-    if rerank is not None:
-        from embedkit.encode.cross_encoder import CrossEncoderModel
-
-        scorer = CrossEncoderModel(rerank, device=runtime.device)
-    evaluators = {
-        m: RetrievalEvaluator(
+    try:
+        evaluated = evaluate_modes(
             beir_dir,
+            modes,
+            index=searched or index,
+            model=model,
+            runtime=runtime_from_options(device, precision),
+            query_prefix=query_prefix,
+            passage_prefix=passage_prefix,
+            rerank=rerank,
+            rerank_depth=rerank_depth,
             split=split,
-            index=searched,
             ignore_identical_ids=ignore_identical_ids,
             batch_size=batch_size,
             progress=interactive(),
-            mode=m,
             fusion=fusion,
             alpha=alpha,
-            rerank=scorer,
-            rerank_depth=rerank_depth,
         )
-        for m in modes
-    }
-    if meta is None:
-        encoder = load_model(model, runtime)
-    else:
-        from embedkit.index.folder import open_model_for
-
-        encoder = open_model_for(meta, model, runtime)  # the index's model unless --model
-    from embedkit.encode.caching import CachingEncoder
-    from embedkit.encode.prefixes import check_recorded, recorded_prefixes, resolve_prefixes
-
-    if meta is None:
-        prefixes = resolve_prefixes(encoder.path, query_prefix, passage_prefix)
-    else:
-        prefixes = recorded_prefixes(meta)
-        check_recorded(prefixes, query_prefix, passage_prefix, "index")
-    for evaluator in evaluators.values():
-        evaluator.prefixes = prefixes
-    encoder = CachingEncoder(encoder)  # `all` embeds the corpus once for dense and hybrid
-    try:
-        # keyed by the mode each evaluated: the one asked for, else what `embedkit search` runs
-        reports = {r.mode: r for r in (e.evaluate(encoder) for e in evaluators.values())}
     finally:
-        if searched is not None and not isinstance(searched, Path):
+        if searched is not None:
             searched.close()
+    reports, encoder = evaluated.reports, evaluated.encoder
     modes = list(reports)
     mode = "all" if asked == "all" else modes[0]
     report = next(iter(reports.values()))
