@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
@@ -32,6 +32,9 @@ from embedkit.cli.options import (
     runtime_from_options,
 )
 from embedkit.search.rerank import DEFAULT_RERANK_DEPTH
+
+if TYPE_CHECKING:
+    from embedkit.evaluation.retrieval import RetrievalReport
 
 
 def register_into(eval_app: typer.Typer) -> None:
@@ -160,25 +163,9 @@ def retrieval(
     reports, encoder = evaluated.reports, evaluated.encoder
     modes = list(reports)
     mode = "all" if asked == "all" else modes[0]
-    report = next(iter(reports.values()))
-
-    from rich.table import Table
-
-    hybrid = reports.get("hybrid")
-    used = f"hybrid ({_fusion_label(hybrid.fusion, hybrid.alpha)})" if hybrid is not None else ""
-    how = "" if asked else f"; {used or mode}: what `embedkit search` does by default"
-    if hybrid is not None:
-        how += f"; fusion: {hybrid.fusion_source}"
-    if rerank is not None:
-        how += f"; the first {rerank_depth} re-ranked by {rerank}"
-    table = Table(title=f"{beir_dir.name or beir_dir} ({split}): {encoder_label(encoder)}{how}")
-    table.add_column("metric")
-    for m in modes:
-        table.add_column(m if m != "hybrid" else used, justify="right")
-    for name in report.metrics:
-        table.add_row(name, *(f"{reports[m].metrics[name]:.4f}" for m in modes))
-    print_out(table)
-    print_out(f"{report.queries} judged queries, {report.documents} documents, {report.search} search")
+    report, hybrid = next(iter(reports.values())), reports.get("hybrid")
+    reranked = f"; the first {rerank_depth} re-ranked by {rerank}" if rerank is not None else ""
+    _print_table(f"{beir_dir.name or beir_dir} ({split}): {encoder_label(encoder)}", reports, asked, reranked)
     if plot is not None:
         from embedkit.report.plots import plot_modes
 
@@ -186,14 +173,7 @@ def retrieval(
         plot_modes({name: {m: reports[m].metrics["ndcg@10"] for m in modes}}, "ndcg@10", plot)
         print_out(f"wrote {plot}")
     if per_query is not None:
-        from embedkit.storage.atomic import write_text_atomic
-
-        lines = (
-            json.dumps({"query_id": q, **({"mode": m} if len(modes) > 1 else {}), **values})
-            for m in modes
-            for q, values in reports[m].per_query.items()
-        )
-        write_text_atomic(per_query, "".join(f"{line}\n" for line in lines))
+        _write_per_query(per_query, reports)
     if json_path is not None:
         metrics: dict[str, Any] = (
             report.metrics if len(modes) == 1 else {m: reports[m].metrics for m in modes}
@@ -219,6 +199,38 @@ def retrieval(
                 "metrics": metrics,
             },
         )
+
+
+def _print_table(title: str, reports: dict[str, RetrievalReport], asked: str | None, reranked: str) -> None:
+    """The metrics of each mode side by side, titled with how each searched."""
+    from rich.table import Table
+
+    modes = list(reports)
+    report, hybrid = next(iter(reports.values())), reports.get("hybrid")
+    used = f"hybrid ({_fusion_label(hybrid.fusion, hybrid.alpha)})" if hybrid is not None else ""
+    how = "" if asked else f"; {used or modes[0]}: what `embedkit search` does by default"
+    if hybrid is not None:
+        how += f"; fusion: {hybrid.fusion_source}"
+    table = Table(title=f"{title}{how}{reranked}")
+    table.add_column("metric")
+    for m in modes:
+        table.add_column(m if m != "hybrid" else used, justify="right")
+    for name in report.metrics:
+        table.add_row(name, *(f"{reports[m].metrics[name]:.4f}" for m in modes))
+    print_out(table)
+    print_out(f"{report.queries} judged queries, {report.documents} documents, {report.search} search")
+
+
+def _write_per_query(path: Path, reports: dict[str, RetrievalReport]) -> None:
+    """Each judged query's metrics, a JSON line each (with its mode where several ran)."""
+    from embedkit.storage.atomic import write_text_atomic
+
+    lines = (
+        json.dumps({"query_id": q, **({"mode": m} if len(reports) > 1 else {}), **values})
+        for m, report in reports.items()
+        for q, values in report.per_query.items()
+    )
+    write_text_atomic(path, "".join(f"{line}\n" for line in lines))
 
 
 def _fusion_label(fusion: str | None, alpha: float | None) -> str:
